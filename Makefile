@@ -1,0 +1,52 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export EOS_CACHE ?= $(HOME)/.cache/eos
+export PIP_CACHE_DIR ?= $(EOS_CACHE)/pip
+export PYTHONPATH := $(CURDIR)/stack:$(CURDIR)
+
+.PHONY: venv stack-up stack-down stack-status test test-unit demo soak bench crds clean
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install python3.11 (or set PYTHON=/path/to/python3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+stack-up: venv
+	$(PY) -m eos_stack up
+
+stack-down: venv
+	$(PY) -m eos_stack down
+
+stack-status: venv
+	$(PY) -m eos_stack status
+
+# Unit tests only: no servers.
+test-unit: venv
+	$(PY) -m pytest -m "not stack and not soak" tests
+
+# Everything, against the real stack (started by the test session if not running).
+test: venv
+	$(PY) -m eos_stack up
+	$(PY) -m pytest -m "not soak" tests
+
+soak: venv
+	$(PY) -m eos_stack up
+	$(PY) -m pytest -m soak tests
+
+demo: venv
+	$(PY) -m eos_stack up
+	$(PY) -m examples.colors.demo
+
+bench: venv
+	$(PY) -m eos_stack up
+	$(PY) benchmarks/sink_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,139 @@
+"""Run the colors job as a local process (no Kubernetes) on the local stack: the job-level demo.
+
+Used by tests and the benchmark; ``examples.colors.demo`` is the operator demo.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futs = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=1) for t, n in topics.items()])
+    for t, f in futs.items():
+        f.result(30)
+
+
+@dataclass
+class ColorsRun:
+    """One colors stream on the local stack: unique topics, a config file, a checkpoint dir."""
+    bootstrap: str
+    workdir: Path
+    parallelism: int = 2
+    max_offsets_per_trigger: int | None = 2000
+    trigger_interval_ms: int = 500
+    run_id: str = ""
+    extra_env: dict | None = None
+    transaction_timeout_ms: int = 60000
+
+    def __post_init__(self):
+        self.run_id = self.run_id or uuid.uuid4().hex[:8]
+        self.events = f"colors-events-{self.run_id}"
+        self.counts = f"colors-counts-{self.run_id}"
+        self.dlq = f"colors-dlq-{self.run_id}"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint = self.workdir / "checkpoint"
+        self.config_path = self.workdir / "colors.yaml"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.workdir / "job.log"
+
+    def manifest(self) -> dict:
+        spec = {
+            "job": {"module": "examples.colors.job", "parallelism": self.parallelism,
+                    "sparkConf": {"spark.sql.streaming.minBatchesToRetain": "100"}},
+            "source": {"bootstrapServers": self.bootstrap, "topics": [self.events]},
+            "sink": {"bootstrapServers": self.bootstrap, "topic": self.counts, "deadLetterTopic": self.dlq,
+                     "transactionTimeoutMs": self.transaction_timeout_ms},
+            "checkpoint": {"store": "local", "path": str(self.workdir)},
+            "triggerIntervalMs": self.trigger_interval_ms,
+        }
+        if self.max_offsets_per_trigger:
+            spec["source"]["maxOffsetsPerTrigger"] = self.max_offsets_per_trigger
+        return {"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
+                "metadata": {"name": f"colors-{self.run_id}", "namespace": "local"}, "spec": spec}
+
+    def setup(self, event_partitions: int = 3, count_partitions: int = 3) -> None:
+        create_topics(self.bootstrap, {self.events: event_partitions, self.counts: count_partitions, self.dlq: 1})
+        self.config_path.write_text(yaml.safe_dump(self.manifest()))
+
+    @property
+    def live_checkpoint(self) -> Path:
+        return self.workdir / "live"
+
+    def ledger_topic(self) -> str:
+        return f"{self.counts}.eos-ledger.local.colors-{self.run_id}"
+
+    def start(self, extra_args: list[str] | None = None) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'jobs'}:{os.environ.get('PYTHONPATH', '')}",
+               "EOS_TERMINATION_MESSAGE_PATH": str(self.workdir / "termination.json"), **(self.extra_env or {})}
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "eos_job", "run", "--config", str(self.config_path),
+                                      *(extra_args or [])], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        return self.proc
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self, timeout: float = 120) -> int:
+        """SIGTERM: the job stops at a clean batch boundary and exits 0."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+            raise
+
+    def committed_batches(self) -> int:
+        from eos_job import checkpoint
+        b = checkpoint.last_committed_batch(self.live_checkpoint)
+        return -1 if b is None else b
+
+    def wait_for_batches(self, n: int, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        start = self.committed_batches()
+        while time.monotonic() < deadline:
+            if self.committed_batches() >= start + n:
+                return
+            if self.proc is not None and self.proc.poll() is not None and self.proc.returncode != -9:
+                raise RuntimeError(f"the job exited with {self.proc.returncode}:\n{self.log_tail()}")
+            time.sleep(0.2)
+        raise TimeoutError(f"no {n} new batches within {timeout}s:\n{self.log_tail()}")
+
+    def wait_caught_up(self, expected: dict[str, int], timeout: float = 300) -> dict[str, int]:
+        """Poll the committed output until the final counts reach the expected ones."""
+        from eos_job.verify import audit_counts
+        deadline = time.monotonic() + timeout
+        final: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            final = audit_counts(self.bootstrap, self.counts).final
+            if final == expected:
+                return final
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the job exited with {self.proc.returncode}:\n{self.log_tail()}")
+            time.sleep(1.0)
+        raise TimeoutError(f"output did not reach the expected counts in {timeout}s: {final} != {expected}\n"
+                           f"{self.log_tail()}")
+
+    def log_tail(self, n: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])

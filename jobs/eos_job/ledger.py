@@ -1,0 +1,180 @@
+"""Kafka side of the ledger: topic set-up, clients, and the latest-record read.
+
+The ledger is a compacted topic per stream. Partition 0 carries the driver's
+batch-complete records; slot p owns partition p+1 (see ``protocol``). Reading a
+slot's latest record looks at the last few offsets of its partition only, and
+widens the window backwards only when the newest records belong to another
+checkpoint identity (after a restore or a stateless start): milliseconds in the
+steady state, never a scan of the topic.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from . import protocol
+
+log = logging.getLogger(__name__)
+
+
+class SinkUnavailable(RuntimeError):
+    """The sink cluster or one of its topics cannot be used; the message says what to do."""
+
+
+def base_config(bootstrap: str, extra: dict[str, str] | None = None) -> dict:
+    conf = {"bootstrap.servers": bootstrap}
+    conf.update(extra or {})
+    return conf
+
+
+def admin_client(conf: dict) -> AdminClient:
+    return AdminClient(dict(conf))
+
+
+def describe_topics(admin: AdminClient, timeout_s: float) -> dict:
+    try:
+        return admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise SinkUnavailable(f"cannot reach Kafka at {admin_bootstrap(admin)} within {timeout_s:.0f}s ({exc}); "
+                              "check sink.bootstrapServers and that the brokers are up") from exc
+
+
+def admin_bootstrap(admin: AdminClient) -> str:
+    return getattr(admin, "_eos_bootstrap", "the configured bootstrap servers")
+
+
+def require_topics(admin: AdminClient, topics: dict[str, str], timeout_s: float = 15.0) -> None:
+    """``topics`` maps a topic to the spec field that names it."""
+    existing = describe_topics(admin, timeout_s)
+    for topic, field in topics.items():
+        md = existing.get(topic)
+        if md is None or md.error is not None:
+            raise SinkUnavailable(f"{field}: topic {topic!r} does not exist on the sink cluster; "
+                                  f"create it (e.g. kafka-topics --create --topic {topic}) and restart")
+
+
+def ensure_ledger_topic(admin: AdminClient, topic: str, slots: int, *, replication: int = -1,
+                        timeout_s: float = 30.0) -> None:
+    """Create the compacted ledger topic, or grow it to ``slots + 1`` partitions. Idempotent."""
+    wanted = protocol.ledger_partitions_needed(slots)
+    existing = describe_topics(admin, timeout_s).get(topic)
+    if existing is None or existing.error is not None:
+        fut = admin.create_topics([NewTopic(topic, num_partitions=wanted, replication_factor=replication, config={
+            "cleanup.policy": "compact",
+            # Keep compaction from touching recent records; the ledger is tiny anyway.
+            "min.compaction.lag.ms": "3600000",
+            "segment.bytes": str(16 * 1024 * 1024),
+        })])[topic]
+        try:
+            fut.result(timeout_s)
+            log.info("created ledger topic %s with %d partitions", topic, wanted)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise SinkUnavailable(f"cannot create the ledger topic {topic!r}: {exc}; "
+                                      "grant the sink principal CreateTopics or create it compacted "
+                                      f"with {wanted} partitions") from exc
+        wait_partitions(admin, topic, wanted, timeout_s)
+        return
+    have = len(existing.partitions)
+    if have < wanted:
+        fut = admin.create_partitions([NewPartitions(topic, wanted)])[topic]
+        try:
+            fut.result(timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:
+                raise
+        wait_partitions(admin, topic, wanted, timeout_s)
+
+
+def wait_partitions(admin: AdminClient, topic: str, wanted: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) >= wanted and all(
+                p.leader >= 0 for p in md.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise SinkUnavailable(f"ledger topic {topic!r} did not get {wanted} partitions with leaders in {timeout_s:.0f}s")
+
+
+def ledger_partition_count(admin: AdminClient, topic: str, timeout_s: float = 15.0) -> int:
+    md = describe_topics(admin, timeout_s).get(topic)
+    if md is None or md.error is not None:
+        return 0
+    return len(md.partitions)
+
+
+def ledger_consumer(bootstrap: str, extra: dict[str, str] | None = None) -> Consumer:
+    conf = base_config(bootstrap, extra)
+    conf.update({
+        # Never commits offsets: the group id only satisfies the client.
+        "group.id": f"eos-ledger-reader-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 10,
+    })
+    return Consumer(conf)
+
+
+def read_latest(consumer: Consumer, topic: str, partition: int, key: str, *,
+                timeout_s: float = 30.0) -> bytes | None:
+    """The value of the newest committed record with ``key`` in one ledger partition.
+
+    Call it only after the partition's writer was fenced: then no open
+    transaction holds the read_committed end back and the read is complete.
+    """
+    deadline = time.monotonic() + timeout_s
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+    want = key.encode()
+    end, window = high, 8
+    while end > low:
+        start = max(low, end - window)
+        found = _scan(consumer, topic, partition, start, end, want, deadline)
+        if found is not None:
+            return found
+        end, window = start, window * 8
+    return None
+
+
+def _scan(consumer: Consumer, topic: str, partition: int, start: int, end: int, want: bytes,
+          deadline: float) -> bytes | None:
+    consumer.assign([TopicPartition(topic, partition, start)])
+    found = None
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SinkUnavailable(f"timed out reading ledger {topic}[{partition}] from offset {start}")
+        msgs = consumer.consume(num_messages=500, timeout=min(remaining, 1.0))
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return found
+                raise SinkUnavailable(f"reading ledger {topic}[{partition}]: {err}")
+            if msg.offset() >= end:
+                return found
+            if msg.key() == want:
+                found = msg.value()
+
+
+def idempotent_producer(bootstrap: str, extra: dict[str, str] | None = None) -> Producer:
+    conf = base_config(bootstrap, extra)
+    conf.update({"enable.idempotence": True, "acks": "all", "linger.ms": 0})
+    return Producer(conf)
+
+
+def produce_sync(producer: Producer, topic: str, partition: int, key: str, value: bytes,
+                 timeout_s: float = 30.0) -> None:
+    errors: list = []
+    producer.produce(topic, value=value, key=key.encode(), partition=partition,
+                     on_delivery=lambda err, _msg: errors.append(err) if err else None)
+    remaining = producer.flush(timeout_s)
+    if remaining or errors:
+        raise SinkUnavailable(f"could not write to {topic}[{partition}]: "
+                              f"{errors[0] if errors else 'delivery timed out'}")

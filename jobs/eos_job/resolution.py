@@ -1,0 +1,140 @@
+"""Resolution: the step before every (re)start of a stream (the operator calls it).
+
+It runs only after the previous driver is gone. It fences every slot
+transactional id of the current and the previous generation, so no hanging
+transaction keeps read_committed consumers waiting for a timeout; then it reads
+the ledger and the checkpoint and reports what is committed, whether a batch is
+partially committed, and what the restart will replay. Running it twice gives
+the same report.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import KafkaException, Producer
+
+from . import checkpoint, protocol
+from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer,
+                     read_latest)
+from .protocol import BatchCompleteRecord, SlotLedgerRecord
+from .spec import ResolutionReport, RunConfig
+
+log = logging.getLogger(__name__)
+
+
+def _security(conf: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in conf.items() if k.startswith(("security.", "sasl.", "ssl."))}
+
+
+def fence(bootstrap: str, txid: str, timeout_s: float, sec: dict[str, str]) -> None:
+    """init_transactions on ``txid``: aborts its unfinished transaction, if any, and fences its producers."""
+    p = Producer({**base_config(bootstrap, sec), "transactional.id": txid, "enable.idempotence": True,
+                  "acks": "all"})
+    try:
+        p.init_transactions(timeout_s)
+    finally:
+        p.flush(0)
+
+
+def open_transaction_partitions(admin, topics: dict, names: list[str], timeout_s: float) -> set[tuple[str, int]]:
+    """Partitions whose last stable offset trails the high watermark: an open transaction holds them."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    tps = [TopicPartition(t, p) for t in names for p in topics[t].partitions]
+    if not tps:
+        return set()
+
+    def ends(level) -> dict[tuple[str, int], int]:
+        futs = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=level,
+                                  request_timeout=timeout_s)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
+
+    stable, high = ends(IsolationLevel.READ_COMMITTED), ends(IsolationLevel.READ_UNCOMMITTED)
+    return {tp for tp, off in stable.items() if off < high[tp]}
+
+
+def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
+    spec, stream = config.spec, config.stream
+    sink = spec.sink
+    sec = _security(sink.producer_config)
+    ckpt = config.checkpoint_dir.removeprefix("file://")
+    ckpt_id = checkpoint.checkpoint_id(ckpt)
+    slots = spec.job.parallelism
+    admin = admin_client(base_config(sink.bootstrap_servers, sec))
+    admin._eos_bootstrap = sink.bootstrap_servers
+    topics = describe_topics(admin, min(timeout_s, 15.0))
+    ledger = config.ledger_topic()
+    md = topics.get(ledger)
+    ledger_parts = len(md.partitions) if md is not None and md.error is None else 0
+    # Slots of the previous generation may have been more than now: fence every id the ledger has room for.
+    prev_slots = max(slots, ledger_parts - 1)
+    fenced = 0
+    t0 = time.monotonic()
+    watched = [t for t in (sink.topic, sink.dead_letter_topic, ledger) if t and t in topics]
+    held_before = open_transaction_partitions(admin, topics, watched, timeout_s)
+    for gen, n in ((stream.generation, slots), (stream.generation - 1, prev_slots)):
+        if gen < 0:
+            continue
+        for slot in range(n):
+            txid = protocol.transactional_id(stream.transactional_prefix, gen, slot)
+            try:
+                fence(sink.bootstrap_servers, txid, timeout_s, sec)
+            except KafkaException as exc:
+                raise SinkUnavailable(f"resolution could not fence {txid}: {exc.args[0]}; the sink cluster "
+                                      "must be reachable before the stream restarts") from exc
+            fenced += 1
+    held_after = open_transaction_partitions(admin, topics, watched, timeout_s)
+    report = ResolutionReport(stream_uid=stream.uid, checkpoint_id=ckpt_id, generation=stream.generation,
+                              slots=slots, fenced_transactional_ids=fenced,
+                              checkpoint_last_offsets_batch=checkpoint.last_offsets_batch(ckpt),
+                              checkpoint_last_committed_batch=checkpoint.last_committed_batch(ckpt))
+    if ledger_parts and ckpt_id:
+        consumer = ledger_consumer(sink.bootstrap_servers, sec)
+        try:
+            per_slot: dict[str, int] = {}
+            for slot in range(min(slots, ledger_parts - 1)):
+                raw = read_latest(consumer, ledger, protocol.ledger_partition(slot),
+                                  protocol.slot_key(stream.uid, ckpt_id, stream.generation, slot), timeout_s=timeout_s)
+                if raw is not None:
+                    per_slot[str(slot)] = SlotLedgerRecord.decode(raw).batch
+            raw = read_latest(consumer, ledger, protocol.BATCH_PARTITION,
+                              protocol.batch_key(stream.uid, ckpt_id, stream.generation), timeout_s=timeout_s)
+            report.last_complete_batch = BatchCompleteRecord.decode(raw).batch if raw is not None else None
+            report.last_committed_batch_per_slot = per_slot
+        finally:
+            consumer.close()
+    replay = checkpoint.replay_batch(ckpt)
+    report.replay_batch = replay
+    if replay is not None:
+        done = sorted(int(s) for s, b in report.last_committed_batch_per_slot.items() if b >= replay)
+        report.replay_slots_already_committed = done
+        report.partially_committed = 0 < len(done) < slots
+    report.open_transactions_aborted = len(held_before - held_after)
+    if held_after:
+        log.warning("after fencing, partitions %s still have open transactions of another producer: "
+                    "is the sink topic shared with another transactional writer?", sorted(held_after))
+    report.summary = _summarise(report)
+    log.info("resolution of %s/%s in %.0f ms: %s", stream.namespace, stream.name,
+             (time.monotonic() - t0) * 1000, report.summary)
+    return report
+
+
+def _summarise(r: ResolutionReport) -> str:
+    parts = [f"fenced {r.fenced_transactional_ids} transactional ids"]
+    if r.checkpoint_id is None:
+        parts.append("no checkpoint yet: the stream starts fresh")
+    else:
+        parts.append(f"checkpoint committed batch {r.checkpoint_last_committed_batch}")
+        if r.last_complete_batch is not None:
+            parts.append(f"ledger complete through batch {r.last_complete_batch}")
+    if r.replay_batch is not None:
+        if r.partially_committed:
+            parts.append(f"batch {r.replay_batch} is PARTIALLY committed (slots {r.replay_slots_already_committed} "
+                         f"of {r.slots}); the restart replays it and skips those slots")
+        elif len(r.replay_slots_already_committed) == r.slots:
+            parts.append(f"batch {r.replay_batch} is fully in the sink; the restart replays it and writes nothing new")
+        else:
+            parts.append(f"the restart replays batch {r.replay_batch}")
+    return "; ".join(parts)

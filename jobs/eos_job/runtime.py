@@ -1,0 +1,310 @@
+"""The driver: builds the query from a RunConfig and runs it until stopped or failed.
+
+Output rows follow a fixed contract (``key``, ``value``; optional ``headers``,
+``topic``, ``partition``, ``error``). A row whose ``error`` is set goes to the
+dead-letter topic with that error, inside the slot's transaction.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import checkpoint, protocol
+from .ledger import (SinkUnavailable, admin_client, base_config, ensure_ledger_topic, idempotent_producer,
+                     produce_sync, require_topics)
+from .sink import COMMIT_SCHEMA, HASH_COL, SlotWriterConfig, slot_task
+from .spec import RunConfig
+
+log = logging.getLogger("eos_job")
+
+OUTPUT_COLUMNS = {"key", "value", "headers", "topic", "partition", "error"}
+
+
+class StopRequested(RuntimeError):
+    """Raised inside a batch that started after a graceful stop was requested: nothing of it is written."""
+
+
+class JobFailed(RuntimeError):
+    """The query cannot go on; the message says why and what to do."""
+
+
+@dataclass
+class TransformContext:
+    """What the user's ``transform(df, ctx)`` receives besides the source DataFrame."""
+    spark: object
+    args: dict[str, str]
+    stream: str
+    namespace: str
+    slots: int
+
+
+@dataclass
+class RunSummary:
+    reason: str
+    last_committed_batch: int | None = None
+    batches: int = 0
+    records: int = 0
+    skipped_slots: int = 0
+    dead_letters: int = 0
+    nondeterministic_slots: int = 0
+    snapshot: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in self.__dict__.items() if v is not None}, sort_keys=True)
+
+
+def load_transform(module: str, function: str):
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise JobFailed(f"job.module: cannot import {module!r} ({exc}); check the module path and the image") from exc
+    fn = getattr(mod, function, None)
+    if not callable(fn):
+        raise JobFailed(f"job.function: {module}.{function} is not a function; define transform(df, ctx) there")
+    return fn
+
+
+def prepare_output(df):
+    """Check the output contract and add the record hash used for slot digests."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    cols = set(df.columns)
+    if "value" not in cols:
+        raise JobFailed(f"the transformation's output has no 'value' column (columns: {sorted(cols)}); "
+                        "return key/value columns")
+    extra = cols - OUTPUT_COLUMNS
+    if extra:
+        raise JobFailed(f"the transformation's output has unexpected columns {sorted(extra)}; "
+                        f"allowed: {sorted(OUTPUT_COLUMNS)}")
+    fields = {f.name: f.dataType for f in df.schema.fields}
+
+    def to_binary(name: str):
+        t = fields[name]
+        if isinstance(t, T.BinaryType):
+            return F.col(name)
+        if isinstance(t, T.StringType):
+            return F.col(name).cast("binary")
+        if isinstance(t, (T.StructType, T.MapType, T.ArrayType)):
+            return F.to_json(F.col(name)).cast("binary")
+        return F.col(name).cast("string").cast("binary")
+
+    out = [to_binary("value").alias("value"),
+           (to_binary("key") if "key" in cols else F.lit(None).cast("binary")).alias("key")]
+    for opt, cast in (("topic", "string"), ("partition", "int"), ("error", "string")):
+        if opt in cols:
+            out.append(F.col(opt).cast(cast).alias(opt))
+    if "headers" in cols:
+        out.append(F.col("headers"))
+    hashed = [F.col("key"), F.col("value")] + [F.col(c) for c in ("topic", "headers", "error") if c in cols]
+    return df.select(*out).withColumn(HASH_COL, F.xxhash64(*hashed))
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function: one exactly-once write per micro-batch."""
+
+    def __init__(self, config: RunConfig, fault_kill_after_commit: float = 0.0):
+        self.config = config
+        spec = config.spec
+        self.slots = spec.job.parallelism
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.summary = RunSummary(reason="Running")
+        self.last_done: int | None = None
+        self._ckpt_id: str | None = None
+        self._producer = None
+        self.fault = fault_kill_after_commit
+        sec = _security(spec.sink.producer_config)
+        self.base = dict(bootstrap=spec.sink.bootstrap_servers, producer_config=dict(spec.sink.producer_config),
+                         topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic,
+                         ledger_topic=config.ledger_topic(), tx_prefix=config.stream.transactional_prefix,
+                         generation=config.stream.generation, stream_uid=config.stream.uid,
+                         spec_hash=spec.spec_hash(), transaction_timeout_ms=spec.sink.transaction_timeout_ms,
+                         slots=self.slots)
+        self.sec = sec
+
+    def checkpoint_identity(self) -> str:
+        if self._ckpt_id is None:
+            self._ckpt_id = checkpoint.checkpoint_id(_local_path(self.config.checkpoint_dir))
+            if not self._ckpt_id:
+                raise JobFailed(f"checkpoint {self.config.checkpoint_dir} has no metadata file after the query "
+                                "started; is the checkpoint store writable?")
+        return self._ckpt_id
+
+    def __call__(self, df, batch_id: int) -> None:
+        with self.lock:
+            if self.stopping:
+                raise StopRequested(f"stop requested before batch {batch_id}; it is replayed on the next start")
+            t0 = time.monotonic()
+            cfg = SlotWriterConfig(**self.base, checkpoint_id=self.checkpoint_identity(), batch=batch_id,
+                                   fault_kill_after_commit=self.fault)
+            rows = df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
+            commits = [protocol.SlotCommit.from_row(r.asDict()) for r in rows]
+            protocol.check_batch_commits(batch_id, self.slots, commits)
+            count = sum(c.count for c in commits if not c.skipped)
+            skipped = sum(1 for c in commits if c.skipped)
+            dead = sum(c.dead_letters for c in commits if not c.skipped)
+            nondet = sum(1 for c in commits if c.nondeterministic)
+            record = protocol.BatchCompleteRecord(batch_id, self.slots, count, skipped, dead)
+            produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION,
+                         protocol.batch_key(self.base["stream_uid"], self._ckpt_id, self.base["generation"]),
+                         record.encode())
+            s = self.summary
+            s.batches += 1
+            s.records += count
+            s.skipped_slots += skipped
+            s.dead_letters += dead
+            s.nondeterministic_slots += nondet
+            s.last_committed_batch = batch_id
+            self.last_done = batch_id
+            log.info("batch %d committed: %d records, %d/%d slots skipped as already committed, %d dead letters%s "
+                     "(%.0f ms)", batch_id, count, skipped, self.slots, dead,
+                     f", {nondet} NON-DETERMINISTIC slots" if nondet else "", (time.monotonic() - t0) * 1000)
+
+    def _batch_producer(self):
+        if self._producer is None:
+            self._producer = idempotent_producer(self.base["bootstrap"], self.sec)
+        return self._producer
+
+
+def _security(conf: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in conf.items() if k.startswith(("security.", "sasl.", "ssl."))}
+
+
+def _local_path(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def preflight(config: RunConfig, timeout_s: float = 15.0) -> None:
+    """Fail fast with a clear message when the sink cannot be used; set up the ledger topic."""
+    spec = config.spec
+    admin = admin_client(base_config(spec.sink.bootstrap_servers, _security(spec.sink.producer_config)))
+    admin._eos_bootstrap = spec.sink.bootstrap_servers  # for error messages
+    topics = {spec.sink.topic: "sink.topic"}
+    if spec.sink.dead_letter_topic:
+        topics[spec.sink.dead_letter_topic] = "sink.deadLetterTopic"
+    require_topics(admin, topics, timeout_s)
+    ensure_ledger_topic(admin, config.ledger_topic(), spec.job.parallelism, timeout_s=timeout_s)
+
+
+def build_query(spark, config: RunConfig, writer: BatchWriter):
+    spec = config.spec
+    src = spark.readStream.format("kafka") \
+        .option("kafka.bootstrap.servers", spec.source.bootstrap_servers) \
+        .option("subscribe", ",".join(spec.source.topics)) \
+        .option("startingOffsets", spec.source.starting_offsets) \
+        .option("failOnDataLoss", "true")
+    if spec.source.max_offsets_per_trigger:
+        src = src.option("maxOffsetsPerTrigger", str(spec.source.max_offsets_per_trigger))
+    for k, v in spec.source.options.items():
+        src = src.option(k, v)
+    source_df = src.load()
+    transform = load_transform(spec.job.module, spec.job.function)
+    ctx = TransformContext(spark=spark, args=dict(spec.job.args), stream=config.stream.name,
+                           namespace=config.stream.namespace, slots=spec.job.parallelism)
+    out = prepare_output(transform(source_df, ctx))
+    return (out.writeStream.foreachBatch(writer)
+            .outputMode(spec.job.output_mode)
+            .trigger(processingTime=f"{spec.trigger_interval_ms} milliseconds")
+            .option("checkpointLocation", config.checkpoint_dir)
+            .queryName(f"eos-{config.stream.namespace}-{config.stream.name}"))
+
+
+def spark_conf_for(config: RunConfig) -> dict[str, str]:
+    spec = config.spec
+    conf = {
+        # Stateful operators keep this partition count for the checkpoint's life; fix it to P.
+        "spark.sql.shuffle.partitions": str(spec.job.parallelism),
+        # Adaptive execution may merge shuffle partitions, and slots must stay 1:1 with them.
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.streaming.stopTimeout": "30s",
+    }
+    conf.update(spec.job.spark_conf)
+    return conf
+
+
+def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapshot_dir: str | None = None,
+        fault_kill_after_commit: float = 0.0, spark=None) -> RunSummary:
+    """Run the stream until ``stop_event`` is set (graceful stop) or the query fails (raises JobFailed)."""
+    from .session import build_spark_session
+
+    stop_event = stop_event or threading.Event()
+    preflight(config)
+    Path(_local_path(config.checkpoint_dir)).mkdir(parents=True, exist_ok=True)
+    spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
+    writer = BatchWriter(config, fault_kill_after_commit)
+    query = build_query(spark, config, writer).start()
+    log.info("stream %s/%s started (query id %s, checkpoint %s, %d slots, generation %d)",
+             config.stream.namespace, config.stream.name, query.id, config.checkpoint_dir,
+             config.spec.job.parallelism, config.stream.generation)
+    try:
+        while query.isActive:
+            if stop_event.wait(0.5):
+                break
+            exc = query.exception()
+            if exc is not None:
+                break
+        if stop_event.is_set() and query.isActive:
+            _stop_at_boundary(query, writer, config)
+            writer.summary.reason = "Stopped"
+        else:
+            exc = query.exception()
+            if exc is not None:
+                raise JobFailed(f"the streaming query failed: {_short(exc)}")
+            writer.summary.reason = "Finished"
+    finally:
+        if query.isActive:
+            query.stop()
+    if snapshot_dir and writer.summary.reason == "Stopped":
+        from .snapshot import take_snapshot
+        manifest = take_snapshot(_local_path(config.checkpoint_dir), snapshot_dir,
+                                 stream=config.stream.wire(), spec_hash=config.spec.spec_hash())
+        writer.summary.snapshot = snapshot_dir
+        log.info("snapshot written to %s at batch %s", snapshot_dir, manifest["lastBatch"])
+    return writer.summary
+
+
+def _stop_at_boundary(query, writer: BatchWriter, config: RunConfig) -> None:
+    """Stop after the running batch committed: no batch is left partially written by us."""
+    log.info("stop requested: waiting for the running batch to commit")
+    with writer.lock:  # waits for a running foreachBatch to finish
+        writer.stopping = True
+        done = writer.last_done
+    ckpt = _local_path(config.checkpoint_dir)
+    deadline = time.monotonic() + 30
+    # Spark writes commits/N right after foreachBatch returns; wait for it so the boundary is clean.
+    while done is not None and time.monotonic() < deadline and (checkpoint.last_committed_batch(ckpt) or -1) < done:
+        time.sleep(0.05)
+    query.stop()
+    log.info("stopped at a clean boundary after batch %s", done)
+
+
+def _short(exc) -> str:
+    text = str(getattr(exc, "desc", None) or exc)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for ln in lines:  # the Python-side cause is the useful line
+        if "Error:" in ln and "py4j" not in ln:
+            return ln.strip()[:2000]
+    return (lines[0] if lines else repr(exc))[:2000]
+
+
+def install_signal_handlers(stop_event: threading.Event) -> None:
+    def handler(signum, _frame):
+        log.info("received %s: stopping at the next clean batch boundary", signal.Signals(signum).name)
+        stop_event.set()
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def termination_message_path() -> Path | None:
+    p = os.environ.get("EOS_TERMINATION_MESSAGE_PATH", "/dev/termination-log")
+    path = Path(p)
+    return path if path.parent.exists() and os.access(path.parent if not path.exists() else path, os.W_OK) else None

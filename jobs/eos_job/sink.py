@@ -1,0 +1,308 @@
+"""The exactly-once Kafka sink: one transaction per output slot and micro-batch.
+
+Why ``foreachBatch`` + ``mapInArrow`` and not the Python streaming data source
+writer: ``foreachBatch`` hands the driver the batch id and lets it run the
+batch-complete step after every slot reported and before Spark writes
+``commits/N``; ``mapInArrow`` over ``repartition(P, key)`` gives each slot task
+its rows as Arrow record batches (no per-row Python conversion by Spark) with
+the slot equal to the shuffle partition id, which is deterministic across
+replays. The data source writer would give the same guarantees but its batch id
+reaches executors only through a task-local property, and its commit runs after
+the data was already handed over, which buys nothing here.
+
+Write path of slot p in batch N (shared/design/exactly-once-protocol.md):
+fence (``init_transactions``) → read the slot's latest ledger record
+(read_committed) → skip if N is already recorded → else one transaction with
+every output record and the slot's ledger record → commit → report.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+
+from . import protocol
+from .ledger import ledger_consumer, read_latest
+from .protocol import SlotAction, SlotCommit, SlotLedgerRecord
+
+log = logging.getLogger(__name__)
+
+COMMIT_SCHEMA = ("slot int, batch long, count long, digest string, skipped boolean, dead_letters long, "
+                 "nondeterministic boolean, attempt int")
+HASH_COL = "__eos_hash"
+# Producer errors that mean "this producer can no longer be trusted": start over with a fresh fence.
+MAX_FENCE_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class SlotWriterConfig:
+    """Everything a slot task needs; pickled to the executors once per batch."""
+    bootstrap: str
+    producer_config: dict[str, str]
+    topic: str
+    dead_letter_topic: str | None
+    ledger_topic: str
+    tx_prefix: str
+    generation: int
+    stream_uid: str
+    checkpoint_id: str
+    spec_hash: str
+    transaction_timeout_ms: int
+    batch: int
+    slots: int
+    fault_kill_after_commit: float = 0.0  # probability; test-only fault injection, off by default
+    fault_seed: int | None = None
+    has_columns: tuple[str, ...] = field(default_factory=tuple)
+
+
+class _SlotClients:
+    """A slot's transactional producer and ledger reader, kept across batches in a Python worker.
+
+    Keeping the producer saves the fence round trip per batch. It is safe: the
+    producer of the slot that was initialised last is the only one that can
+    commit; an older one fails on its next operation, and that failure is
+    handled as "fence again and re-read", never as success.
+    """
+
+    def __init__(self, cfg: SlotWriterConfig, slot: int):
+        from confluent_kafka import Producer
+        self.txid = protocol.transactional_id(cfg.tx_prefix, cfg.generation, slot)
+        conf = dict(cfg.producer_config)
+        conf.update({
+            "bootstrap.servers": cfg.bootstrap,
+            "transactional.id": self.txid,
+            "enable.idempotence": True,
+            "acks": "all",
+            # Java clients' default partitioner: consumers that co-partition by key agree.
+            "partitioner": "murmur2_random",
+            "transaction.timeout.ms": cfg.transaction_timeout_ms,
+            "linger.ms": conf.get("linger.ms", 5),
+        })
+        self.producer = Producer(conf)
+        t0 = time.monotonic()
+        # The fence: aborts (or completes) any unfinished transaction of an older attempt of this slot.
+        self.producer.init_transactions(cfg.transaction_timeout_ms / 1000)
+        log.debug("fenced %s in %.1f ms", self.txid, (time.monotonic() - t0) * 1000)
+        self.consumer = ledger_consumer(cfg.bootstrap, _client_security(cfg.producer_config))
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        except Exception:  # noqa: BLE001 - best effort on a client we are discarding
+            pass
+        self.producer = None
+
+
+_clients: dict[str, _SlotClients] = {}
+
+
+def _client_security(conf: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in conf.items() if k.startswith(("security.", "sasl.", "ssl."))}
+
+
+def _slot_clients(cfg: SlotWriterConfig, slot: int, fresh: bool) -> _SlotClients:
+    txid = protocol.transactional_id(cfg.tx_prefix, cfg.generation, slot)
+    held = _clients.get(txid)
+    if held is not None and (fresh or held.producer is None):
+        held.close()
+        held = None
+    if held is None:
+        held = _SlotClients(cfg, slot)
+        _clients[txid] = held
+    return held
+
+
+def _discard(cfg: SlotWriterConfig, slot: int) -> None:
+    held = _clients.pop(protocol.transactional_id(cfg.tx_prefix, cfg.generation, slot), None)
+    if held is not None:
+        held.close()
+
+
+def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.RecordBatch]) -> SlotCommit:
+    """Write one slot of one batch exactly once. Raises when the outcome cannot be made certain."""
+    from confluent_kafka import KafkaException
+
+    count, digest, rows = _count_and_digest(batches)
+    key = protocol.slot_key(cfg.stream_uid, cfg.checkpoint_id, cfg.generation, slot)
+    last_exc: Exception | None = None
+    for round_no in range(MAX_FENCE_ROUNDS):
+        clients = _slot_clients(cfg, slot, fresh=round_no > 0)
+        try:
+            raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key)
+            recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
+            decision = protocol.decide_slot(cfg.batch, recorded)
+            if decision.action is SlotAction.SKIP:
+                nondet = recorded.batch == cfg.batch and (recorded.count, recorded.digest) != (count, digest)
+                if nondet:
+                    log.warning("slot %d batch %d: replay differs from the committed output "
+                                "(count %d vs %d, digest %016x vs %016x): the transformation is not deterministic",
+                                slot, cfg.batch, count, recorded.count, digest, recorded.digest)
+                return SlotCommit(slot, cfg.batch, recorded.count, recorded.digest, skipped=True,
+                                  dead_letters=recorded.dead_letters, nondeterministic=nondet, attempt=attempt)
+            if rows == 0:
+                # Nothing to write, and a replay of this batch has nothing either: no transaction needed.
+                return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
+            dead = _transaction(cfg, clients, slot, key, batches, count, digest)
+            _maybe_inject_fault(cfg, slot)
+            return SlotCommit(slot, cfg.batch, count, digest, skipped=False, dead_letters=dead, attempt=attempt)
+        except KafkaException as exc:
+            err = exc.args[0]
+            last_exc = exc
+            log.warning("slot %d batch %d: %s (fatal=%s, abortable=%s, retriable=%s); fencing again",
+                        slot, cfg.batch, err, err.fatal(), err.txn_requires_abort(), err.retriable())
+            if err.txn_requires_abort() and clients.producer is not None:
+                try:
+                    clients.producer.abort_transaction(cfg.transaction_timeout_ms / 1000)
+                except KafkaException:
+                    pass
+            _discard(cfg, slot)
+            time.sleep(min(0.2 * 2 ** round_no, 5.0))
+        except Exception:
+            _discard(cfg, slot)
+            raise
+    raise RuntimeError(f"slot {slot} of batch {cfg.batch}: could not commit after {MAX_FENCE_ROUNDS} fenced "
+                       f"attempts; last error: {last_exc}") from last_exc
+
+
+def _count_and_digest(batches: list[pa.RecordBatch]) -> tuple[int, int, int]:
+    import numpy as np
+    hashes = [b.column(b.schema.get_field_index(HASH_COL)).to_numpy(zero_copy_only=False) for b in batches if b.num_rows]
+    rows = sum(b.num_rows for b in batches)
+    digest = protocol.digest_of_hashes(np.concatenate(hashes)) if hashes else 0
+    return rows, digest, rows
+
+
+def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str,
+                 batches: list[pa.RecordBatch], count: int, digest: int) -> int:
+    """begin → every record of the slot (poison ones to the dead-letter topic) → ledger record → commit."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    producer = clients.producer
+    poison: dict[tuple, str] = {}
+    for _ in range(3):
+        failures: list[tuple[tuple, str]] = []
+
+        def on_delivery(err, msg):  # runs inside poll/flush/commit
+            if err is not None and not err.retriable() and err.code() in _RECORD_ERRORS:
+                failures.append(((msg.topic(), msg.key(), msg.value()), str(err)))
+
+        producer.begin_transaction()
+        dead = 0
+        for b in batches:
+            dead += _produce_batch(cfg, producer, b, slot, on_delivery, poison)
+        record = SlotLedgerRecord(cfg.batch, count, digest, dead, cfg.spec_hash)
+        producer.produce(cfg.ledger_topic, value=record.encode(), key=key.encode(),
+                         partition=protocol.ledger_partition(slot))
+        try:
+            producer.commit_transaction(cfg.transaction_timeout_ms / 1000)
+            return dead
+        except KafkaException as exc:
+            if not failures or not exc.args[0].txn_requires_abort():
+                raise
+            # Records the broker refused (too large, invalid): abort, route them to the
+            # dead-letter topic, and write the slot again. Replays make the same choice.
+            producer.abort_transaction(cfg.transaction_timeout_ms / 1000)
+            for ident, why in failures:
+                poison[ident] = why
+    raise KafkaException(KafkaError(KafkaError._FAIL, "records kept failing after dead-lettering"))
+
+
+def _record_errors() -> frozenset:
+    """Broker refusals that belong to a record, not to the cluster: such a record is poison."""
+    from confluent_kafka import KafkaError
+    names = ("MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "CORRUPT_MESSAGE", "RECORD_LIST_TOO_LARGE",
+             "INVALID_TIMESTAMP")
+    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
+
+
+_RECORD_ERRORS = _record_errors()
+
+
+def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int, on_delivery,
+                   poison: dict[tuple, str]) -> int:
+    from confluent_kafka import KafkaException
+
+    names = b.schema.names
+    keys = b.column(names.index("key")).to_pylist() if "key" in names else [None] * b.num_rows
+    values = b.column(names.index("value")).to_pylist()
+    topics = b.column(names.index("topic")).to_pylist() if "topic" in names else None
+    parts = b.column(names.index("partition")).to_pylist() if "partition" in names else None
+    headers = b.column(names.index("headers")).to_pylist() if "headers" in names else None
+    errors = b.column(names.index("error")).to_pylist() if "error" in names else None
+    produce = producer.produce
+    default_topic = cfg.topic
+    dead = 0
+    for i in range(b.num_rows):
+        topic = (topics[i] if topics is not None else None) or default_topic
+        k, v = keys[i], values[i]
+        why = errors[i] if errors is not None else None
+        if why is None and poison:
+            why = poison.get((topic, k, v))
+        if why is None:
+            hdrs = [(h["key"], h["value"]) for h in headers[i]] if headers is not None and headers[i] else None
+            part = parts[i] if parts is not None else None
+            try:
+                if part is None:
+                    produce(topic, value=v, key=k, headers=hdrs, on_delivery=on_delivery)
+                else:
+                    produce(topic, value=v, key=k, headers=hdrs, partition=part, on_delivery=on_delivery)
+                continue
+            except BufferError:
+                producer.poll(0.5)
+                produce(topic, value=v, key=k, headers=hdrs, on_delivery=on_delivery) if part is None else \
+                    produce(topic, value=v, key=k, headers=hdrs, partition=part, on_delivery=on_delivery)
+                continue
+            except KafkaException as exc:  # refused before sending: too large, bad topic name, ...
+                why = f"{type(exc).__name__}: {exc.args[0]}"
+        dead += 1
+        _dead_letter(cfg, producer, topic, k, v, why, slot)
+    return dead
+
+
+def _dead_letter(cfg: SlotWriterConfig, producer, topic: str, key, value, why: str, slot: int) -> None:
+    if not cfg.dead_letter_topic:
+        raise RuntimeError(f"a record for topic {topic!r} cannot be written ({why}) and sink.deadLetterTopic "
+                           "is not set: set it so poison records are kept, or fix the transformation. "
+                           "The stream stops here rather than drop the record")
+    value_bytes = value if isinstance(value, (bytes, type(None))) else str(value).encode()
+    if value_bytes is not None and len(value_bytes) > 512 * 1024:
+        value_bytes = value_bytes[:512 * 1024]  # keep the dead letter itself writable
+    producer.produce(cfg.dead_letter_topic, value=value_bytes, key=key, headers=[
+        ("eos.error", str(why)[:4000].encode()), ("eos.topic", topic.encode()),
+        ("eos.batch", str(cfg.batch).encode()), ("eos.slot", str(slot).encode()),
+    ])
+
+
+def _maybe_inject_fault(cfg: SlotWriterConfig, slot: int) -> None:
+    """Test-only: die right after a slot committed and before the driver hears of it."""
+    if cfg.fault_kill_after_commit <= 0:
+        return
+    rng = random.Random(hash((cfg.fault_seed, cfg.batch, slot, os.getpid(), time.time_ns())))
+    if rng.random() < cfg.fault_kill_after_commit:
+        log.warning("fault injection: killing the driver after slot %d of batch %d committed", slot, cfg.batch)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def slot_task(cfg: SlotWriterConfig):
+    """The function given to ``mapInArrow``: runs once per slot partition on an executor."""
+
+    def run(iterator: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        slot, attempt = ctx.partitionId(), ctx.attemptNumber()
+        commit = write_slot(cfg, slot, attempt, [b for b in iterator])
+        yield pa.RecordBatch.from_pylist([commit.to_row()], schema=_commit_arrow_schema())
+
+    return run
+
+
+def _commit_arrow_schema() -> pa.Schema:
+    return pa.schema([("slot", pa.int32()), ("batch", pa.int64()), ("count", pa.int64()), ("digest", pa.string()),
+                      ("skipped", pa.bool_()), ("dead_letters", pa.int64()), ("nondeterministic", pa.bool_()),
+                      ("attempt", pa.int32())])

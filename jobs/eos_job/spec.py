@@ -1,0 +1,322 @@
+"""The ``ExactlyOnceStream`` resource: one set of models for its spec and status.
+
+Used by the operator (validation, planning, the generated CRD) and by the job
+runtime (its config is the resource's spec). Field names are camelCase on the
+wire, snake_case in Python. Unknown fields are rejected so a typo names itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "streaming.eos.dev"
+API_VERSION = "v1alpha1"
+KIND = "ExactlyOnceStream"
+PLURAL = "exactlyoncestreams"
+SHORT_NAMES = ["eos"]
+DEFAULT_IMAGE = "ghcr.io/spark-eos/spark-eos-operator:0.1.0"
+
+# Kafka topic names: legal characters and length (Kafka rejects others).
+TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
+MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              validate_default=True)
+
+    def wire(self) -> dict:
+        """The camelCase form, as stored in the API server."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# --------------------------------------------------------------------------- spec
+class Resources(Model):
+    cpu: str = Field("1", pattern=QUANTITY_PATTERN, description="CPU request and limit, e.g. 500m or 2.")
+    memory: str = Field("1Gi", pattern=QUANTITY_PATTERN, description="Memory request and limit, e.g. 2Gi.")
+
+
+class ExecutorSpec(Resources):
+    instances: int = Field(1, ge=1, le=256, description="Executor Pods (cluster deploy mode only).")
+
+
+class JobSpec(Model):
+    image: str = Field(DEFAULT_IMAGE, min_length=1, description="Container image with the job runtime and the user's module.")
+    module: str = Field(..., pattern=MODULE_PATTERN,
+                        description="Python module holding the transformation, e.g. examples.colors.job.")
+    function: str = Field("transform", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                          description="Function in the module: transform(df: DataFrame, ctx) -> DataFrame.")
+    args: dict[str, str] = Field(default_factory=dict, description="Settings passed to the transformation as ctx.args.")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration.")
+    parallelism: int = Field(2, ge=1, le=1024, description=(
+        "Output slots P: the output is hash-partitioned by key into P transactional writers. "
+        "Changing it is an upgrade under a new transactional-id generation."))
+    output_mode: Literal["update", "append", "complete"] = Field(
+        "update", description="Spark output mode of the query.")
+    deploy_mode: Literal["local", "cluster"] = Field(
+        "local", description="local: Spark local mode inside the driver Pod; cluster: spark-submit --master k8s:// with executor Pods.")
+    driver: Resources = Field(default_factory=Resources)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    service_account_name: str | None = Field(None, description="ServiceAccount of the driver Pod.")
+    state: Literal["running", "suspended"] = Field(
+        "running", description="suspended stops the driver at a clean batch boundary; running resumes it.")
+
+
+class SourceSpec(Model):
+    bootstrap_servers: str = Field(..., min_length=1, description="Kafka bootstrap servers of the source cluster.")
+    topics: list[str] = Field(..., min_length=1, description="Source topics.")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest", description="Where a fresh checkpoint starts; ignored once the checkpoint has offsets.")
+    max_offsets_per_trigger: int | None = Field(None, ge=1, description="Upper bound of records per micro-batch.")
+    options: dict[str, str] = Field(default_factory=dict, description="Extra options of Spark's Kafka source.")
+
+    @model_validator(mode="after")
+    def _topic_names(self) -> "SourceSpec":
+        for t in self.topics:
+            if not re.match(TOPIC_PATTERN, t):
+                raise ValueError(f"source.topics: {t!r} is not a valid Kafka topic name "
+                                 "(letters, digits, '.', '_', '-', at most 249)")
+        return self
+
+
+class SecretKeyRef(Model):
+    name: str = Field(..., min_length=1, description="Secret name in the stream's namespace.")
+    key: str = Field(..., min_length=1, description="Key within the Secret.")
+
+
+class SinkCredentials(Model):
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    security_protocol: Literal["SASL_PLAINTEXT", "SASL_SSL"] = "SASL_SSL"
+    username: SecretKeyRef
+    password: SecretKeyRef
+
+
+class SinkSpec(Model):
+    bootstrap_servers: str = Field(..., min_length=1, description="Kafka bootstrap servers of the sink cluster.")
+    topic: str = Field(..., pattern=TOPIC_PATTERN, description="Default output topic.")
+    dead_letter_topic: str | None = Field(None, pattern=TOPIC_PATTERN, description=(
+        "Topic for poison records, on the sink cluster (written in the same transaction)."))
+    ledger_topic: str | None = Field(None, pattern=TOPIC_PATTERN, description=(
+        "The stream's ledger topic; default <topic>.eos-ledger.<namespace>.<name>."))
+    transaction_timeout_ms: int = Field(60000, ge=1000, le=900000, description=(
+        "Kafka transaction.timeout.ms of the slot producers (at most the broker's transaction.max.timeout.ms)."))
+    producer_config: dict[str, str] = Field(default_factory=dict, description=(
+        "Extra librdkafka producer settings. Credentials go in credentials, never here."))
+    credentials: SinkCredentials | None = Field(None, description="SASL credentials by Secret reference.")
+
+
+class CheckpointSpec(Model):
+    store: Literal["pvc", "local"] = Field("pvc", description=(
+        "pvc: a PersistentVolumeClaim mounted in the driver; local: a path on the node (tests only)."))
+    claim_name: str | None = Field(None, description="The PersistentVolumeClaim (store=pvc).")
+    path: str = Field(..., min_length=1, description="Directory for checkpoints and snapshots inside the store.")
+
+
+class FixedDelay(Model):
+    attempts: int = Field(3, ge=0, le=1000, description="Restarts before the stream is Failed.")
+    delay_seconds: float = Field(10.0, ge=0, le=86400)
+
+
+class ExponentialDelay(Model):
+    initial_delay_seconds: float = Field(1.0, ge=0, le=86400)
+    max_delay_seconds: float = Field(300.0, ge=0, le=86400)
+    multiplier: float = Field(2.0, ge=1.0, le=100.0)
+    jitter: float = Field(0.1, ge=0.0, le=1.0, description="Random fraction added or removed from each delay.")
+    reset_after_seconds: float = Field(600.0, ge=0, description="A run this long resets the backoff.")
+    max_attempts: int | None = Field(None, ge=0, description="Restarts before Failed; unset = unlimited.")
+
+
+class FailureRate(Model):
+    max_failures: int = Field(3, ge=1, le=10000, description="Failures allowed within interval.")
+    interval_seconds: float = Field(300.0, gt=0, le=604800)
+    delay_seconds: float = Field(10.0, ge=0, le=86400)
+
+
+class RestartStrategy(Model):
+    type: Literal["fixed-delay", "exponential-delay", "failure-rate"] = "exponential-delay"
+    fixed_delay: FixedDelay | None = None
+    exponential_delay: ExponentialDelay | None = None
+    failure_rate: FailureRate | None = None
+
+    @model_validator(mode="after")
+    def _one_config(self) -> "RestartStrategy":
+        wanted = {"fixed-delay": "fixed_delay", "exponential-delay": "exponential_delay",
+                  "failure-rate": "failure_rate"}[self.type]
+        for other in ("fixed_delay", "exponential_delay", "failure_rate"):
+            if other != wanted and getattr(self, other) is not None:
+                raise ValueError(f"restartStrategy.{to_camel(other)} is set but restartStrategy.type is "
+                                 f"{self.type!r}: remove it or set type accordingly")
+        if getattr(self, wanted) is None:
+            setattr(self, wanted, {"fixed_delay": FixedDelay, "exponential_delay": ExponentialDelay,
+                                   "failure_rate": FailureRate}[wanted]())
+        return self
+
+
+class ExactlyOnceStreamSpec(Model):
+    job: JobSpec
+    source: SourceSpec
+    sink: SinkSpec
+    checkpoint: CheckpointSpec
+    trigger_interval_ms: int = Field(1000, ge=100, le=86_400_000, description="Micro-batch trigger interval.")
+    restart_strategy: RestartStrategy = Field(default_factory=RestartStrategy)
+    upgrade_mode: Literal["snapshot", "last-state", "stateless"] = Field("snapshot", description=(
+        "How a spec change is applied: snapshot (stop with a snapshot, start from it), last-state "
+        "(restart on the live checkpoint), stateless (fresh checkpoint; only when asked)."))
+    restart_nonce: int = Field(0, description="Change to restart the stream, also after RestartsExhausted.")
+
+    def spec_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.wire(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def semantic_errors(spec: ExactlyOnceStreamSpec) -> list[str]:
+    """Checks the schema cannot express; each message names the field and the fix."""
+    errors: list[str] = []
+    sink_topics = {spec.sink.topic, spec.sink.dead_letter_topic, spec.sink.ledger_topic} - {None}
+    same_cluster = spec.source.bootstrap_servers == spec.sink.bootstrap_servers
+    for t in spec.source.topics:
+        if t in sink_topics and same_cluster:
+            errors.append(f"sink.topic: {t!r} is also a source topic; the stream would read its own output. "
+                          "Choose another sink.topic")
+    if spec.sink.dead_letter_topic and spec.sink.dead_letter_topic == spec.sink.topic:
+        errors.append("sink.deadLetterTopic: must differ from sink.topic")
+    if spec.checkpoint.store == "pvc" and not spec.checkpoint.claim_name:
+        errors.append("checkpoint.claimName: required when checkpoint.store is pvc")
+    for key in spec.sink.producer_config:
+        if key in PRODUCER_RESERVED:
+            errors.append(f"sink.producerConfig.{key}: set by the runtime for exactly-once; remove it")
+        if "sasl" in key.lower() or "password" in key.lower():
+            errors.append(f"sink.producerConfig.{key}: credentials must come from sink.credentials "
+                          "(a Secret reference), not producerConfig")
+    return errors
+
+
+# The exactly-once protocol owns these producer settings.
+PRODUCER_RESERVED = frozenset({
+    "transactional.id", "enable.idempotence", "acks", "partitioner", "transaction.timeout.ms",
+    "bootstrap.servers", "isolation.level",
+})
+
+
+# ------------------------------------------------------------------------- status
+class Condition(Model):
+    """A condition per the Kubernetes API conventions; lastTransitionTime changes only when status flips."""
+    type: str = Field(..., description="Ready, Progressing or Degraded.")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(..., description="CamelCase reason of the current status.")
+    message: str = ""
+    observed_generation: int | None = Field(None, description="metadata.generation this condition was computed for.")
+    last_transition_time: str | None = Field(None, description="When status last flipped (RFC 3339).")
+
+
+class SlotRecord(Model):
+    slot: int
+    batch: int
+    count: int
+    digest: str
+
+
+class ResolutionReport(Model):
+    """What resolution found before a (re)start; kept compact in status."""
+    stream_uid: str
+    checkpoint_id: str | None = Field(None, description="Spark query id from the checkpoint's metadata, if any.")
+    generation: int
+    slots: int
+    fenced_transactional_ids: int = 0
+    open_transactions_aborted: int = 0
+    last_committed_batch_per_slot: dict[str, int] = Field(default_factory=dict)
+    checkpoint_last_offsets_batch: int | None = None
+    checkpoint_last_committed_batch: int | None = None
+    last_complete_batch: int | None = Field(None, description="Last batch with a batch-complete ledger record.")
+    replay_batch: int | None = Field(None, description="Batch the restart replays (offsets logged, not committed).")
+    replay_slots_already_committed: list[int] = Field(default_factory=list)
+    partially_committed: bool = Field(False, description="Some but not all slots committed the replay batch.")
+    summary: str = ""
+
+
+class PendingLaunch(Model):
+    """Write-ahead record of a driver launch in flight.
+
+    Written to status before the old driver is deleted, before resolution and
+    before the new Pod is created, so an operator that restarts mid-launch
+    finishes the same launch (same Pod name) instead of starting another.
+    """
+    attempt: int = Field(..., ge=0, description="Attempt counter n of the driver Pod <name>-driver-<n>.")
+    pod: str = Field(..., description="Name of the driver Pod this launch creates.")
+    reason: Literal["Create", "Restart", "Resume", "SpecChange", "RestartRequested"] = Field(
+        ..., description="Why the driver is (re)launched.")
+    requested_at: str | None = Field(None, description="When the launch was decided (RFC 3339).")
+    not_before: str | None = Field(None, description="The restart delay: no Pod before this time (RFC 3339).")
+    resolved_spec_hash: str | None = Field(None, description=(
+        "Hash of the spec resolution ran for; unset until resolution succeeded for this attempt."))
+
+
+class ExactlyOnceStreamStatus(Model):
+    observed_generation: int | None = Field(None, description="metadata.generation the operator last acted on.")
+    lifecycle_state: Literal["Created", "Deploying", "Running", "Restarting", "Upgrading", "Suspended",
+                             "Failed", "Invalid"] = Field("Created", description="Derived lifecycle state.")
+    conditions: list[Condition] = Field(default_factory=list)
+    last_committed_batch: int | None = Field(None, description="Last batch committed to the sink, as last seen.")
+    restart_count: int = Field(0, description="Restarts since the last reset (restartNonce or a stable run).")
+    next_restart_time: str | None = Field(None, description="When the pending restart may start (RFC 3339).")
+    last_error: str | None = Field(None, description="Why the last driver failed: exit code and termination message.")
+    resolution: ResolutionReport | None = Field(None, description="Report of the last resolution.")
+    last_reconciled_spec: str | None = Field(None, description="JSON of the spec the current driver was launched with.")
+    tx_generation: int = Field(0, description="Transactional-id generation of the running spec.")
+    driver_pod: str | None = Field(None, description="Name of the current driver Pod.")
+    driver_attempt: int = Field(0, description="Attempt counter n of the current (or next) driver Pod.")
+    pending_launch: PendingLaunch | None = None
+    observed_restart_nonce: int | None = Field(None, description="spec.restartNonce the counters were last reset for.")
+    failure_times: list[str] = Field(default_factory=list, description=(
+        "Recent driver failure times (RFC 3339), for the failure-rate strategy."))
+    last_restart_delay_seconds: float | None = Field(None, description=(
+        "Base delay of the last restart, for the exponential-delay strategy."))
+    running_since: str | None = Field(None, description="When the current driver was first seen Running (RFC 3339).")
+
+
+# ---------------------------------------------------------------- the job config
+class StreamIdentity(Model):
+    name: str
+    namespace: str = "default"
+    uid: str = Field(..., min_length=1, description="Stable stream id: the resource's metadata.uid.")
+    generation: int = Field(0, ge=0, description="Transactional-id generation; bumped when slots change.")
+
+    @property
+    def transactional_prefix(self) -> str:
+        return f"eos-{self.namespace}-{self.name}-{self.uid[:8]}"
+
+
+class RunConfig(Model):
+    """What the driver runs: the stream's identity and its spec."""
+    stream: StreamIdentity
+    spec: ExactlyOnceStreamSpec
+    checkpoint_dir: str = Field(..., description="Resolved checkpoint directory of this run.")
+
+    def ledger_topic(self) -> str:
+        return self.spec.sink.ledger_topic or f"{self.spec.sink.topic}.eos-ledger.{self.stream.namespace}.{self.stream.name}"
+
+
+def load_run_config(doc: dict) -> RunConfig:
+    """Accept a RunConfig document or an ExactlyOnceStream manifest (as applied with kubectl).
+
+    For a manifest without ``metadata.uid`` (a local run) the uid is derived from
+    namespace and name, so reruns of the same manifest are the same stream.
+    """
+    if doc.get("kind") == KIND:
+        meta = doc.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            raise ValueError("metadata.name: required")
+        ns = meta.get("namespace", "default")
+        uid = meta.get("uid") or hashlib.sha256(f"{ns}/{name}".encode()).hexdigest()[:32]
+        spec = ExactlyOnceStreamSpec.model_validate(doc.get("spec") or {})
+        gen = int((doc.get("status") or {}).get("txGeneration", 0))
+        ck = spec.checkpoint.path.rstrip("/") + "/live"
+        return RunConfig(stream=StreamIdentity(name=name, namespace=ns, uid=uid, generation=gen),
+                         spec=spec, checkpoint_dir=ck)
+    return RunConfig.model_validate(doc)

@@ -1,0 +1,202 @@
+"""Pure builders of a stream's child objects: names, labels, the run ConfigMap,
+the driver Pod, the headless driver Service and the spark-submit arguments.
+
+Names are deterministic (``<name>-run``, ``<name>-driver-<n>``, ``<name>-driver``)
+so a repeated create is a 409, never a second object, and every child carries
+an owner reference to the stream so Kubernetes collects it with the stream.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity
+
+MANAGED_BY = "eos-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_STREAM = f"{API_GROUP}/stream"
+LABEL_GENERATION = f"{API_GROUP}/generation"
+LABEL_ATTEMPT = f"{API_GROUP}/attempt"
+ANNOTATION_SPEC_HASH = f"{API_GROUP}/spec-hash"
+
+RUN_CONFIG_KEY = "run.json"
+RUN_CONFIG_ENV = "EOS_RUN_CONFIG"
+# The job runtime reads the sink's SASL credentials from these variables; the
+# Pod fills them from the Secrets named in spec.sink.credentials, so no secret
+# value ever passes through the operator, the ConfigMap or the logs.
+SINK_USERNAME_ENV = "EOS_SINK_SASL_USERNAME"
+SINK_PASSWORD_ENV = "EOS_SINK_SASL_PASSWORD"
+DRIVER_CONTAINER = "driver"
+DRIVER_COMMAND = ["python", "-m", "eos_job", "run", "--config-env", RUN_CONFIG_ENV]
+TERMINATION_GRACE_SECONDS = 60
+DRIVER_PORT = 7078
+BLOCK_MANAGER_PORT = 7079
+K8S_MASTER = "k8s://https://kubernetes.default.svc"
+CHECKPOINT_VOLUME = "checkpoint"
+
+
+def run_config_name(stream: str) -> str:
+    return f"{stream}-run"
+
+
+def driver_pod_name(stream: str, attempt: int) -> str:
+    return f"{stream}-driver-{attempt}"
+
+
+def driver_service_name(stream: str) -> str:
+    return f"{stream}-driver"
+
+
+def checkpoint_dir(spec: ExactlyOnceStreamSpec) -> str:
+    return spec.checkpoint.path.rstrip("/") + "/live"
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """The owning stream, as child objects need it."""
+    name: str
+    namespace: str
+    uid: str
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "name": self.name,
+                "uid": self.uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def stream_selector(stream: str) -> dict[str, str]:
+    """Labels that select every driver Pod of the stream, whatever its attempt."""
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: stream, LABEL_COMPONENT: "driver"}
+
+
+def selector_string(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def run_config(ref: StreamRef, spec: ExactlyOnceStreamSpec, tx_generation: int) -> RunConfig:
+    return RunConfig(stream=StreamIdentity(name=ref.name, namespace=ref.namespace, uid=ref.uid,
+                                           generation=tx_generation),
+                     spec=spec, checkpoint_dir=checkpoint_dir(spec))
+
+
+def _meta(ref: StreamRef, name: str, labels: dict[str, str],
+          annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": ref.namespace, "labels": labels,
+                            "ownerReferences": [ref.owner_reference()]}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def run_config_map(ref: StreamRef, config: RunConfig) -> dict[str, Any]:
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: ref.name,
+              LABEL_GENERATION: str(config.stream.generation)}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(ref, run_config_name(ref.name), labels,
+                              {ANNOTATION_SPEC_HASH: config.spec.spec_hash()}),
+            "data": {RUN_CONFIG_KEY: config.model_dump_json(by_alias=True)}}
+
+
+def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str) -> list[str]:
+    """spark-submit arguments for deployMode=cluster: this Pod is the (client-mode) driver,
+    Spark's Kubernetes scheduler creates the executors, owned by the driver Pod so they
+    die with it."""
+    job = spec.job
+    svc = f"{driver_service_name(ref.name)}.{ref.namespace}.svc"
+    conf = {
+        "spark.kubernetes.namespace": ref.namespace,
+        "spark.kubernetes.container.image": job.image,
+        "spark.kubernetes.driver.pod.name": pod_name,
+        "spark.kubernetes.executor.podNamePrefix": pod_name,
+        f"spark.kubernetes.executor.label.{LABEL_MANAGED_BY}": MANAGED_BY,
+        f"spark.kubernetes.executor.label.{LABEL_STREAM}": ref.name,
+        f"spark.kubernetes.executor.label.{LABEL_COMPONENT}": "executor",
+        "spark.driver.host": svc,
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.port": str(DRIVER_PORT),
+        "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+        "spark.executor.instances": str(job.executor.instances),
+        "spark.executor.memory": _spark_memory(job.executor.memory),
+        "spark.kubernetes.executor.request.cores": job.executor.cpu,
+        "spark.kubernetes.executor.limit.cores": job.executor.cpu,
+        "spark.sql.shuffle.partitions": str(job.parallelism),
+    }
+    if job.service_account_name:
+        conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = job.service_account_name
+    # The user's sparkConf wins, except for what pins this driver's identity.
+    pinned = {"spark.kubernetes.driver.pod.name", "spark.kubernetes.namespace", "spark.driver.host"}
+    for key, value in sorted(job.spark_conf.items()):
+        if key not in pinned:
+            conf[key] = value
+    args = ["--master", K8S_MASTER, "--deploy-mode", "client", "--name", ref.name]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return args
+
+
+def _spark_memory(quantity: str) -> str:
+    """Kubernetes quantity -> Spark size ('2Gi' -> '2g', '512Mi' -> '512m')."""
+    for suffix, spark in (("Gi", "g"), ("Mi", "m"), ("Ki", "k"), ("G", "g"), ("M", "m"), ("k", "k")):
+        if quantity.endswith(suffix):
+            return quantity[: -len(suffix)] + spark
+    return quantity
+
+
+def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_generation: int) -> dict[str, Any]:
+    name = driver_pod_name(ref.name, attempt)
+    labels = {**stream_selector(ref.name), LABEL_GENERATION: str(tx_generation), LABEL_ATTEMPT: str(attempt)}
+    env: list[dict[str, Any]] = [
+        {"name": RUN_CONFIG_ENV,
+         "valueFrom": {"configMapKeyRef": {"name": run_config_name(ref.name), "key": RUN_CONFIG_KEY}}},
+        {"name": "EOS_DRIVER_POD", "value": name},
+    ]
+    creds = spec.sink.credentials
+    if creds is not None:
+        env.append({"name": SINK_USERNAME_ENV,
+                    "valueFrom": {"secretKeyRef": {"name": creds.username.name, "key": creds.username.key}}})
+        env.append({"name": SINK_PASSWORD_ENV,
+                    "valueFrom": {"secretKeyRef": {"name": creds.password.name, "key": creds.password.key}}})
+    if spec.job.deploy_mode == "cluster":
+        # PySpark starts its JVM through spark-submit with these arguments, so the
+        # command stays `python -m eos_job run` in both deploy modes.
+        env.append({"name": "PYSPARK_SUBMIT_ARGS",
+                    "value": shlex.join(spark_submit_args(ref, spec, name) + ["pyspark-shell"])})
+    resources = {"cpu": spec.job.driver.cpu, "memory": spec.job.driver.memory}
+    container: dict[str, Any] = {
+        "name": DRIVER_CONTAINER,
+        "image": spec.job.image,
+        "command": list(DRIVER_COMMAND),
+        "env": env,
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "containers": [container],
+    }
+    if spec.job.service_account_name:
+        pod_spec["serviceAccountName"] = spec.job.service_account_name
+    if spec.checkpoint.store == "pvc":
+        container["volumeMounts"] = [{"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.path}]
+        pod_spec["volumes"] = [{"name": CHECKPOINT_VOLUME,
+                                "persistentVolumeClaim": {"claimName": spec.checkpoint.claim_name}}]
+    if spec.job.deploy_mode == "cluster":
+        container["ports"] = [{"name": "driver-rpc", "containerPort": DRIVER_PORT},
+                              {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": _meta(ref, name, labels, {ANNOTATION_SPEC_HASH: spec.spec_hash()}),
+            "spec": pod_spec}
+
+
+def driver_service(ref: StreamRef) -> dict[str, Any]:
+    """Headless Service giving the driver a stable DNS name for its executors (cluster mode)."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(ref, driver_service_name(ref.name),
+                              {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: ref.name}),
+            "spec": {"clusterIP": "None", "selector": stream_selector(ref.name),
+                     "publishNotReadyAddresses": True,
+                     "ports": [{"name": "driver-rpc", "port": DRIVER_PORT, "targetPort": DRIVER_PORT},
+                               {"name": "blockmanager", "port": BLOCK_MANAGER_PORT,
+                                "targetPort": BLOCK_MANAGER_PORT}]}}

@@ -1,0 +1,101 @@
+"""What the observer saw: plain values, read by the planner, never acted on here."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .children import DRIVER_CONTAINER, LABEL_ATTEMPT
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+MAX_MESSAGE = 1024
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    phase: str = "Pending"                   # Pending, Running, Succeeded, Failed, Unknown
+    deleting: bool = False                   # metadata.deletionTimestamp is set
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    attempt: int | None = None
+    started_at: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    def failure_text(self) -> str:
+        parts = [f"driver Pod {self.name} {self.phase.lower()}"]
+        detail = []
+        if self.exit_code is not None:
+            detail.append(f"exit code {self.exit_code}")
+        if self.reason:
+            detail.append(self.reason)
+        if detail:
+            parts.append(f"({', '.join(detail)})")
+        text = " ".join(parts)
+        if self.message:
+            text += f": {self.message.strip()}"
+        return text[:MAX_MESSAGE]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One look at the world, taken before planning."""
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    now: datetime
+    pods: tuple[PodView, ...] = ()           # every driver Pod of the stream, any attempt
+    deleting: bool = False                   # the stream has a deletionTimestamp
+    # Hook for progress: the last batch committed to the sink, from the ledger or
+    # from the driver's Pod annotations (filled by the observer once the runtime
+    # publishes it). None = unknown; the planner then keeps what status has.
+    last_committed_batch: int | None = None
+    children: frozenset[str] = field(default_factory=frozenset)  # kinds/names of other children seen
+
+    def pod(self, name: str | None) -> PodView | None:
+        if name is None:
+            return None
+        return next((p for p in self.pods if p.name == name), None)
+
+    def others(self, name: str | None) -> tuple[PodView, ...]:
+        return tuple(p for p in self.pods if p.name != name)
+
+
+def pod_view(pod: dict[str, Any]) -> PodView:
+    """A PodView from a Pod as the API returns it (camelCase dict)."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    exit_code = reason = message = started = None
+    statuses = status.get("containerStatuses") or []
+    mine = next((c for c in statuses if c.get("name") == DRIVER_CONTAINER), statuses[0] if statuses else None)
+    if mine:
+        state = mine.get("state") or {}
+        term = state.get("terminated") or (mine.get("lastState") or {}).get("terminated")
+        if term:
+            exit_code = term.get("exitCode")
+            reason = term.get("reason")
+            message = term.get("message")
+        running = state.get("running")
+        if running:
+            started = running.get("startedAt")
+    if message is None and status.get("message"):
+        message = status.get("message")
+    if reason is None and status.get("reason"):
+        reason = status.get("reason")
+    attempt = None
+    raw_attempt = (meta.get("labels") or {}).get(LABEL_ATTEMPT)
+    if raw_attempt is not None:
+        try:
+            attempt = int(raw_attempt)
+        except ValueError:
+            attempt = None
+    if message is not None:
+        message = message[-MAX_MESSAGE:]
+    return PodView(name=meta.get("name", ""), phase=status.get("phase") or "Pending",
+                   deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, reason=reason,
+                   message=message, attempt=attempt, started_at=started)

@@ -1,0 +1,53 @@
+"""``python -m eos_stack up|down|status [part ...]`` (PYTHONPATH=stack)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from . import helm, kafka, kube, spark
+from .common import Stack, StackError, log
+
+PARTS = {"kafka": kafka, "kube": kube, "spark": spark, "helm": helm}
+# Start order: downloads first, servers after; stop in reverse.
+ORDER = ["spark", "helm", "kafka", "kube"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="eos-stack", description=__doc__)
+    ap.add_argument("action", choices=["up", "down", "status"])
+    ap.add_argument("parts", nargs="*", help=f"any of {', '.join(ORDER)} (default: all)")
+    ap.add_argument("--purge", action="store_true", help="with down: also delete the state folder's data")
+    args = ap.parse_args(argv)
+    unknown = [p for p in args.parts if p not in PARTS]
+    if unknown:
+        ap.error(f"unknown part(s) {unknown}; choose from {ORDER}")
+    st = Stack()
+    parts = [p for p in ORDER if p in (args.parts or ORDER)]
+    try:
+        if args.action == "up":
+            for name in parts:
+                t0 = time.monotonic()
+                log(f"{name}: starting")
+                env = PARTS[name].up(st)
+                st.update_env(env)
+                log(f"{name}: ready in {time.monotonic() - t0:.1f}s")
+            log(f"connection details in {st.env_file}")
+        elif args.action == "down":
+            for name in reversed(parts):
+                PARTS[name].down(st, purge=args.purge)
+        else:
+            ok = True
+            for name in parts:
+                state, detail = PARTS[name].status(st)
+                ok &= state in ("running", "ready")
+                print(f"{name:6} {state:8} {detail}")
+            return 0 if ok else 3
+    except StackError as exc:
+        print(f"stack {args.action} failed: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

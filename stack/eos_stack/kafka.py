@@ -1,0 +1,338 @@
+"""A real single-node Apache Kafka broker (KRaft, broker and controller in one JVM).
+
+The broker's jars are resolved once by Maven from ``stack/kafka/pom.xml`` into
+``<cache>/kafka-<version>/libs``; its configuration, data and pid live under
+``<state>/kafka``. The two loopback ports (client and controller listener) are
+chosen once and kept in ``<state>/kafka/ports.json``, so a restarted broker
+comes back at the same address with the same data: tests and chaos helpers
+(:func:`restart`, :func:`hard_kill`) rely on that.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import time
+import uuid
+from pathlib import Path
+
+from .common import REPO, Stack, StackError, free_port, log, port_open, require_tool, run
+
+VERSION = os.environ.get("EOS_KAFKA_VERSION", "4.1.1")
+NAME = "kafka"
+POM = REPO / "stack" / "kafka" / "pom.xml"
+HEAP = os.environ.get("EOS_KAFKA_HEAP", "512m")
+START_TIMEOUT = 120.0  # two busy cores: a cold JVM start plus metadata log replay
+STOP_GRACE = 30.0
+
+JAVA_HINT = "Install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)."
+MVN_HINT = "Install Apache Maven 3.8+ (Debian: apt-get install maven); it resolves the broker's jars once."
+
+
+# -- jars ----------------------------------------------------------------------
+def maven_copy_dependencies(st: Stack, pom: Path, props: dict[str, str], out: Path, *, what: str,
+                            repository_layout: bool = False) -> Path:
+    """Resolve ``pom``'s runtime dependencies into ``out`` (once; atomically).
+
+    The jars land in ``out.tmp`` first and are renamed to ``out`` only when Maven
+    succeeded, so an interrupted download is never mistaken for a complete one.
+    Maven's own repository lives in the stack cache too (``<cache>/m2``).
+    """
+    if out.is_dir() and any(out.iterdir()):
+        return out
+    mvn = require_tool("mvn", MVN_HINT)
+    require_tool("java", JAVA_HINT)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.monotonic()
+    log(f"resolving {what} with Maven (first run only)")
+    argv = [mvn, "-B", "-q", "-f", str(pom), f"-Dmaven.repo.local={st.cache_dir('m2', 'repository')}",
+            *(f"-D{k}={v}" for k, v in props.items()),
+            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={tmp}"]
+    if repository_layout:
+        argv.append("-Dmdep.useRepositoryLayout=true")
+    run(argv, what=f"resolving {what} with Maven (is Maven Central reachable?)", timeout=1800)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    log(f"resolved {what} in {time.monotonic() - t0:.1f}s")
+    return out
+
+
+def libs_dir(st: Stack) -> Path:
+    return st.cache / f"kafka-{VERSION}" / "libs"
+
+
+def ensure_libs(st: Stack) -> Path:
+    return maven_copy_dependencies(st, POM, {"kafka.version": VERSION}, libs_dir(st),
+                                   what=f"Apache Kafka {VERSION}")
+
+
+# -- configuration -------------------------------------------------------------
+def home(st: Stack) -> Path:
+    return st.dir("kafka")
+
+
+def data_dir(st: Stack) -> Path:
+    return home(st) / "data"
+
+
+def config_file(st: Stack) -> Path:
+    return home(st) / "server.properties"
+
+
+def ports(st: Stack) -> dict[str, int]:
+    """The broker's client and controller ports: chosen once, then persisted."""
+    pf = home(st) / "ports.json"
+    if pf.exists():
+        return {k: int(v) for k, v in json.loads(pf.read_text()).items()}
+    chosen = {"client": free_port(), "controller": free_port()}
+    while chosen["controller"] == chosen["client"]:
+        chosen["controller"] = free_port()
+    pf.write_text(json.dumps(chosen))
+    return chosen
+
+
+def bootstrap(st: Stack) -> str:
+    return f"127.0.0.1:{ports(st)['client']}"
+
+
+def write_config(st: Stack) -> Path:
+    p = ports(st)
+    props = {
+        # KRaft, one process that is both the only controller and the only broker.
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{p['controller']}",
+        "controller.listener.names": "CONTROLLER",
+        "listeners": f"PLAINTEXT://127.0.0.1:{p['client']},CONTROLLER://127.0.0.1:{p['controller']}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p['client']}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir(st)),
+        # One node: the internal topics cannot have more than one replica.
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        # Fewer partitions for the internal topics (default 50 each): quicker first
+        # transaction / first group and quicker log recovery after a hard kill. The
+        # transaction and group protocols do not depend on the count.
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.num.partitions": "4",
+        # After a hard kill the restarted node may only re-register once the old
+        # incarnation's session has expired (default 9 s); 5 s shortens chaos-test
+        # restarts while leaving room for a starved JVM on a busy 2-core machine.
+        "broker.session.timeout.ms": "5000",
+        "broker.heartbeat.interval.ms": "1000",
+        # Consumer groups start at once instead of waiting 3 s for more members.
+        "group.initial.rebalance.delay.ms": "0",
+        # Deliberately false: tests and jobs must create their topics explicitly, so
+        # a misspelt or missing topic is a clear error (UNKNOWN_TOPIC_OR_PART) instead
+        # of a silently auto-created empty topic with default settings.
+        "auto.create.topics.enable": "false",
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "delete.topic.enable": "true",
+    }
+    text = "# Written by eos_stack.kafka on every `up`; edit the code, not this file.\n"
+    text += "".join(f"{k}={v}\n" for k, v in props.items())
+    cfg = config_file(st)
+    cfg.write_text(text)
+    return cfg
+
+
+LOG4J2 = """\
+# Quiet log4j2 configuration for the test broker: warnings from everything,
+# start/stop and state-change lines from the server itself. Goes to stdout,
+# which eos_stack captures in <state>/logs/kafka.log.
+status = warn
+name = eos-kafka
+# Kafka stops itself in its own JVM shutdown hook: log4j's hook must not stop
+# logging first, or the shutdown lines (and any shutdown error) are lost.
+shutdownHook = disable
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c{1})%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = INFO
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
+logger.controller.name = kafka.server.ControllerServer
+logger.controller.level = INFO
+logger.kafka.name = kafka.Kafka
+logger.kafka.level = INFO
+"""
+
+
+def write_log4j(st: Stack) -> Path:
+    f = home(st) / "log4j2.properties"
+    f.write_text(LOG4J2)
+    return f
+
+
+def java_argv(st: Stack, main: str, *args: str, heap: str = HEAP) -> list[str]:
+    java = require_tool("java", JAVA_HINT)
+    return [java, f"-Xmx{heap}", f"-Xms{min_heap(heap)}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={write_log4j(st)}",
+            "-cp", f"{libs_dir(st)}/*", main, *args]
+
+
+def min_heap(heap: str) -> str:
+    return "128m" if heap.endswith("m") and int(heap[:-1]) > 128 else heap
+
+
+def new_cluster_id() -> str:
+    """Kafka's Uuid text form: 16 random bytes, URL-safe base64, no padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def formatted(st: Stack) -> bool:
+    return (data_dir(st) / "meta.properties").exists()
+
+
+def ensure_formatted(st: Stack, cfg: Path) -> None:
+    if formatted(st):
+        return
+    log("formatting Kafka storage (first start)")
+    out = run(java_argv(st, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(cfg),
+                        heap="256m"),
+              what="formatting Kafka storage (kafka.tools.StorageTool format)", timeout=300)
+    if not formatted(st):
+        raise StackError(f"Kafka storage format reported success but {data_dir(st)}/meta.properties is missing:\n{out}")
+
+
+# -- readiness -----------------------------------------------------------------
+def _admin_ready(bootstrap_servers: str) -> bool:
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError:  # the stack can run without the client library; port check then
+        return port_open(int(bootstrap_servers.rsplit(":", 1)[1]))
+    # log_level 0: librdkafka would otherwise print every refused connection while
+    # the broker is still starting.
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 3000, "log_level": 0})
+    md = admin.list_topics(timeout=3)
+    return bool(md.brokers)
+
+
+def _alive(pid: int) -> bool:
+    # Not st.running_pid: right after Popen the child may not have exec'd java yet,
+    # so its command line does not show the marker.
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, PermissionError, OSError):
+        return False
+
+
+def wait_ready(st: Stack, pid: int, timeout: float = START_TIMEOUT) -> None:
+    """Wait until an admin client gets metadata with a broker in it; fail at once if
+    the broker process dies (a bad config, a port taken meanwhile, a corrupt log)."""
+    bs = bootstrap(st)
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            _reap(pid)
+            raise StackError(f"the Kafka broker exited during start-up; {st.state}/logs/{NAME}.log ends with:\n"
+                             f"{st.log_tail(NAME, 40)}")
+        try:
+            if _admin_ready(bs):
+                return
+        except Exception as exc:  # noqa: BLE001 - reported if it never succeeds
+            last = exc
+        time.sleep(0.5)
+    raise StackError(f"timed out after {timeout:.0f}s waiting for Kafka at {bs}"
+                     f"{f' (last error: {last})' if last else ''}\n{st.log_tail(NAME, 40)}")
+
+
+# -- lifecycle -----------------------------------------------------------------
+def _start(st: Stack) -> int:
+    if st.running_pid(NAME) is None:
+        for name, port in ports(st).items():
+            # A just-killed JVM can hold its sockets a moment after it stops counting
+            # as running (its main thread is a zombie before the others are gone).
+            deadline = time.monotonic() + 15
+            while port_open(port) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if port_open(port):
+                raise StackError(f"Kafka's {name} port {port} (kept in {home(st)}/ports.json) is in use by "
+                                 "another program; stop it, or `python -m eos_stack down kafka --purge` to choose new ports")
+    cfg = write_config(st)
+    ensure_formatted(st, cfg)
+    t0 = time.monotonic()
+    pid = st.start_daemon(NAME, java_argv(st, "kafka.Kafka", str(cfg)), cwd=home(st), marker=str(cfg))
+    log(f"Kafka {VERSION} starting (pid {pid}) at {bootstrap(st)}")
+    wait_ready(st, pid)
+    log(f"Kafka answered after {time.monotonic() - t0:.1f}s")
+    return pid
+
+
+def up(st: Stack) -> dict[str, str]:
+    require_tool("java", JAVA_HINT)
+    ensure_libs(st)
+    pid = st.running_pid(NAME)
+    if pid is not None:
+        wait_ready(st, pid)  # reuse the running broker (it may still be starting)
+    else:
+        _start(st)
+    return {"KAFKA_BOOTSTRAP": bootstrap(st)}
+
+
+def down(st: Stack, purge: bool = False) -> None:
+    st.stop_daemon(NAME, grace=STOP_GRACE)
+    if purge:
+        shutil.rmtree(st.state / "kafka", ignore_errors=True)
+        st.drop_env(["KAFKA_BOOTSTRAP"])
+
+
+def status(st: Stack) -> tuple[str, str]:
+    if not libs_dir(st).is_dir():
+        return "missing", f"jars not resolved ({libs_dir(st)})"
+    pid = st.running_pid(NAME)
+    if pid is None:
+        return "stopped", f"Kafka {VERSION}" + (" (data kept)" if formatted(st) else "")
+    if not port_open(ports(st)["client"]):
+        return "stopped", f"pid {pid} alive but {bootstrap(st)} is not answering (starting?)"
+    return "running", f"Kafka {VERSION} at {bootstrap(st)} (pid {pid})"
+
+
+# -- chaos helpers -------------------------------------------------------------
+def restart(st: Stack) -> None:
+    """Clean stop (SIGTERM, controlled shutdown) and start again: same ports, same data."""
+    st.stop_daemon(NAME, grace=STOP_GRACE)
+    _start(st)
+
+
+def hard_kill(st: Stack, *, start: bool = True) -> None:
+    """SIGKILL the broker (no shutdown, no flush) and, unless ``start=False``, start it
+    again on the same ports and data; the broker then recovers its logs."""
+    pid = st.running_pid(NAME)
+    if pid is not None:
+        log(f"killing Kafka (pid {pid}) with SIGKILL")
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and st.running_pid(NAME) is not None:
+            _reap(pid)
+            time.sleep(0.1)
+        st.pidfile(NAME).unlink(missing_ok=True)
+    if start:
+        _start(st)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if the broker is our own child (started in this process),
+    so killed brokers do not linger as zombies in a long test session."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

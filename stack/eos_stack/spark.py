@@ -1,0 +1,128 @@
+"""Spark's Kafka connector jars for the installed PySpark (no daemon).
+
+Spark runs in local mode inside the job's own Python process; the only thing the
+stack provides is ``spark-sql-kafka-0-10`` and the runtime dependencies PySpark's
+own ``jars/`` folder lacks (kafka-clients, spark-token-provider-kafka-0-10,
+commons-pool2). They are resolved once by Maven from ``stack/spark/pom.xml`` into
+``<cache>/spark-kafka-<version>/jars`` and handed to jobs as local paths in
+``SPARK_JARS`` (``spark.jars``), so nothing is downloaded when a job starts.
+
+Jars PySpark already ships (spark-core, spark-tags, scala-library, hadoop-client,
+snappy, lz4, slf4j, ...) are dropped whatever their version: a second copy of
+those on the classpath causes hard-to-read linkage errors.
+
+Connector version: the installed PySpark's, unless ``EOS_SPARK_KAFKA_VERSION``
+overrides it or :data:`CONNECTOR_FALLBACK` names a substitute because that
+version was never published to Maven Central.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+from pathlib import Path
+
+from .common import REPO, Stack, StackError, log
+from .kafka import maven_copy_dependencies
+
+POM = REPO / "stack" / "spark" / "pom.xml"
+
+# PySpark versions whose spark-sql-kafka-0-10_2.13 is not on Maven Central, and the
+# nearest earlier connector that is. Checked 2026-11: Central's maven-metadata for
+# the connector lists 4.2.0 as the newest release; 4.3.0 (on PyPI) is absent.
+CONNECTOR_FALLBACK = {"4.3.0": "4.2.0"}
+
+
+def pyspark_version() -> str:
+    try:
+        return importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        raise StackError("pyspark is not installed in this Python environment; run `make venv` "
+                         "and use .venv/bin/python") from None
+
+
+def pyspark_jars_dir() -> Path:
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise StackError("pyspark is not installed in this Python environment; run `make venv`")
+    d = Path(list(spec.submodule_search_locations)[0]) / "jars"
+    if not d.is_dir():
+        raise StackError(f"{d} does not exist: this pyspark installation has no bundled jars")
+    return d
+
+
+def connector_version() -> str:
+    override = os.environ.get("EOS_SPARK_KAFKA_VERSION")
+    if override:
+        return override
+    v = pyspark_version()
+    return CONNECTOR_FALLBACK.get(v, v)
+
+
+def jars_dir(st: Stack) -> Path:
+    return st.cache / f"spark-kafka-{connector_version()}" / "jars"
+
+
+def _bundled(artifact_id: str, bundled_names: list[str]) -> str | None:
+    pat = re.compile(re.escape(artifact_id) + r"-\d[^/]*\.jar")
+    return next((n for n in bundled_names if pat.fullmatch(n)), None)
+
+
+def ensure_jars(st: Stack) -> list[Path]:
+    out = jars_dir(st)
+    if not (out.is_dir() and any(out.glob("*.jar"))):
+        ver = connector_version()
+        if ver != pyspark_version():
+            log(f"WARNING: spark-sql-kafka-0-10 {pyspark_version()} is not on Maven Central; "
+                f"using connector {ver} with pyspark {pyspark_version()}")
+        bundled = sorted(p.name for p in pyspark_jars_dir().glob("*.jar"))
+        resolved = maven_copy_dependencies(
+            st, POM, {"spark.version": ver}, st.cache / f"spark-kafka-{ver}" / "resolved",
+            what=f"spark-sql-kafka-0-10 {ver}", repository_layout=True)
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        kept, dropped = [], []
+        for jar in sorted(resolved.rglob("*.jar")):
+            artifact_id = jar.parent.parent.name  # <group path>/<artifactId>/<version>/<file>.jar
+            dup = _bundled(artifact_id, bundled)
+            if dup:
+                dropped.append(f"{jar.name} (pyspark has {dup})")
+            else:
+                shutil.copy2(jar, tmp / jar.name)
+                kept.append(jar.name)
+        (tmp.parent / "MANIFEST.txt").write_text(
+            f"spark-sql-kafka-0-10 {ver} for pyspark {pyspark_version()}\n\nkept:\n"
+            + "".join(f"  {k}\n" for k in kept) + "\ndropped (already in pyspark/jars):\n"
+            + "".join(f"  {d}\n" for d in dropped))
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        log(f"Spark Kafka connector jars: {', '.join(kept)}")
+    jars = sorted(out.glob("*.jar"))
+    if not any(j.name.startswith("spark-sql-kafka-0-10") for j in jars):
+        raise StackError(f"{out} has no spark-sql-kafka-0-10 jar; delete the folder and run `up spark` again")
+    return jars
+
+
+def up(st: Stack) -> dict[str, str]:
+    jars = ensure_jars(st)
+    return {"SPARK_JARS": ",".join(str(j) for j in jars), "SPARK_KAFKA_VERSION": connector_version()}
+
+
+def down(st: Stack, purge: bool = False) -> None:
+    # Nothing runs; the jars are a download cache (kept even with purge, like the Kafka jars).
+    if purge:
+        st.drop_env(["SPARK_JARS", "SPARK_KAFKA_VERSION"])
+
+
+def status(st: Stack) -> tuple[str, str]:
+    try:
+        out = jars_dir(st)
+    except StackError as exc:
+        return "missing", str(exc)
+    jars = sorted(out.glob("*.jar")) if out.is_dir() else []
+    if not jars:
+        return "missing", f"connector jars not resolved ({out})"
+    return "ready", f"spark-sql-kafka-0-10 {connector_version()}: {len(jars)} jars in {out}"

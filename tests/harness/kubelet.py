@@ -1,0 +1,636 @@
+"""A "process kubelet" for tests: runs Pods of the local API server as local processes.
+
+The local stack has an API server but no nodes. This harness plays the kubelet
+(and the scheduler) for the Pods it is given, so an operator that creates Pods
+sees them run, finish, fail and disappear exactly as through the Pod API of a
+real cluster; it cannot tell the difference through the API.
+
+What it does, per Pod in its scope (a namespace and/or a label selector):
+
+* **Claiming.** A Pod whose ``spec.nodeName`` is empty and whose
+  ``spec.schedulerName`` is the default one is bound to this kubelet's node
+  name through the ``pods/binding`` subresource, as kube-scheduler would do
+  (the binding is atomic, so two harnesses never run the same Pod). A Pod that
+  already names this node is run too; Pods for other nodes or schedulers are
+  left alone. There is no Node object; nothing needs one.
+* **Running.** The first container's ``command`` + ``args`` (with Kubernetes
+  ``$(VAR)`` expansion) runs as a local process in its own process group; a
+  command of ``python``/``python3``/``python3.X`` becomes ``sys.executable`` so the
+  test venv is used. Images are ignored and so are the other containers (init
+  containers are not run). The environment is this process's environment plus
+  the container's ``env`` (literal values, ``secretKeyRef``, ``configMapKeyRef``,
+  a few ``fieldRef`` paths) and ``envFrom``, plus ``HOSTNAME`` (the pod name)
+  and ``EOS_TERMINATION_MESSAGE_PATH``. The working directory is ``workingDir``
+  if set, else the repository root. stdout and stderr go to a per-pod log file
+  (``log_path(namespace, name)``).
+* **Status.** Written through the ``pods/status`` subresource: ``Pending`` when
+  claimed, ``Running`` (container running, ``startedAt``, ``podIP`` 127.0.0.1)
+  once the process started, then ``Succeeded`` or ``Failed`` with the exit code
+  (128+N for a process killed by signal N), reason ``Completed``/``Error`` and
+  the termination message. ``/dev/termination-log`` is not writable per pod here,
+  so ``terminationMessagePath`` is rewritten to a per-pod file whose path the
+  process gets in ``EOS_TERMINATION_MESSAGE_PATH``; with
+  ``terminationMessagePolicy: FallbackToLogsOnError`` a failed process with an
+  empty message gets its log tail instead.
+* **restartPolicy is treated as Never** whatever the Pod says: a finished
+  process is never restarted (the operator under test manages restarts by
+  creating new Pods).
+* **Deletion.** When a Pod gets a ``deletionTimestamp`` its process group gets
+  SIGTERM, then SIGKILL after the deletion grace period
+  (``terminationGracePeriodSeconds``, default 30); the final status is written
+  and the Pod is deleted with grace period 0, as a kubelet confirms a deletion,
+  so the object disappears (unless finalizers hold it). A Pod that vanishes
+  outright (force deletion) gets the same signals, without a status.
+* **Chaos.** ``kill9(namespace, name)`` SIGKILLs the process group; the Pod then
+  ends ``Failed`` with exit code 137.
+* **Restarts of the harness.** A Pod bound to this node that is still
+  Pending/Running but has no process here (the harness was restarted) is marked
+  Failed with reason ``ProcessLost`` and exit code 137: its process cannot be
+  re-attached. ``stop()`` terminates the processes it runs (SIGTERM, then
+  SIGKILL) and records their final status.
+
+Use it in-process as a context manager (``with ProcessKubelet(kubeconfig) as k:``)
+or as a program: ``python -m tests.harness.kubelet --kubeconfig .stack/kube/admin.kubeconfig``.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_NODE = "eos-process-kubelet"
+DEFAULT_SCHEDULER = "default-scheduler"
+MERGE_PATCH = "application/merge-patch+json"
+MAX_MESSAGE = 4096
+PYTHON_NAMES = re.compile(r"^python(3(\.\d+)?)?$")
+
+log = logging.getLogger("eos.kubelet")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` expansion: defined names are replaced, ``$$`` escapes a ``$``."""
+    def repl(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return env[name] if name in env else m.group(0)
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", repl, value)
+
+
+@dataclass
+class PodRun:
+    namespace: str
+    name: str
+    uid: str
+    pod: dict
+    log_path: Path
+    message_path: Path
+    proc: subprocess.Popen | None = None
+    started_at: str = ""
+    deleting: bool = False
+    gone: bool = False
+    kill_timer: threading.Timer | None = None
+    waiter: threading.Thread | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class ProcessKubelet:
+    """Run the Pods of one namespace (or all, or a label selector) as local processes."""
+
+    def __init__(self, kubeconfig: str | os.PathLike | None = None, *, namespace: str | None = None,
+                 label_selector: str | None = None, node_name: str = DEFAULT_NODE,
+                 log_dir: str | os.PathLike | None = None, workdir: str | os.PathLike | None = None,
+                 inherit_env: bool = True, extra_env: dict[str, str] | None = None):
+        self.kubeconfig = str(kubeconfig or os.environ.get("KUBECONFIG") or "")
+        if not self.kubeconfig:
+            raise ValueError("no kubeconfig given and KUBECONFIG is not set")
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.node_name = node_name
+        state = Path(os.environ.get("EOS_STATE", REPO / ".stack"))
+        self.log_dir = Path(log_dir) if log_dir else state / "kubelet" / node_name
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.workdir = Path(workdir) if workdir else REPO
+        self.inherit_env = inherit_env
+        self.extra_env = dict(extra_env or {})
+        self._msg_dir = Path(tempfile.mkdtemp(prefix="eos-kubelet-msg-"))
+        self._api_client = None
+        self.v1: client.CoreV1Api | None = None
+        self._runs: dict[str, PodRun] = {}   # by pod uid
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._resp = None
+        self._synced = threading.Event()
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> "ProcessKubelet":
+        self._api_client = config.new_client_from_config(config_file=self.kubeconfig)
+        self.v1 = client.CoreV1Api(self._api_client)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch_loop, name=f"kubelet-{self.node_name}", daemon=True)
+        self._thread.start()
+        if not self._synced.wait(30):
+            log.warning("kubelet: the first pod list did not finish within 30s")
+        return self
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop watching, terminate the processes still running, record their status."""
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if self._thread:
+            self._thread.join(timeout=10)
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.proc and r.proc.poll() is None]
+        for r in runs:
+            self._signal(r, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for r in runs:
+            r.done.wait(max(0.0, deadline - time.monotonic()))
+            if not r.done.is_set():
+                self._signal(r, signal.SIGKILL)
+        for r in runs:
+            r.done.wait(10)
+        if self._api_client is not None:
+            try:
+                self._api_client.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def __enter__(self) -> "ProcessKubelet":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- public helpers -----------------------------------------------------
+    def log_path(self, namespace: str, name: str) -> Path:
+        return self.log_dir / f"{namespace}_{name}.log"
+
+    def pid(self, namespace: str, name: str) -> int | None:
+        r = self._find(namespace, name)
+        return r.proc.pid if r and r.proc and r.proc.poll() is None else None
+
+    def kill9(self, namespace: str, name: str) -> bool:
+        """SIGKILL the pod's process group (chaos); the Pod then ends Failed with exit code 137."""
+        r = self._find(namespace, name)
+        if r is None or r.proc is None or r.proc.poll() is not None:
+            return False
+        self._signal(r, signal.SIGKILL)
+        return True
+
+    def _find(self, namespace: str, name: str) -> PodRun | None:
+        with self._lock:
+            found = [r for r in self._runs.values() if r.namespace == namespace and r.name == name]
+        # The newest incarnation of that name.
+        return found[-1] if found else None
+
+    # -- watching -----------------------------------------------------------
+    def _list_kwargs(self) -> dict:
+        kw = {}
+        if self.label_selector:
+            kw["label_selector"] = self.label_selector
+        return kw
+
+    def _list_call(self, **kw):
+        if self.namespace:
+            return self.v1.list_namespaced_pod(self.namespace, _preload_content=False, **kw)
+        return self.v1.list_pod_for_all_namespaces(_preload_content=False, **kw)
+
+    def _watch_loop(self) -> None:
+        rv = None
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    resp = self._list_call(**self._list_kwargs())
+                    data = json.loads(resp.data)
+                    rv = data["metadata"]["resourceVersion"]
+                    seen = set()
+                    for pod in data.get("items", []):
+                        seen.add(pod["metadata"]["uid"])
+                        self._handle("ADDED", pod)
+                    with self._lock:
+                        lost = [r for uid, r in self._runs.items() if uid not in seen and not r.gone]
+                    for r in lost:
+                        self._on_gone(r)
+                    self._synced.set()
+                resp = self._list_call(watch=True, resource_version=rv, allow_watch_bookmarks=True,
+                                       timeout_seconds=30, _request_timeout=(10, 60), **self._list_kwargs())
+                self._resp = resp
+                try:
+                    for line in iter_resp_lines(resp):
+                        if self._stop.is_set():
+                            break
+                        if not line or not line.strip():
+                            continue
+                        ev = json.loads(line)
+                        obj = ev.get("object") or {}
+                        if ev["type"] == "ERROR":
+                            if obj.get("code") == 410:
+                                rv = None  # expired: list again
+                                break
+                            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                        if ev["type"] != "BOOKMARK":
+                            self._handle(ev["type"], obj)
+                finally:
+                    self._resp = None
+                    resp.close()
+                    resp.release_conn()
+            except Exception as exc:  # noqa: BLE001 - keep the kubelet alive
+                if self._stop.is_set():
+                    break
+                if isinstance(exc, ApiException) and exc.status == 410:
+                    rv = None
+                log.warning("kubelet: watch failed (%s); retrying", exc)
+                self._stop.wait(1.0)
+
+    # -- event handling -----------------------------------------------------
+    def _mine(self, pod: dict) -> bool:
+        spec = pod.get("spec", {})
+        node = spec.get("nodeName")
+        if node:
+            return node == self.node_name
+        return spec.get("schedulerName", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+
+    def _handle(self, kind: str, pod: dict) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        with self._lock:
+            run = self._runs.get(uid)
+        try:
+            if kind == "DELETED":
+                if run is not None:
+                    self._on_gone(run)
+                return
+            if run is not None:
+                run.pod = pod
+                if meta.get("deletionTimestamp") and not run.deleting:
+                    self._on_delete(run)
+                return
+            if not self._mine(pod):
+                return
+            phase = pod.get("status", {}).get("phase")
+            bound_here = pod["spec"].get("nodeName") == self.node_name
+            if meta.get("deletionTimestamp"):
+                if bound_here:
+                    self._confirm_deletion(meta["namespace"], meta["name"], uid)
+                return
+            if phase in ("Succeeded", "Failed"):
+                return
+            if bound_here:
+                # Bound to us before, but we hold no process: the harness was restarted.
+                self._mark_lost(pod)
+                return
+            self._start_pod(pod)
+        except Exception:  # noqa: BLE001
+            log.exception("kubelet: handling pod %s/%s failed", meta.get("namespace"), meta.get("name"))
+
+    def _start_pod(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        try:
+            self.v1.create_namespaced_pod_binding(
+                name, ns, client.V1Binding(metadata=client.V1ObjectMeta(name=name, uid=uid),
+                                           target=client.V1ObjectReference(kind="Node", name=self.node_name,
+                                                                           api_version="v1")),
+                _preload_content=False)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return  # gone, or another kubelet claimed it
+            raise
+        pod["spec"]["nodeName"] = self.node_name
+        run = PodRun(ns, name, uid, pod, self.log_path(ns, name), self._msg_dir / f"{ns}_{name}_{uid}")
+        with self._lock:
+            self._runs[uid] = run
+        self._patch_status(run, {
+            "phase": "Pending",
+            "hostIP": "127.0.0.1",
+            "conditions": self._conditions(ready=False, initialized=False),
+            "containerStatuses": [self._container_status(run, {"waiting": {"reason": "ContainerCreating"}},
+                                                         ready=False)],
+        })
+        try:
+            argv, env, cwd = self._process_spec(pod, run)
+        except Exception as exc:  # noqa: BLE001 - a bad spec fails the pod, like a kubelet would
+            log.warning("kubelet: pod %s/%s cannot start: %s", ns, name, exc)
+            self._finish(run, exit_code=128, reason="CreateContainerError", message=str(exc)[:MAX_MESSAGE])
+            return
+        run.message_path.write_text("")
+        with open(run.log_path, "ab") as out:
+            out.write(f"--- {_now()} starting {argv!r} in {cwd}\n".encode())
+            out.flush()
+            try:
+                run.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                self._finish(run, exit_code=128, reason="StartError", message=str(exc)[:MAX_MESSAGE])
+                return
+        run.started_at = _now()
+        log.info("kubelet: started pod %s/%s as pid %s", ns, name, run.proc.pid)
+        self._patch_status(run, {
+            "phase": "Running",
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": run.started_at,
+            "conditions": self._conditions(ready=True),
+            "containerStatuses": [self._container_status(
+                run, {"running": {"startedAt": run.started_at}}, ready=True)],
+        })
+        run.waiter = threading.Thread(target=self._wait, args=(run,), name=f"pod-{ns}-{name}", daemon=True)
+        run.waiter.start()
+        # Deleted while we were starting it?
+        if run.pod["metadata"].get("deletionTimestamp") and not run.deleting:
+            self._on_delete(run)
+
+    def _wait(self, run: PodRun) -> None:
+        rc = run.proc.wait()
+        if run.kill_timer:
+            run.kill_timer.cancel()
+        exit_code = rc if rc >= 0 else 128 - rc
+        reason = "Completed" if rc == 0 else "Error"
+        message = ""
+        try:
+            message = run.message_path.read_text(errors="replace")[:MAX_MESSAGE]
+        except OSError:
+            pass
+        policy = self._container(run.pod).get("terminationMessagePolicy", "File")
+        if not message.strip() and rc != 0 and policy == "FallbackToLogsOnError":
+            try:
+                lines = run.log_path.read_text(errors="replace").splitlines()[-80:]
+                message = "\n".join(lines)[-2048:]
+            except OSError:
+                pass
+        log.info("kubelet: pod %s/%s exited with %s", run.namespace, run.name, exit_code)
+        self._finish(run, exit_code=exit_code, reason=reason, message=message,
+                     signal_no=-rc if rc < 0 else None)
+
+    def _finish(self, run: PodRun, *, exit_code: int, reason: str, message: str = "",
+                signal_no: int | None = None) -> None:
+        try:
+            if not run.gone:
+                term = {"exitCode": exit_code, "reason": reason, "startedAt": run.started_at or _now(),
+                        "finishedAt": _now()}
+                if message:
+                    term["message"] = message
+                if signal_no:
+                    term["signal"] = signal_no
+                self._patch_status(run, {
+                    "phase": "Succeeded" if exit_code == 0 else "Failed",
+                    "conditions": self._conditions(ready=False),
+                    "containerStatuses": [self._container_status(
+                        run, {"running": None, "waiting": None, "terminated": term}, ready=False)],
+                })
+                if run.deleting:
+                    self._confirm_deletion(run.namespace, run.name, run.uid)
+        finally:
+            run.done.set()
+            try:
+                run.message_path.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+    def _on_delete(self, run: PodRun) -> None:
+        run.deleting = True
+        if run.proc is None:
+            if run.done.is_set():
+                self._confirm_deletion(run.namespace, run.name, run.uid)
+            return
+        if run.proc.poll() is not None and run.done.is_set():
+            self._confirm_deletion(run.namespace, run.name, run.uid)
+            return
+        meta, spec = run.pod["metadata"], run.pod["spec"]
+        grace = meta.get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds", 30)
+        log.info("kubelet: pod %s/%s deleted: SIGTERM, SIGKILL in %ss", run.namespace, run.name, grace)
+        self._signal(run, signal.SIGTERM)
+        run.kill_timer = threading.Timer(max(float(grace), 0.0), self._signal, args=(run, signal.SIGKILL))
+        run.kill_timer.daemon = True
+        run.kill_timer.start()
+
+    def _on_gone(self, run: PodRun) -> None:
+        run.gone = True
+        if run.proc is not None and run.proc.poll() is None and not run.deleting:
+            run.deleting = True
+            grace = run.pod["spec"].get("terminationGracePeriodSeconds", 30)
+            self._signal(run, signal.SIGTERM)
+            run.kill_timer = threading.Timer(max(float(grace), 0.0), self._signal, args=(run, signal.SIGKILL))
+            run.kill_timer.daemon = True
+            run.kill_timer.start()
+        with self._lock:
+            if run.done.is_set():
+                self._runs.pop(run.uid, None)
+        # Otherwise it is dropped from _runs once it ended, by the next list.
+
+    def _signal(self, run: PodRun, sig: int) -> None:
+        if run.proc is None or run.proc.poll() is not None:
+            return
+        try:
+            os.killpg(run.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _confirm_deletion(self, ns: str, name: str, uid: str) -> None:
+        try:
+            self.v1.delete_namespaced_pod(
+                name, ns, body=client.V1DeleteOptions(grace_period_seconds=0,
+                                                      preconditions=client.V1Preconditions(uid=uid)),
+                _preload_content=False)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                log.warning("kubelet: confirming deletion of %s/%s failed: %s", ns, name, exc)
+
+    def _mark_lost(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        run = PodRun(meta["namespace"], meta["name"], meta["uid"], pod, self.log_path(meta["namespace"], meta["name"]),
+                     self._msg_dir / "lost")
+        statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+        run.started_at = ((statuses[0].get("state") or {}).get("running") or {}).get("startedAt", "")
+        self._finish(run, exit_code=137, reason="ProcessLost",
+                     message=f"the process kubelet {self.node_name} restarted and lost this pod's process")
+
+    # -- pod spec → process -------------------------------------------------
+    @staticmethod
+    def _container(pod: dict) -> dict:
+        containers = pod.get("spec", {}).get("containers") or [{}]
+        return containers[0]
+
+    def _process_spec(self, pod: dict, run: PodRun) -> tuple[list[str], dict[str, str], str]:
+        c = self._container(pod)
+        command = list(c.get("command") or [])
+        args = list(c.get("args") or [])
+        if not command:
+            raise ValueError("the process kubelet needs an explicit container command (image entrypoints "
+                             "are not known here)")
+        env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        env.update(self.extra_env)
+        env["HOSTNAME"] = run.name
+        ns = run.namespace
+        for src in c.get("envFrom") or []:
+            prefix = src.get("prefix", "")
+            if "configMapRef" in src:
+                ref = src["configMapRef"]
+                data = self._config_map(ns, ref["name"], ref.get("optional", False)) or {}
+            else:
+                ref = src.get("secretRef", {})
+                data = self._secret(ns, ref.get("name", ""), ref.get("optional", False)) or {}
+            for k, v in data.items():
+                env[prefix + k] = v
+        container_env: dict[str, str] = {}
+        for item in c.get("env") or []:
+            name = item["name"]
+            if "valueFrom" in item:
+                value = self._value_from(pod, item["valueFrom"])
+                if value is None:
+                    continue
+            else:
+                value = _expand(item.get("value", ""), {**env, **container_env})
+            container_env[name] = value
+        env.update(container_env)
+        env["EOS_TERMINATION_MESSAGE_PATH"] = str(run.message_path)
+        argv = [_expand(a, env) for a in command + args]
+        if PYTHON_NAMES.match(argv[0]):
+            argv[0] = sys.executable
+        cwd = c.get("workingDir") or str(self.workdir)
+        if not Path(cwd).is_dir():
+            raise ValueError(f"workingDir {cwd} does not exist on this machine")
+        return argv, env, cwd
+
+    def _value_from(self, pod: dict, vf: dict) -> str | None:
+        ns = pod["metadata"]["namespace"]
+        if "secretKeyRef" in vf:
+            ref = vf["secretKeyRef"]
+            data = self._secret(ns, ref["name"], ref.get("optional", False))
+            return self._key(data, ref, "Secret")
+        if "configMapKeyRef" in vf:
+            ref = vf["configMapKeyRef"]
+            data = self._config_map(ns, ref["name"], ref.get("optional", False))
+            return self._key(data, ref, "ConfigMap")
+        if "fieldRef" in vf:
+            path = vf["fieldRef"]["fieldPath"]
+            meta = pod["metadata"]
+            simple = {"metadata.name": meta["name"], "metadata.namespace": ns, "metadata.uid": meta["uid"],
+                      "spec.nodeName": self.node_name, "spec.serviceAccountName": pod["spec"].get(
+                          "serviceAccountName", "default"), "status.podIP": "127.0.0.1",
+                      "status.hostIP": "127.0.0.1", "status.podIPs": "127.0.0.1", "status.hostIPs": "127.0.0.1"}
+            if path in simple:
+                return simple[path]
+            m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]$", path)
+            if m:
+                return (meta.get(m.group(1)) or {}).get(m.group(2), "")
+            raise ValueError(f"fieldRef {path} is not supported by the process kubelet")
+        raise ValueError(f"valueFrom {sorted(vf)} is not supported by the process kubelet")
+
+    @staticmethod
+    def _key(data: dict | None, ref: dict, kind: str) -> str | None:
+        if data is None:
+            return None  # optional and missing
+        if ref["key"] not in data:
+            if ref.get("optional", False):
+                return None
+            raise ValueError(f"{kind} {ref['name']} has no key {ref['key']}")
+        return data[ref["key"]]
+
+    def _read(self, call, ns: str, name: str, optional: bool, kind: str) -> dict | None:
+        try:
+            return json.loads(call(name, ns, _preload_content=False).data)
+        except ApiException as exc:
+            if exc.status == 404:
+                if optional:
+                    return None
+                raise ValueError(f"{kind} {ns}/{name} not found") from None
+            raise
+
+    def _secret(self, ns: str, name: str, optional: bool) -> dict | None:
+        obj = self._read(self.v1.read_namespaced_secret, ns, name, optional, "Secret")
+        if obj is None:
+            return None
+        out = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+        out.update(obj.get("stringData") or {})
+        return out
+
+    def _config_map(self, ns: str, name: str, optional: bool) -> dict | None:
+        obj = self._read(self.v1.read_namespaced_config_map, ns, name, optional, "ConfigMap")
+        return None if obj is None else dict(obj.get("data") or {})
+
+    # -- status -------------------------------------------------------------
+    def _container_status(self, run: PodRun, state: dict, *, ready: bool) -> dict:
+        c = self._container(run.pod)
+        status = {"name": c.get("name", "main"), "image": c.get("image", ""), "imageID": "",
+                  "ready": ready, "restartCount": 0, "started": "running" in state and bool(state["running"]),
+                  "state": state}
+        if run.proc is not None:
+            status["containerID"] = f"process://{run.proc.pid}"
+        return status
+
+    @staticmethod
+    def _conditions(*, ready: bool, initialized: bool = True) -> list[dict]:
+        now = _now()
+        def cond(t: str, ok: bool) -> dict:
+            return {"type": t, "status": "True" if ok else "False", "lastTransitionTime": now}
+        return [cond("PodScheduled", True), cond("Initialized", initialized), cond("ContainersReady", ready),
+                cond("Ready", ready)]
+
+    def _patch_status(self, run: PodRun, status: dict) -> None:
+        body = {"metadata": {"uid": run.uid}, "status": status}
+        try:
+            self.v1.patch_namespaced_pod_status(run.name, run.namespace, body, _content_type=MERGE_PATCH,
+                                                _preload_content=False)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return  # the pod is gone (or replaced by a new one of the same name)
+            log.warning("kubelet: status update of %s/%s failed: %s", run.namespace, run.name, exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.harness.kubelet", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    ap.add_argument("--namespace", "-n", help="only pods of this namespace (default: all)")
+    ap.add_argument("--selector", "-l", help="only pods matching this label selector")
+    ap.add_argument("--node-name", default=DEFAULT_NODE)
+    ap.add_argument("--log-dir", help="per-pod log files (default .stack/kubelet/<node-name>)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    kubelet = ProcessKubelet(args.kubeconfig, namespace=args.namespace, label_selector=args.selector,
+                             node_name=args.node_name, log_dir=args.log_dir)
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    kubelet.start()
+    log.info("process kubelet %s watching pods (namespace=%s, selector=%s); logs in %s",
+             args.node_name, args.namespace or "*", args.selector or "-", kubelet.log_dir)
+    stopping.wait()
+    kubelet.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
