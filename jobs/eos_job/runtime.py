@@ -10,6 +10,7 @@ import importlib
 import json
 import logging
 import os
+import random
 import signal
 import threading
 import time
@@ -157,6 +158,7 @@ class BatchWriter:
             produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION,
                          protocol.batch_key(self.base["stream_uid"], self._ckpt_id, self.base["generation"]),
                          record.encode())
+            _maybe_die_before_commit_log(batch_id)
             s = self.summary
             s.batches += 1
             s.records += count
@@ -173,6 +175,15 @@ class BatchWriter:
         if self._producer is None:
             self._producer = idempotent_producer(self.base["bootstrap"], self.sec)
         return self._producer
+
+
+def _maybe_die_before_commit_log(batch_id: int) -> None:
+    """Test-only fault: every slot and batch-complete are in the sink, Spark's commits/N is not."""
+    prob = float(os.environ.get("EOS_FAULT_KILL_BEFORE_COMMIT_LOG", "0") or 0)
+    if prob > 0 and random.random() < prob:
+        log.warning("fault injection: killing the driver after batch %d reached the sink, before commits/%d",
+                    batch_id, batch_id)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _security(conf: dict[str, str]) -> dict[str, str]:
@@ -239,6 +250,7 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     stop_event = stop_event or threading.Event()
     preflight(config)
     Path(_local_path(config.checkpoint_dir)).mkdir(parents=True, exist_ok=True)
+    os.environ["EOS_DRIVER_PGID"] = str(os.getpgrp())  # inherited by the JVM and its Python workers
     spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
     writer = BatchWriter(config, fault_kill_after_commit)
     query = build_query(spark, config, writer).start()

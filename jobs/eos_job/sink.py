@@ -286,7 +286,8 @@ def _maybe_inject_fault(cfg: SlotWriterConfig, slot: int) -> None:
     rng = random.Random(hash((cfg.fault_seed, cfg.batch, slot, os.getpid(), time.time_ns())))
     if rng.random() < cfg.fault_kill_after_commit:
         log.warning("fault injection: killing the driver after slot %d of batch %d committed", slot, cfg.batch)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        # Python workers run in their own process group: kill the driver's, as a crashed node would.
+        os.killpg(int(os.environ.get("EOS_DRIVER_PGID", os.getpgrp())), signal.SIGKILL)
 
 
 def slot_task(cfg: SlotWriterConfig):

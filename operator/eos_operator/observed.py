@@ -1,7 +1,7 @@
 """What the observer saw: plain values, read by the planner, never acted on here."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ class PodView:
     message: str | None = None
     attempt: int | None = None
     started_at: str | None = None
+    owner_uid: str | None = None             # uid of the controlling stream, from ownerReferences
 
     @property
     def terminal(self) -> bool:
@@ -55,7 +56,6 @@ class Observed:
     # from the driver's Pod annotations (filled by the observer once the runtime
     # publishes it). None = unknown; the planner then keeps what status has.
     last_committed_batch: int | None = None
-    children: frozenset[str] = field(default_factory=frozenset)  # kinds/names of other children seen
 
     def pod(self, name: str | None) -> PodView | None:
         if name is None:
@@ -96,6 +96,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
             attempt = None
     if message is not None:
         message = message[-MAX_MESSAGE:]
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
     return PodView(name=meta.get("name", ""), phase=status.get("phase") or "Pending",
                    deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, reason=reason,
-                   message=message, attempt=attempt, started_at=started)
+                   message=message, attempt=attempt, started_at=started, owner_uid=owner)

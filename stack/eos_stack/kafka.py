@@ -28,7 +28,7 @@ START_TIMEOUT = 120.0  # two busy cores: a cold JVM start plus metadata log repl
 STOP_GRACE = 30.0
 
 JAVA_HINT = "Install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)."
-MVN_HINT = "Install Apache Maven 3.8+ (Debian: apt-get install maven); it resolves the broker's jars once."
+MVN_HINT = "Install Apache Maven 3.8+ (Debian: apt-get install maven); it resolves the Kafka broker's and the Spark connector's jars once."
 
 
 # -- jars ----------------------------------------------------------------------
@@ -306,7 +306,10 @@ def status(st: Stack) -> tuple[str, str]:
 # -- chaos helpers -------------------------------------------------------------
 def restart(st: Stack) -> None:
     """Clean stop (SIGTERM, controlled shutdown) and start again: same ports, same data."""
+    pid = st.running_pid(NAME)
     st.stop_daemon(NAME, grace=STOP_GRACE)
+    if pid is not None:
+        _reap(pid)
     _start(st)
 
 

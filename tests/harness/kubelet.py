@@ -61,6 +61,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -160,9 +161,12 @@ class ProcessKubelet:
         self._stop.set()
         resp = self._resp
         if resp is not None:
+            # Wake the watch thread: shutting the socket down ends its blocked read.
+            sock = getattr(getattr(resp, "connection", None), "sock", None)
             try:
-                resp.close()
-            except Exception:  # noqa: BLE001
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
                 pass
         if self._thread:
             self._thread.join(timeout=10)

@@ -89,7 +89,7 @@ def crd(api):
         obj = json.loads(ext.read_custom_resource_definition(manifest["metadata"]["name"],
                                                              _preload_content=False).data)
         return any(c["type"] == "Established" and c["status"] == "True"
-                   for c in obj.get("status", {}).get("conditions", []))
+                   for c in (obj.get("status") or {}).get("conditions") or [])
     wait_until(established, "the CRD to be established", 30)
     yield manifest
     try:
@@ -205,3 +205,41 @@ def test_namespace_deletion_removes_its_content(api):
         except ApiException as exc:
             return exc.status == 404
     wait_until(gone, "the namespace controller to finish deleting the namespace", 90)
+
+
+def test_limited_identity_from_make_client_kubeconfig(api, namespace, tmp_path):
+    from eos_stack import kube
+    from eos_stack.common import Stack
+
+    path = kube.make_client_kubeconfig(Stack(), "eos-test-user", ["eos:testers"], tmp_path / "user.kubeconfig")
+    limited = config.new_client_from_config(config_file=str(path))
+    try:
+        v1 = client.CoreV1Api(limited)
+        with pytest.raises(ApiException) as err:
+            v1.list_namespaced_config_map(namespace)
+        assert err.value.status == 403
+        assert "eos-test-user" in str(err.value.body)
+        rbac = client.RbacAuthorizationV1Api(api)
+        rbac.create_namespaced_role(namespace, {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "cm-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]})
+        rbac.create_namespaced_role_binding(namespace, {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "testers"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "eos:testers"}]})
+
+        def allowed():
+            try:
+                v1.list_namespaced_config_map(namespace)
+                return True
+            except ApiException as exc:
+                if exc.status == 403:
+                    return False
+                raise
+        wait_until(allowed, "the RoleBinding to take effect", 30)
+        # Still nothing beyond what the role grants.
+        with pytest.raises(ApiException) as err:
+            v1.list_namespaced_secret(namespace)
+        assert err.value.status == 403
+    finally:
+        limited.close()

@@ -1,0 +1,78 @@
+"""``python -m eos_operator run [--namespace NS ... | --all-namespaces] [--kubeconfig PATH]``.
+
+Also ``python -m eos_operator crd`` (same as ``python -m eos_operator.crd``).
+``--help`` needs no cluster: kopf and the Kubernetes client load only for ``run``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+ENV_INTERVAL = "EOS_OPERATOR_INTERVAL"
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m eos_operator",
+                                 description="The ExactlyOnceStream operator (streaming.eos.dev/v1alpha1).")
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the operator against a cluster",
+                         description="Watch ExactlyOnceStream resources and run their Spark drivers.")
+    scope = run.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
+                       help="watch this namespace (repeatable; globs like 'team-*' work)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG or ~/.kube/config)")
+    run.add_argument("--interval", type=float, default=float(os.environ.get(ENV_INTERVAL, "5")),
+                     help=f"seconds between periodic reconciles of each stream (default 5, or ${ENV_INTERVAL})")
+    run.add_argument("--resolution-timeout", type=float, default=60.0,
+                     help="seconds resolution may take before the start counts as failed (default 60)")
+    peering = run.add_mutually_exclusive_group()
+    peering.add_argument("--standalone", action="store_true", default=True,
+                         help="no peering with other operator instances (default; run one replica)")
+    peering.add_argument("--peering", metavar="NAME",
+                         help="use kopf peering NAME so only one of several replicas acts at a time")
+    run.add_argument("--liveness", metavar="URL",
+                     help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    crd = sub.add_parser("crd", help="write (or --check) crds/exactlyoncestreams.streaming.eos.dev.yaml")
+    crd.add_argument("--check", action="store_true")
+    crd.add_argument("--stdout", action="store_true")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "crd":
+        from . import crd
+        return crd.main((["--check"] if args.check else []) + (["--stdout"] if args.stdout else []))
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from .handlers import OperatorConfig, build_registry
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("kubernetes", "urllib3", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.kubeconfig:
+        # kopf's login (through the kubernetes client) reads it from the environment.
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    config = OperatorConfig(interval=args.interval, resolution_timeout=args.resolution_timeout,
+                            kubeconfig=args.kubeconfig)
+    registry = build_registry(config)
+    kopf.run(registry=registry,
+             clusterwide=not args.namespace,
+             namespaces=args.namespace,
+             standalone=args.peering is None,
+             peering_name=args.peering,
+             liveness_endpoint=args.liveness)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Thin kopf registrations: every trigger calls the same level-based reconcile.
+
+create, update (spec changes), resume (operator start) and a timer all run
+:func:`eos_operator.reconciler.reconcile`; the timer is what notices driver Pods
+failing and restart delays running out. A per-stream lock keeps the timer and
+the event handlers from planning on top of each other. Deletion stops the
+driver gracefully behind a finalizer and retries with ``TemporaryError`` until
+every driver Pod is gone.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import kopf
+
+from eos_job.spec import API_GROUP, API_VERSION, PLURAL
+
+from .adapters import JobResolver, KubernetesApi, SystemClock
+from .reconciler import Deps, StatusUnreadable, reconcile
+
+RESOURCE = {"group": API_GROUP, "version": API_VERSION, "plural": PLURAL}
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    interval: float = 5.0             # seconds between periodic reconciles of each stream
+    resolution_timeout: float = 60.0
+    kubeconfig: str | None = None
+
+
+def default_deps(config: OperatorConfig) -> Deps:
+    return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig),
+                resolver=JobResolver(timeout_s=config.resolution_timeout), clock=SystemClock())
+
+
+def build_registry(config: OperatorConfig,
+                   deps_factory: Callable[[OperatorConfig], Deps] = default_deps) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # Through the kubernetes client: in-cluster, else $KUBECONFIG (set by --kubeconfig).
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        # Keep kopf's bookkeeping in annotations under our group: the status is ours alone.
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=API_GROUP, key="last-handled-configuration")
+        settings.persistence.finalizer = f"{API_GROUP}/finalizer"
+        # Our own events say what happened; kopf's per-handler events would only add noise.
+        settings.posting.level = logging.ERROR
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        memo.deps = deps_factory(config)
+        memo.locks = {}
+
+    async def run(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any):
+        lock = memo.locks.setdefault(uid, asyncio.Lock())
+        async with lock:
+            return await reconcile(namespace, name, memo.deps)
+
+    @kopf.on.create(**RESOURCE, registry=registry)
+    @kopf.on.update(**RESOURCE, field="spec", registry=registry)
+    @kopf.on.resume(**RESOURCE, registry=registry)
+    async def reconcile_stream(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
+                               **_: Any) -> None:
+        try:
+            await run(namespace, name, uid, memo, logger)
+        except StatusUnreadable as exc:
+            raise kopf.PermanentError(str(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - the timer or a retry picks it up again
+            logger.warning("reconcile failed, retrying: %s", exc)
+            raise kopf.TemporaryError(str(exc), delay=5) from exc
+
+    @kopf.timer(**RESOURCE, interval=config.interval, initial_delay=config.interval, registry=registry)
+    async def reconcile_periodically(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
+                                     **_: Any) -> None:
+        try:
+            await run(namespace, name, uid, memo, logger)
+        except Exception as exc:  # noqa: BLE001 - next tick tries again
+            logger.warning("periodic reconcile failed: %s", exc)
+
+    @kopf.on.delete(**RESOURCE, registry=registry)
+    async def stop_stream(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+        outcome = await run(namespace, name, uid, memo, logger)
+        if outcome.exists and not outcome.finished:
+            raise kopf.TemporaryError("waiting for the driver to stop gracefully", delay=2)
+        memo.locks.pop(uid, None)
+
+    return registry

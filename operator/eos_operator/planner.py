@@ -1,0 +1,523 @@
+"""The planner: ``plan(spec, status, observed) -> Plan``. Pure: no I/O, no clock, no randomness.
+
+A plan is the new status to persist *first* (the write-ahead log) and then the
+side effects to carry out, the events to post, and when to look again. One
+call decides one step; the reconciler persists the status, acts, observes
+again and calls ``plan`` again while ``again`` is set, so a launch runs as a
+chain of small, individually idempotent steps:
+
+    decide (record PendingLaunch) -> wait for the restart delay -> stop every
+    other driver Pod and see it gone -> resolve (record the report) -> apply the
+    run ConfigMap and create the Pod -> see the Pod -> clear PendingLaunch
+
+An operator killed between any two steps re-reads the status and continues the
+same launch: the Pod name is fixed when the launch is recorded, so a repeated
+create is a 409 and never a second driver.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Literal, Union
+
+from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport, RunConfig
+
+from . import children
+from .conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
+from .observed import Observed, PodView
+from .restart import RestartMemory, decide, jitter_unit_for
+from .timeutil import fmt, fmt_ceil, parse, seconds_between, utc
+from .upgrades import plan_spec_change, run_affecting_changes, spec_json
+from .validation import InvalidSpec
+
+POLL_SECONDS = 2.0  # how soon to look again while waiting for a Pod to go or come
+
+
+# ------------------------------------------------------------------ plan parts
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    grace_seconds: int
+
+
+@dataclass(frozen=True)
+class Resolve:
+    config: RunConfig
+    attempt: int
+    spec_hash: str
+
+
+@dataclass(frozen=True)
+class ApplyConfigMap:
+    body: dict
+
+
+@dataclass(frozen=True)
+class ApplyService:
+    body: dict
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    body: dict
+
+
+@dataclass(frozen=True)
+class DeleteConfigMap:
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteService:
+    name: str
+
+
+Action = Union[DeletePod, Resolve, ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeleteService]
+
+
+@dataclass
+class Plan:
+    status: ExactlyOnceStreamStatus
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None   # look again within this many seconds
+    again: bool = False                  # re-observe and re-plan right after acting
+    finished: bool = True                # deletion only: every child is gone
+
+    def summary(self) -> str:
+        acts = ", ".join(type(a).__name__ for a in self.actions) or "nothing"
+        return f"{self.status.lifecycle_state}: {acts}"
+
+
+Cond = tuple[Literal["True", "False", "Unknown"], str, str]
+
+
+class _Step:
+    """Working state of one planning step."""
+
+    def __init__(self, status: ExactlyOnceStreamStatus, observed: Observed):
+        self.st = status.model_copy(deep=True)
+        self.obs = observed
+        self.plan = Plan(status=self.st)
+
+    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.plan.events.append(Event(type_, reason, message))
+
+    def act(self, action: Action) -> None:
+        self.plan.actions.append(action)
+
+    def conditions(self, ready: Cond, progressing: Cond, degraded: Cond) -> None:
+        conds = self.st.conditions
+        for type_, (status, reason, message) in ((READY, ready), (PROGRESSING, progressing),
+                                                 (DEGRADED, degraded)):
+            conds = set_condition(conds, type_, status, reason, message,
+                                  generation=self.obs.generation, now=self.obs.now)
+        self.st.conditions = conds
+
+    def lifecycle(self, state: str, event: tuple[str, str] | None = None) -> None:
+        """Set the lifecycle state; post ``event`` (reason, message) only on a change."""
+        if self.st.lifecycle_state != state and event is not None:
+            self.event("Normal", *event)
+        self.st.lifecycle_state = state  # type: ignore[assignment]
+
+    def done(self, *, requeue_after: float | None = None, again: bool = False) -> Plan:
+        self.plan.requeue_after = requeue_after
+        self.plan.again = again
+        self.plan.status = self.st
+        return self.plan
+
+
+def _degraded(st: ExactlyOnceStreamStatus) -> Cond:
+    return ("False", "AsExpected", "")
+
+
+# --------------------------------------------------------------------- entry
+def plan(spec: ExactlyOnceStreamSpec | InvalidSpec, status: ExactlyOnceStreamStatus,
+         observed: Observed) -> Plan:
+    if observed.deleting:
+        return plan_deletion(status, observed)
+    step = _Step(status, observed)
+    step.st.observed_generation = observed.generation
+    if isinstance(spec, InvalidSpec):
+        return _invalid(step, spec)
+    st = step.st
+
+    # A changed restartNonce resets the restart counters and restarts the driver.
+    if st.observed_restart_nonce is None:
+        st.observed_restart_nonce = spec.restart_nonce
+    elif st.observed_restart_nonce != spec.restart_nonce:
+        return _nonce_changed(step, spec)
+
+    if spec.job.state == "suspended":
+        return _suspend(step)
+
+    if st.pending_launch is not None:
+        return _continue_launch(step, spec, st.pending_launch)
+
+    if st.lifecycle_state == "Failed":
+        changes = run_affecting_changes(st.last_reconciled_spec, spec)
+        if changes:
+            return _spec_changed(step, spec, changes)
+        return _failed(step)
+
+    if st.driver_pod is None:
+        if st.lifecycle_state == "Suspended":
+            _start_launch(step, "Resume")
+            step.lifecycle("Deploying")
+            step.event("Normal", "Resumed", "job.state is running: resuming (resolution first)")
+        else:
+            _start_launch(step, "Create")
+            step.lifecycle("Deploying")
+        step.conditions(("False", "Deploying", "launching the driver"),
+                        ("True", "Launching", f"launching {st.pending_launch.pod}"), _degraded(st))
+        return step.done(again=True)
+
+    pod = observed.pod(st.driver_pod)
+    if pod is None or (pod.owner_uid not in (None, observed.uid)):
+        return _driver_failed(step, spec, f"driver Pod {st.driver_pod} disappeared")
+    if pod.phase == "Failed":
+        return _driver_failed(step, spec, pod.failure_text())
+    if pod.phase == "Succeeded":
+        return _driver_failed(step, spec, pod.failure_text() + " while job.state is running")
+    if pod.deleting:
+        step.conditions(("False", "DriverTerminating", f"driver Pod {pod.name} is being deleted"),
+                        ("True", "DriverTerminating", f"waiting for {pod.name} to terminate"), _degraded(st))
+        return step.done(requeue_after=POLL_SECONDS)
+
+    changes = run_affecting_changes(st.last_reconciled_spec, spec)
+    if changes:
+        return _spec_changed(step, spec, changes)
+    for other in observed.others(pod.name):
+        # Leftovers of earlier attempts (terminal) or a stray driver: never two.
+        if not other.deleting:
+            step.act(DeletePod(other.name, 0 if other.terminal else children.TERMINATION_GRACE_SECONDS))
+    if pod.phase == "Running":
+        return _running(step, pod)
+    # Pending or Unknown: the Pod exists but is not running yet.
+    if st.lifecycle_state not in ("Restarting", "Upgrading"):
+        step.lifecycle("Deploying")
+    step.conditions(("False", "Deploying", f"driver Pod {pod.name} is {pod.phase}"),
+                    ("True", "DriverStarting", f"waiting for {pod.name} to run"), _degraded(st))
+    return step.done(requeue_after=POLL_SECONDS)
+
+
+# ------------------------------------------------------------------- branches
+def _invalid(step: _Step, spec: InvalidSpec) -> Plan:
+    st = step.st
+    message = spec.message
+    ready = get_condition(st.conditions, READY)
+    if ready is None or ready.reason != "InvalidSpec" or ready.message != message:
+        step.event("Warning", "InvalidSpec", message)
+    if not any(not p.terminal for p in step.obs.pods):
+        st.lifecycle_state = "Invalid"
+    # Nothing else: a running driver keeps running its last valid spec.
+    step.conditions(("False", "InvalidSpec", message), ("False", "InvalidSpec", "fix the spec to continue"),
+                    ("True", "InvalidSpec", message))
+    return step.done()
+
+
+def _nonce_changed(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan:
+    st = step.st
+    old = st.observed_restart_nonce
+    st.observed_restart_nonce = spec.restart_nonce
+    st.restart_count = 0
+    st.failure_times = []
+    st.last_restart_delay_seconds = None
+    st.next_restart_time = None
+    st.pending_launch = None
+    if spec.job.state == "suspended":
+        step.event("Normal", "RestartRequested",
+                   f"restartNonce changed ({old} -> {spec.restart_nonce}): restart counters reset; "
+                   "job.state is suspended, so nothing starts")
+        return _suspend(step)
+    _start_launch(step, "RestartRequested")
+    st.lifecycle_state = "Restarting"
+    step.event("Normal", "Restarting",
+               f"restartNonce changed ({old} -> {spec.restart_nonce}): restart counters reset, "
+               f"restarting as {st.pending_launch.pod} (resolution first)")
+    step.conditions(("False", "Restarting", "restart requested by restartNonce"),
+                    ("True", "Restarting", f"launching {st.pending_launch.pod}"), _degraded(st))
+    return step.done(again=True)
+
+
+def _suspend(step: _Step) -> Plan:
+    st = step.st
+    st.pending_launch = None
+    st.next_restart_time = None
+    pods = step.obs.pods
+    if pods:
+        for pod in pods:
+            if not pod.deleting:
+                # SIGTERM: the runtime stops at a clean batch boundary within the grace period.
+                step.act(DeletePod(pod.name, 0 if pod.terminal else children.TERMINATION_GRACE_SECONDS))
+        names = ", ".join(p.name for p in pods)
+        step.conditions(("False", "Suspending", f"stopping {names} at a clean batch boundary"),
+                        ("True", "Suspending", f"waiting for {names} to terminate"), _degraded(st))
+        return step.done(requeue_after=POLL_SECONDS)
+    step.lifecycle("Suspended", ("Suspended", "job.state is suspended: no driver runs; checkpoint kept"))
+    st.driver_pod = None
+    st.running_since = None
+    step.conditions(("False", "Suspended", "job.state is suspended"),
+                    ("False", "Suspended", "job.state is suspended"), _degraded(st))
+    return step.done()
+
+
+def _failed(step: _Step) -> Plan:
+    st = step.st
+    message = st.last_error or "restarts exhausted"
+    ready = get_condition(st.conditions, READY)
+    # Keep the message written when the restarts ran out (it says which strategy limit).
+    keep = ready.message if ready is not None and ready.reason == "RestartsExhausted" else message
+    step.conditions(("False", "RestartsExhausted", keep),
+                    ("False", "RestartsExhausted", "change spec.restartNonce to resume"),
+                    ("True", "RestartsExhausted", message))
+    return step.done()
+
+
+def _running(step: _Step, pod: PodView) -> Plan:
+    st = step.st
+    step.lifecycle("Running", ("Running", f"driver Pod {pod.name} is running"))
+    if st.running_since is None:
+        st.running_since = fmt(step.obs.now)
+    if step.obs.last_committed_batch is not None:
+        st.last_committed_batch = step.obs.last_committed_batch
+    st.next_restart_time = None
+    step.conditions(("True", "Running", f"driver Pod {pod.name} is running"),
+                    ("False", "Running", "the driver runs the current spec"), ("False", "AsExpected", ""))
+    return step.done(requeue_after=None if not step.plan.actions else POLL_SECONDS)
+
+
+def _spec_changed(step: _Step, spec: ExactlyOnceStreamSpec, changes: list[str]) -> Plan:
+    st = step.st
+    change = plan_spec_change(changes, spec)
+    if change.bump_tx_generation:
+        st.tx_generation += 1
+    _start_launch(step, "SpecChange")
+    st.lifecycle_state = "Upgrading"
+    step.event("Normal", "Upgrading", f"{change.explanation}; new driver {st.pending_launch.pod}")
+    step.conditions(("False", "Upgrading", change.explanation),
+                    ("True", "Upgrading", f"launching {st.pending_launch.pod}"), _degraded(st))
+    return step.done(again=True)
+
+
+def _restart_memory(st: ExactlyOnceStreamStatus) -> RestartMemory:
+    times = tuple(parse(t).timestamp() for t in st.failure_times if parse(t) is not None)
+    return RestartMemory(restarts=st.restart_count, failure_times=times,
+                         last_delay=st.last_restart_delay_seconds)
+
+
+def _apply_failure(step: _Step, spec: ExactlyOnceStreamSpec, error: str, *, attempt: int | None,
+                   failed_reason: str) -> tuple[bool, float, str]:
+    """Count one failure by the restart strategy; returns (restart?, delay, explanation)."""
+    st = step.st
+    now = step.obs.now
+    started = parse(st.running_since)
+    ran_for = seconds_between(started, now) if started else None
+    next_attempt = attempt if attempt is not None else _next_attempt(step)
+    decision = decide(spec.restart_strategy, _restart_memory(st), now=utc(now).timestamp(),
+                      ran_for_seconds=ran_for, jitter_unit=jitter_unit_for(f"{step.obs.uid}/{next_attempt}"))
+    st.last_error = error
+    st.running_since = None
+    mem = decision.memory
+    st.restart_count = mem.restarts
+    st.failure_times = [fmt(datetime.fromtimestamp(t, tz=timezone.utc)) for t in mem.failure_times]
+    st.last_restart_delay_seconds = mem.last_delay
+    step.event("Warning", failed_reason, error)
+    return decision.restart, decision.delay_seconds, decision.explanation
+
+
+def _exhausted(step: _Step, explanation: str) -> Plan:
+    st = step.st
+    st.pending_launch = None
+    st.next_restart_time = None
+    st.lifecycle_state = "Failed"
+    message = f"{explanation}; last error: {st.last_error}"
+    step.event("Warning", "RestartsExhausted",
+               f"{message}. Checkpoint and ledger are kept; change spec.restartNonce to resume")
+    step.conditions(("False", "RestartsExhausted", message),
+                    ("False", "RestartsExhausted", "change spec.restartNonce to resume"),
+                    ("True", "RestartsExhausted", st.last_error or ""))
+    return step.done()
+
+
+def _driver_failed(step: _Step, spec: ExactlyOnceStreamSpec, error: str) -> Plan:
+    st = step.st
+    restart, delay, explanation = _apply_failure(step, spec, error, attempt=None, failed_reason="DriverFailed")
+    if not restart:
+        return _exhausted(step, explanation)
+    not_before = step.obs.now + timedelta(seconds=delay)
+    _start_launch(step, "Restart", not_before=fmt_ceil(not_before))
+    st.lifecycle_state = "Restarting"
+    step.event("Normal", "Restarting", f"{explanation}, as {st.pending_launch.pod}")
+    step.conditions(("False", "Restarting", error),
+                    ("True", "Restarting", explanation), ("True", "DriverFailed", error))
+    return step.done(again=True)
+
+
+def _next_attempt(step: _Step) -> int:
+    st, pods = step.st, step.obs.pods
+    if st.driver_pod is None and st.pending_launch is None and st.driver_attempt == 0 and not pods \
+            and st.lifecycle_state in ("Created", "Invalid"):
+        return 0
+    seen = [p.attempt for p in pods if p.attempt is not None]
+    return max([st.driver_attempt, *seen]) + 1
+
+
+def _start_launch(step: _Step, reason: str, *, not_before: str | None = None) -> None:
+    """Record the intent to launch a new driver (persisted before anything is done)."""
+    st = step.st
+    attempt = _next_attempt(step)
+    st.pending_launch = PendingLaunch(attempt=attempt,
+                                      pod=children.driver_pod_name(step.obs.name, attempt),
+                                      reason=reason, requested_at=fmt(step.obs.now), not_before=not_before)
+    st.driver_attempt = attempt
+    st.next_restart_time = not_before
+
+
+def _continue_launch(step: _Step, spec: ExactlyOnceStreamSpec, launch: PendingLaunch) -> Plan:
+    st, obs = step.st, step.obs
+    progressing_reason = {"Restart": "Restarting", "SpecChange": "Upgrading",
+                          "RestartRequested": "Restarting"}.get(launch.reason, "Launching")
+    degraded = get_condition(st.conditions, DEGRADED)
+    degraded_cond: Cond = (degraded.status, degraded.reason, degraded.message) if degraded else _degraded(st)
+    ready_reason = "Deploying" if progressing_reason == "Launching" else progressing_reason
+
+    # 1. The restart delay.
+    not_before = parse(launch.not_before)
+    if not_before is not None and obs.now < not_before:
+        wait = seconds_between(obs.now, not_before)
+        step.conditions(("False", ready_reason, st.last_error or f"restart at {launch.not_before}"),
+                        ("True", progressing_reason, f"{launch.pod} starts at {launch.not_before}"),
+                        degraded_cond)
+        return step.done(requeue_after=max(wait, 0.1))
+
+    # 2. Never two drivers: every other driver Pod of the stream must be gone first.
+    others = [p for p in obs.pods if p.name != launch.pod or p.owner_uid not in (None, obs.uid)]
+    if others:
+        for pod in others:
+            if not pod.deleting:
+                step.act(DeletePod(pod.name, 0 if pod.terminal else children.TERMINATION_GRACE_SECONDS))
+        names = ", ".join(p.name for p in others)
+        step.conditions(("False", ready_reason, f"stopping {names}"),
+                        ("True", "StoppingDriver", f"waiting for {names} to be gone before starting {launch.pod}"),
+                        degraded_cond)
+        return step.done(requeue_after=POLL_SECONDS)
+
+    # 3. The Pod exists: the launch happened (maybe by an operator that died right after).
+    if obs.pod(launch.pod) is not None:
+        st.pending_launch = None
+        st.driver_pod = launch.pod
+        st.driver_attempt = launch.attempt
+        st.next_restart_time = None
+        st.running_since = None
+        step.event("Normal", "Submitted", f"driver Pod {launch.pod} created (attempt {launch.attempt}, "
+                                          f"{launch.reason})")
+        if st.lifecycle_state not in ("Restarting", "Upgrading"):
+            st.lifecycle_state = "Deploying"
+        step.conditions(("False", ready_reason, f"driver Pod {launch.pod} submitted"),
+                        ("True", progressing_reason, f"waiting for {launch.pod} to run"), degraded_cond)
+        return step.done(again=True)
+
+    # 4. Resolution, before every start, for exactly this spec.
+    ref = children.StreamRef(obs.name, obs.namespace, obs.uid)
+    spec_hash = spec.spec_hash()
+    if launch.resolved_spec_hash != spec_hash:
+        step.act(Resolve(children.run_config(ref, spec, st.tx_generation), launch.attempt, spec_hash))
+        step.conditions(("False", ready_reason, "resolving transactions before the start"),
+                        ("True", "Resolving", f"fencing and reading the ledger before starting {launch.pod}"),
+                        degraded_cond)
+        return step.done(again=True)
+
+    # 5. Submit. The status written first names the Pod and the spec it runs.
+    st.last_reconciled_spec = spec_json(spec)
+    st.driver_pod = launch.pod
+    st.driver_attempt = launch.attempt
+    config = children.run_config(ref, spec, st.tx_generation)
+    step.act(ApplyConfigMap(children.run_config_map(ref, config)))
+    if spec.job.deploy_mode == "cluster":
+        step.act(ApplyService(children.driver_service(ref)))
+    step.act(CreatePod(children.driver_pod(ref, spec, attempt=launch.attempt, tx_generation=st.tx_generation)))
+    step.conditions(("False", ready_reason, f"creating {launch.pod}"),
+                    ("True", "Submitting", f"creating driver Pod {launch.pod}"), degraded_cond)
+    return step.done(again=True)
+
+
+# ------------------------------------------------- results of the Resolve action
+def record_resolution(status: ExactlyOnceStreamStatus, report: ResolutionReport, *, attempt: int,
+                      spec_hash: str, observed: Observed) -> tuple[ExactlyOnceStreamStatus, Event | None]:
+    """Status after a successful resolution for launch ``attempt``; the Resolved event."""
+    st = status.model_copy(deep=True)
+    launch = st.pending_launch
+    if launch is None or launch.attempt != attempt:
+        return st, None  # the launch was cancelled or replaced meanwhile; the report is stale
+    st.pending_launch = launch.model_copy(update={"resolved_spec_hash": spec_hash})
+    st.resolution = report
+    if report.last_complete_batch is not None:
+        st.last_committed_batch = report.last_complete_batch
+    summary = report.summary or _summarise(report)
+    return st, Event("Normal", "Resolved", f"before starting {launch.pod}: {summary}")
+
+
+def _summarise(r: ResolutionReport) -> str:
+    parts = [f"generation {r.generation}, {r.slots} slots", f"fenced {r.fenced_transactional_ids} ids"]
+    if r.open_transactions_aborted:
+        parts.append(f"aborted {r.open_transactions_aborted} open transactions")
+    if r.last_complete_batch is not None:
+        parts.append(f"last complete batch {r.last_complete_batch}")
+    if r.replay_batch is not None:
+        parts.append(f"replays batch {r.replay_batch}"
+                     + (f" (slots {r.replay_slots_already_committed} already committed)"
+                        if r.replay_slots_already_committed else ""))
+    if r.partially_committed:
+        parts.append("partially committed")
+    return "; ".join(parts)
+
+
+def record_resolution_failure(spec: ExactlyOnceStreamSpec, status: ExactlyOnceStreamStatus, error: str, *,
+                              attempt: int, observed: Observed) -> Plan:
+    """Resolution failed (Kafka unreachable, timeout): a failed start, counted by the restart strategy.
+
+    The launch keeps its attempt and Pod name (no Pod was created), and waits for the
+    strategy's delay; exhausted means Failed, as for a failed driver.
+    """
+    step = _Step(status, observed)
+    st = step.st
+    launch = st.pending_launch
+    if launch is None or launch.attempt != attempt:
+        return step.done()
+    text = f"resolution before starting {launch.pod} failed: {error}"[:1024]
+    restart, delay, explanation = _apply_failure(step, spec, text, attempt=launch.attempt,
+                                                 failed_reason="ResolutionFailed")
+    if not restart:
+        return _exhausted(step, explanation)
+    not_before = fmt_ceil(observed.now + timedelta(seconds=delay))
+    st.pending_launch = launch.model_copy(update={"not_before": not_before, "resolved_spec_hash": None})
+    st.next_restart_time = not_before
+    st.lifecycle_state = "Restarting"
+    step.event("Normal", "Restarting", f"{explanation}, as {launch.pod}")
+    step.conditions(("False", "Restarting", text), ("True", "Restarting", explanation),
+                    ("True", "ResolutionFailed", text))
+    return step.done(requeue_after=delay, again=False)
+
+
+# -------------------------------------------------------------------- deletion
+def plan_deletion(status: ExactlyOnceStreamStatus, observed: Observed) -> Plan:
+    """Stop every driver gracefully, then remove the other children. The checkpoint stays."""
+    step = _Step(status, observed)
+    if observed.pods:
+        for pod in observed.pods:
+            if not pod.deleting:
+                step.act(DeletePod(pod.name, 0 if pod.terminal else children.TERMINATION_GRACE_SECONDS))
+        step.plan.finished = False
+        return step.done(requeue_after=POLL_SECONDS)
+    step.act(DeleteConfigMap(children.run_config_name(observed.name)))
+    step.act(DeleteService(children.driver_service_name(observed.name)))
+    step.plan.finished = True
+    return step.done()

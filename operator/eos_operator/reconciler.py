@@ -1,0 +1,201 @@
+"""The one reconcile entry point: observe -> validate -> plan -> write status -> act.
+
+Level-based: it reads the stream and its Pods afresh from the API server (never
+a cached body), so the create, update, resume and timer triggers, and a second
+operator start, all converge on the same decisions. The status is written
+*before* the plan's actions run (it is the write-ahead log) and with the
+resourceVersion that was observed, so a stale view is refused with a 409 and
+simply observed again.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from eos_job.spec import API_GROUP, ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
+
+from . import planner
+from .adapters import Clock, Conflict, Kube, Resolver
+from .children import StreamRef
+from .observed import Observed, pod_view
+from .planner import (ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeletePod, DeleteService, Plan,
+                      Resolve)
+from .validation import InvalidSpec, validate_spec
+
+log = logging.getLogger(__name__)
+
+# The runtime may publish progress on its Pod; the observer reads it (see Observed.last_committed_batch).
+PROGRESS_ANNOTATION = f"{API_GROUP}/last-committed-batch"
+_STATUS_FIELDS = {f.alias or n for n, f in ExactlyOnceStreamStatus.model_fields.items()}
+
+
+@dataclass
+class Deps:
+    kube: Kube
+    resolver: Resolver
+    clock: Clock
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exists: bool
+    lifecycle_state: str | None = None
+    requeue_after: float | None = None
+    finished: bool = True            # deletion: every child gone
+
+
+class StatusUnreadable(Exception):
+    """The stored status cannot be parsed: acting on a guess could start a second driver."""
+
+
+def parse_status(raw: dict[str, Any] | None) -> ExactlyOnceStreamStatus:
+    """The stream's status; unknown keys (e.g. kopf's bookkeeping) are ignored."""
+    known = {k: v for k, v in (raw or {}).items() if k in _STATUS_FIELDS}
+    try:
+        return ExactlyOnceStreamStatus.model_validate(known)
+    except ValidationError as exc:
+        raise StatusUnreadable(f"status cannot be parsed: {exc}") from exc
+
+
+def dump_status(status: ExactlyOnceStreamStatus) -> dict[str, Any]:
+    # None values stay in: in a merge patch they remove the field.
+    return status.model_dump(by_alias=True, mode="json")
+
+
+async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus, deps: Deps) -> Observed:
+    meta = obj.get("metadata") or {}
+    name, namespace = meta["name"], meta.get("namespace", "default")
+    raw_pods = await deps.kube.list_driver_pods(namespace, name)
+    pods = tuple(sorted((pod_view(p) for p in raw_pods), key=lambda p: p.name))
+    return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
+                    now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
+                    last_committed_batch=_progress(raw_pods, status.driver_pod))
+
+
+def _progress(raw_pods: list[dict[str, Any]], driver: str | None) -> int | None:
+    """Hook: the last committed batch as the current driver reports it (None = unknown).
+
+    The job runtime can annotate its own Pod; reading the ledger instead fits here too.
+    """
+    for pod in raw_pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("name") == driver:
+            value = (meta.get("annotations") or {}).get(PROGRESS_ANNOTATION)
+            try:
+                return int(value) if value is not None else None
+            except ValueError:
+                return None
+    return None
+
+
+async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 12) -> Outcome:
+    """Drive the stream one or more steps towards its spec; safe to call at any time, concurrently
+    with nothing else for the same stream (the kopf layer holds a per-stream lock)."""
+    plan: Plan | None = None
+    lifecycle: str | None = None
+    for _ in range(max_steps):
+        obj = await deps.kube.get_stream(namespace, name)
+        if obj is None:
+            return Outcome(exists=False)
+        meta = obj["metadata"]
+        ref = StreamRef(name, namespace, meta["uid"])
+        status = parse_status(obj.get("status"))
+        observed = await observe(obj, status, deps)
+        spec = validate_spec(obj.get("spec"))
+        plan = planner.plan(spec, status, observed)
+        lifecycle = plan.status.lifecycle_state
+        log.debug("%s/%s: %s", namespace, name, plan.summary())
+
+        rv = meta.get("resourceVersion")
+        try:
+            rv = await _write_status(deps, ref, status, plan.status, rv)
+        except Conflict:
+            log.info("%s/%s changed while planning; observing again", namespace, name)
+            continue
+        await _post_events(deps, ref, plan.events)
+
+        for action in plan.actions:
+            if isinstance(action, Resolve):
+                assert isinstance(spec, ExactlyOnceStreamSpec)
+                follow_up = await _resolve(deps, ref, spec, plan.status, action, observed, rv)
+                if follow_up is not None:
+                    lifecycle = follow_up.status.lifecycle_state
+                    if not follow_up.again:
+                        return Outcome(True, lifecycle, follow_up.requeue_after)
+                break  # a Resolve is always the last action of its step
+            await _act(deps, namespace, action)
+
+        if not plan.again:
+            return Outcome(True, lifecycle, plan.requeue_after, plan.finished)
+    return Outcome(True, lifecycle, planner.POLL_SECONDS, plan.finished if plan else True)
+
+
+async def _write_status(deps: Deps, ref: StreamRef, old: ExactlyOnceStreamStatus,
+                        new: ExactlyOnceStreamStatus, rv: str | None) -> str | None:
+    if new == old:
+        return rv
+    result = await deps.kube.patch_stream_status(ref.namespace, ref.name, dump_status(new), rv)
+    return (result.get("metadata") or {}).get("resourceVersion", rv)
+
+
+async def _post_events(deps: Deps, ref: StreamRef, events: list[planner.Event]) -> None:
+    for ev in events:
+        (log.warning if ev.type == "Warning" else log.info)("%s/%s %s: %s", ref.namespace, ref.name,
+                                                            ev.reason, ev.message)
+        await deps.kube.post_event(ref, ev.type, ev.reason, ev.message)
+
+
+async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, status: ExactlyOnceStreamStatus,
+                   action: Resolve, observed: Observed, rv: str | None) -> Plan | None:
+    """Run resolution and record its report (or count its failure) in status."""
+    try:
+        report = await deps.resolver.resolve(action.config)
+    except Exception as exc:  # noqa: BLE001 - any failure to resolve is a failed start
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        later = _at(observed, deps.clock.now())
+        follow_up = planner.record_resolution_failure(spec, status, error, attempt=action.attempt,
+                                                      observed=later)
+        try:
+            await _write_status(deps, ref, status, follow_up.status, rv)
+        except Conflict:
+            return None  # observe again; resolution is idempotent
+        await _post_events(deps, ref, follow_up.events)
+        return follow_up
+    new_status, event = planner.record_resolution(status, report, attempt=action.attempt,
+                                                  spec_hash=action.spec_hash, observed=observed)
+    try:
+        await _write_status(deps, ref, status, new_status, rv)
+    except Conflict:
+        return None
+    if event is not None:
+        await _post_events(deps, ref, [event])
+    return None
+
+
+def _at(observed: Observed, now: datetime) -> Observed:
+    return replace(observed, now=now)
+
+
+async def _act(deps: Deps, namespace: str, action: planner.Action) -> None:
+    kube = deps.kube
+    if isinstance(action, DeletePod):
+        await kube.delete_pod(namespace, action.name, action.grace_seconds)
+    elif isinstance(action, ApplyConfigMap):
+        await kube.apply_config_map(namespace, action.body)
+    elif isinstance(action, ApplyService):
+        await kube.apply_service(namespace, action.body)
+    elif isinstance(action, CreatePod):
+        await kube.create_pod(namespace, action.body)
+    elif isinstance(action, DeleteConfigMap):
+        await kube.delete_config_map(namespace, action.name)
+    elif isinstance(action, DeleteService):
+        await kube.delete_service(namespace, action.name)
+    else:  # pragma: no cover - a new action type without an executor is a bug
+        raise TypeError(f"no executor for {action!r}")
+
+
+__all__ = ["Deps", "Outcome", "reconcile", "parse_status", "dump_status", "observe", "InvalidSpec"]

@@ -1,0 +1,148 @@
+"""The job runtime against the real broker and real Spark: replays, partial batches, graceful stop, bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eos_job import checkpoint
+from eos_job.resolution import resolve
+from eos_job.spec import load_run_config
+from eos_job.verify import audit_counts, ledger_monotone, open_transactions, read_committed
+from examples.colors.generator import produce
+from examples.colors.local_run import REPO, ColorsRun
+
+pytestmark = pytest.mark.stack
+
+
+def run_config(run: ColorsRun):
+    import yaml
+    cfg = load_run_config(yaml.safe_load(run.config_path.read_text()))
+    return cfg.model_copy(update={"checkpoint_dir": str(run.live_checkpoint)})
+
+
+def assert_exact(run: ColorsRun, expected: dict[str, int]) -> None:
+    audit = audit_counts(run.bootstrap, run.counts)
+    assert audit.final == expected
+    assert audit.duplicates == [], f"count updates emitted twice: {audit.duplicates[:5]}"
+    assert audit.regressions == []
+    assert ledger_monotone(run.bootstrap, run.ledger_topic()) == []
+    assert open_transactions(run.bootstrap, [run.counts, run.dlq, run.ledger_topic()]) == set()
+
+
+def test_replayed_batch_whose_slots_all_committed_writes_nothing(stack_env, tmp_path):
+    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=None,
+                    extra_env={"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"})
+    run.setup()
+    expected = produce(run.bootstrap, run.events, 3000)
+    run.start()
+    assert run.proc.wait(240) == -9, run.log_tail()  # died after the sink commit, before commits/0
+    in_sink = len(read_committed(run.bootstrap, run.counts))
+    assert in_sink == len(expected)  # batch 0 emitted one count per color
+    assert checkpoint.replay_batch(run.live_checkpoint) == 0
+
+    report = resolve(run_config(run))
+    assert report.replay_batch == 0
+    assert report.replay_slots_already_committed == [0, 1]
+    assert not report.partially_committed
+    assert "fully in the sink" in report.summary
+
+    run.extra_env = {}
+    run.start()
+    run.wait_for_batches(1)
+    assert checkpoint.last_committed_batch(run.live_checkpoint) >= 0
+    assert run.stop() == 0
+    assert len(read_committed(run.bootstrap, run.counts)) == in_sink, "the replay wrote records again"
+    assert "2/2 slots skipped as already committed" in run.log_path.read_text()
+    assert_exact(run, expected)
+
+
+def test_crash_inside_the_commit_window_then_restart_is_exact(stack_env, tmp_path):
+    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=1000,
+                    extra_env={"EOS_FAULT_KILL_AFTER_COMMIT": "1"})
+    run.setup()
+    expected = produce(run.bootstrap, run.events, 4000)
+    run.start()
+    assert run.proc.wait(240) == -9, run.log_tail()  # killed right after the first slot commit
+    report = resolve(run_config(run))
+    assert report.replay_batch == 0
+    assert 1 <= len(report.replay_slots_already_committed) <= 2
+    assert report.partially_committed == (len(report.replay_slots_already_committed) == 1)
+    # Idempotent: a second resolution reports the same.
+    again = resolve(run_config(run))
+    assert again.replay_slots_already_committed == report.replay_slots_already_committed
+    run.extra_env = {}
+    run.start()
+    run.wait_caught_up(expected)
+    assert run.stop() == 0
+    assert_exact(run, expected)
+
+
+def test_graceful_stop_takes_a_snapshot_at_a_clean_boundary(stack_env, tmp_path):
+    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=500)
+    run.setup()
+    expected = produce(run.bootstrap, run.events, 3000)
+    snap = tmp_path / "snapshots" / "s1"
+    run.start(["--snapshot-on-stop", str(snap)])
+    run.wait_for_batches(2)
+    assert run.stop() == 0, run.log_tail()
+    summary = json.loads((tmp_path / "termination.json").read_text())
+    assert summary["reason"] == "Stopped"
+    manifest = json.loads((snap / "eos-snapshot.json").read_text())
+    assert manifest["lastBatch"] == summary["last_committed_batch"]
+    assert manifest["checkpointId"] == checkpoint.checkpoint_id(run.live_checkpoint)
+    assert (snap / "checkpoint" / "commits" / str(manifest["lastBatch"])).exists()
+    # Clean boundary: nothing of a later batch reached the sink.
+    report = resolve(run_config(run))
+    assert report.replay_slots_already_committed == []
+    assert max(int(b) for b in report.last_committed_batch_per_slot.values()) <= manifest["lastBatch"]
+    # Resume and finish exactly once.
+    run.start()
+    run.wait_caught_up(expected)
+    assert run.stop() == 0
+    assert_exact(run, expected)
+
+
+def _job(args: list[str], env_extra: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    import os
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'jobs'}", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "eos_job", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_bad_config_names_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: ExactlyOnceStream\nmetadata: {name: x}\nspec:\n  job: {module: m, paralelism: 2}\n"
+                   "  source: {bootstrapServers: a, topics: [t]}\n  sink: {bootstrapServers: a, topic: t}\n"
+                   "  checkpoint: {store: local, path: /tmp/x}\n")
+    r = _job(["validate", "--config", str(bad)])
+    assert r.returncode == 2
+    assert "job.paralelism" in r.stderr
+    assert "Traceback" not in r.stderr
+    same = bad.read_text().replace("paralelism: 2", "parallelism: 2")
+    bad.write_text(same)
+    r = _job(["validate", "--config", str(bad)])
+    assert r.returncode == 2 and "sink.topic" in r.stderr and "source topic" in r.stderr
+
+
+def test_missing_topic_and_unreachable_broker_give_clear_errors(stack_env, tmp_path):
+    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path)
+    run.config_path.write_text(__import__("yaml").safe_dump(run.manifest()))  # topics never created
+    r = _job(["run", "--config", str(run.config_path)])
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert f"sink.topic: topic '{run.counts}' does not exist" in r.stderr
+    assert "Traceback" not in r.stderr
+
+    m = run.manifest()
+    m["spec"]["sink"]["bootstrapServers"] = "127.0.0.1:1"
+    run.config_path.write_text(__import__("yaml").safe_dump(m))
+    t0 = time.monotonic()
+    r = _job(["run", "--config", str(run.config_path)])
+    assert r.returncode == 3
+    assert "cannot reach Kafka at 127.0.0.1:1" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert time.monotonic() - t0 < 100

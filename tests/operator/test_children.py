@@ -1,0 +1,145 @@
+"""Pure builders of the child objects: run ConfigMap, driver Pod, Service, spark-submit arguments."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
+from eos_operator import children
+from eos_operator.children import StreamRef
+from eos_operator.validation import validate_spec
+
+from .fakes import base_spec
+
+REF = StreamRef("colors", "team-a", "0f6c2a1e-1111-2222-3333-444455556666")
+
+
+def spec(**overrides) -> ExactlyOnceStreamSpec:
+    s = validate_spec(base_spec(**overrides))
+    assert isinstance(s, ExactlyOnceStreamSpec), s
+    return s
+
+
+def test_run_config_map_holds_the_rendered_run_config():
+    s = spec()
+    cm = children.run_config_map(REF, children.run_config(REF, s, tx_generation=3))
+    assert cm["metadata"]["name"] == "colors-run"
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == REF.uid
+    assert cm["metadata"]["ownerReferences"][0]["controller"] is True
+    cfg = RunConfig.model_validate_json(cm["data"]["run.json"])
+    assert cfg.stream.name == "colors" and cfg.stream.namespace == "team-a"
+    assert cfg.stream.uid == REF.uid and cfg.stream.generation == 3
+    assert cfg.spec == s
+    assert cfg.checkpoint_dir == "/tmp/eos-test/live"
+    assert '"checkpointDir"' in cm["data"]["run.json"]         # camelCase, as the runtime reads it
+
+
+def test_driver_pod_runs_the_real_runtime_command():
+    s = spec()
+    pod = children.driver_pod(REF, s, attempt=4, tx_generation=1)
+    meta, podspec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "colors-driver-4" and meta["namespace"] == "team-a"
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "eos-operator"
+    assert meta["labels"]["streaming.eos.dev/stream"] == "colors"
+    assert meta["labels"]["streaming.eos.dev/generation"] == "1"
+    assert meta["labels"]["streaming.eos.dev/attempt"] == "4"
+    assert meta["ownerReferences"] == [REF.owner_reference()]
+    assert podspec["restartPolicy"] == "Never"
+    assert podspec["terminationGracePeriodSeconds"] == 60
+    (c,) = podspec["containers"]
+    assert c["command"] == ["python", "-m", "eos_job", "run", "--config-env", "EOS_RUN_CONFIG"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["EOS_RUN_CONFIG"]["valueFrom"] == {"configMapKeyRef": {"name": "colors-run", "key": "run.json"}}
+    assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert "volumes" not in podspec                 # store=local: the path as it is
+    assert "PYSPARK_SUBMIT_ARGS" not in env
+    # Selecting every attempt's Pod works with the labels it carries.
+    assert children.stream_selector("colors").items() <= meta["labels"].items()
+
+
+def test_pvc_checkpoint_is_mounted_at_the_path():
+    s = spec(checkpoint={"store": "pvc", "claimName": "ckpt", "path": "/checkpoints/colors"})
+    pod = children.driver_pod(REF, s, attempt=0, tx_generation=0)
+    assert pod["spec"]["volumes"] == [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}}]
+    assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "checkpoint",
+                                                              "mountPath": "/checkpoints/colors"}]
+
+
+def test_credentials_come_from_secret_references_only():
+    s = spec(sink={"bootstrapServers": "k:9093", "topic": "out", "credentials": {
+        "username": {"name": "kafka-user", "key": "user"}, "password": {"name": "kafka-user", "key": "pass"}}})
+    pod = children.driver_pod(REF, s, attempt=0, tx_generation=0)
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["EOS_SINK_SASL_USERNAME"]["valueFrom"] == {"secretKeyRef": {"name": "kafka-user", "key": "user"}}
+    assert env["EOS_SINK_SASL_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "kafka-user", "key": "pass"}}
+    assert all("value" not in e for e in env.values() if e["name"].startswith("EOS_SINK_SASL"))
+
+
+def test_cluster_mode_spark_submit_arguments():
+    s = spec(job={"module": "m", "deployMode": "cluster", "parallelism": 4, "image": "registry/eos:1",
+                  "executor": {"instances": 3, "cpu": "2", "memory": "4Gi"},
+                  "sparkConf": {"spark.ui.enabled": "false", "spark.kubernetes.driver.pod.name": "hijack"},
+                  "serviceAccountName": "spark"})
+    args = children.spark_submit_args(REF, s, "colors-driver-2")
+    assert args[:6] == ["--master", "k8s://https://kubernetes.default.svc", "--deploy-mode", "client",
+                        "--name", "colors"]
+    conf = dict(a.split("=", 1) for a in args[7::2])
+    assert all(flag == "--conf" for flag in args[6::2])
+    assert conf["spark.kubernetes.namespace"] == "team-a"
+    assert conf["spark.kubernetes.container.image"] == "registry/eos:1"
+    assert conf["spark.kubernetes.driver.pod.name"] == "colors-driver-2"     # pinned, not the user's value
+    assert conf["spark.driver.host"] == "colors-driver.team-a.svc"
+    assert conf["spark.driver.port"] == "7078" and conf["spark.driver.blockManager.port"] == "7079"
+    assert conf["spark.executor.instances"] == "3" and conf["spark.executor.memory"] == "4g"
+    assert conf["spark.kubernetes.executor.request.cores"] == "2"
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "spark"
+    assert conf["spark.kubernetes.executor.label.streaming.eos.dev/stream"] == "colors"
+    assert conf["spark.ui.enabled"] == "false"
+    pod = children.driver_pod(REF, s, attempt=2, tx_generation=0)
+    c = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert shlex.split(env["PYSPARK_SUBMIT_ARGS"]) == args + ["pyspark-shell"]
+    assert c["command"][:3] == ["python", "-m", "eos_job"]
+    assert {p["containerPort"] for p in c["ports"]} == {7078, 7079}
+
+
+def test_headless_driver_service_selects_the_driver():
+    svc = children.driver_service(REF)
+    assert svc["metadata"]["name"] == "colors-driver"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == children.stream_selector("colors")
+    assert svc["metadata"]["ownerReferences"] == [REF.owner_reference()]
+
+
+def test_names_are_deterministic():
+    assert children.driver_pod_name("colors", 0) == "colors-driver-0"
+    assert children.run_config_name("colors") == "colors-run"
+    s = spec()
+    assert children.driver_pod(REF, s, attempt=1, tx_generation=0) == children.driver_pod(REF, s, attempt=1,
+                                                                                           tx_generation=0)
+
+
+def test_run_config_round_trips_through_the_runtime_loader():
+    """What the driver does with EOS_RUN_CONFIG: json -> load_run_config -> the same RunConfig."""
+    from eos_job.spec import load_run_config
+    s = spec()
+    cfg = children.run_config(REF, s, 0)
+    cm = children.run_config_map(REF, cfg)
+    assert load_run_config(json.loads(cm["data"]["run.json"])) == cfg
+
+
+def test_cli_help_works_without_a_cluster():
+    root = children.__file__.rsplit("/operator/", 1)[0]
+    env = {**os.environ, "KUBECONFIG": "/nonexistent", "PYTHONPATH": os.pathsep.join(
+        [f"{root}/operator", f"{root}/jobs", root, os.environ.get("PYTHONPATH", "")])}
+    for argv in (["--help"], ["run", "--help"]):
+        out = subprocess.run([sys.executable, "-m", "eos_operator", *argv], capture_output=True, text=True,
+                             env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "usage: python -m eos_operator" in out.stdout
+    assert "--all-namespaces" in out.stdout and "--kubeconfig" in out.stdout and "--liveness" in out.stdout
