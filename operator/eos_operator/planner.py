@@ -408,7 +408,8 @@ def _continue_launch(step: _Step, spec: ExactlyOnceStreamSpec, launch: PendingLa
         step.conditions(("False", ready_reason, f"stopping {names}"),
                         ("True", "StoppingDriver", f"waiting for {names} to be gone before starting {launch.pod}"),
                         degraded_cond)
-        return step.done(requeue_after=POLL_SECONDS)
+        # A finished Pod is removed at once; look again right away instead of at the next tick.
+        return step.done(requeue_after=POLL_SECONDS, again=all(p.terminal and not p.deleting for p in others))
 
     # 3. The Pod exists: the launch happened (maybe by an operator that died right after).
     if obs.pod(launch.pod) is not None:

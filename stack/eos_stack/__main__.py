@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("action", choices=["up", "down", "status"])
     ap.add_argument("parts", nargs="*", help=f"any of {', '.join(ORDER)} (default: all)")
     ap.add_argument("--purge", action="store_true", help="with down: also delete the state folder's data")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
     unknown = [p for p in args.parts if p not in PARTS]
     if unknown:
         ap.error(f"unknown part(s) {unknown}; choose from {ORDER}")

@@ -12,9 +12,10 @@ import pytest
 from eos_job import checkpoint
 from eos_job.resolution import resolve
 from eos_job.spec import load_run_config
-from eos_job.verify import audit_counts, ledger_monotone, open_transactions, read_committed
+from eos_job.verify import read_committed
 from examples.colors.generator import produce
 from examples.colors.local_run import REPO, ColorsRun
+from tests.e2e.exactness import assert_exactly_once
 
 pytestmark = pytest.mark.stack
 
@@ -26,12 +27,7 @@ def run_config(run: ColorsRun):
 
 
 def assert_exact(run: ColorsRun, expected: dict[str, int]) -> None:
-    audit = audit_counts(run.bootstrap, run.counts)
-    assert audit.final == expected
-    assert audit.duplicates == [], f"count updates emitted twice: {audit.duplicates[:5]}"
-    assert audit.regressions == []
-    assert ledger_monotone(run.bootstrap, run.ledger_topic()) == []
-    assert open_transactions(run.bootstrap, [run.counts, run.dlq, run.ledger_topic()]) == set()
+    assert_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
 
 
 def test_replayed_batch_whose_slots_all_committed_writes_nothing(stack_env, tmp_path):
