@@ -138,3 +138,36 @@ def _summarise(r: ResolutionReport) -> str:
         else:
             parts.append(f"the restart replays batch {r.replay_batch}")
     return "; ".join(parts)
+
+
+def last_batch_committed(config: RunConfig, *, timeout_s: float = 10.0) -> int | None:
+    """The newest batch-complete record of the stream's ledger, whatever its checkpoint: cheap, no fencing.
+
+    The operator polls it for ``status.lastCommittedBatch``. The ledger topic is
+    the stream's own and partition 0 holds only batch-complete records, so the
+    partition's last record is the stream's latest completed batch.
+    """
+    from confluent_kafka import TopicPartition
+
+    sink = config.spec.sink
+    consumer = ledger_consumer(sink.bootstrap_servers, _security(sink.producer_config))
+    try:
+        tp = TopicPartition(config.ledger_topic(), protocol.BATCH_PARTITION)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+        except KafkaException:
+            return None
+        if high <= low:
+            return None
+        consumer.assign([TopicPartition(tp.topic, tp.partition, max(low, high - 1))])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = consumer.poll(min(1.0, max(0.01, deadline - time.monotonic())))
+            if msg is None:
+                continue
+            if msg.error():
+                return None
+            return BatchCompleteRecord.decode(msg.value()).batch
+        return None
+    finally:
+        consumer.close()

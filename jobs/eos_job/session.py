@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 
 def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: dict[str, str] | None = None,
-                        master: str = "local[2]") -> SparkSession:
+                        master: str | None = None) -> SparkSession:
     """Build (or return the already running) SparkSession for a job or a test.
 
     Why each setting:
@@ -22,7 +22,10 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
       project's packages. Set only when the caller has not chosen one.
     * ``spark.sql.shuffle.partitions=2``: the default 200 means 200 tiny tasks per
       shuffle in local mode on two cores.
-    * ``spark.ui.enabled=false``: no web UI port to collide with parallel runs.
+    * ``spark.ui.enabled=false``: no web UI port to collide with parallel runs;
+      ``showConsoleProgress=false``: progress bars would fill the driver's log.
+    * master ``local[*,4]`` (``EOS_SPARK_MASTER``): all cores of the Pod, and a
+      failed task is retried up to 4 times before the query fails, as on a cluster.
     * ``spark.driver.memory=1g``: modest, leaves room for the broker and the
       API server on a small machine (honoured because it is set before the JVM
       starts; it does nothing for an already running session).
@@ -44,6 +47,7 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     settings = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": "1g",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
@@ -53,6 +57,7 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
+    master = master or os.environ.get("EOS_SPARK_MASTER", "local[*,4]")
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)

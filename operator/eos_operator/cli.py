@@ -59,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("kubernetes", "urllib3", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not args.verbose:
+        # kopf reports every successful timer tick; our own log lines say what changed.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.kubeconfig:
         # kopf's login (through the kubernetes client) reads it from the environment.
         os.environ["KUBECONFIG"] = args.kubeconfig

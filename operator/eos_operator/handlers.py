@@ -40,12 +40,12 @@ def build_registry(config: OperatorConfig,
                    deps_factory: Callable[[OperatorConfig], Deps] = default_deps) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
-    @kopf.on.login(registry=registry)
+    @kopf.on.login(id="login", registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         # Through the kubernetes client: in-cluster, else $KUBECONFIG (set by --kubeconfig).
         return kopf.login_via_client(**kwargs)
 
-    @kopf.on.startup(registry=registry)
+    @kopf.on.startup(id="configure", registry=registry)
     def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         # Keep kopf's bookkeeping in annotations under our group: the status is ours alone.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
@@ -64,9 +64,9 @@ def build_registry(config: OperatorConfig,
         async with lock:
             return await reconcile(namespace, name, memo.deps)
 
-    @kopf.on.create(**RESOURCE, registry=registry)
-    @kopf.on.update(**RESOURCE, field="spec", registry=registry)
-    @kopf.on.resume(**RESOURCE, registry=registry)
+    @kopf.on.create(**RESOURCE, id="reconcile-on-create", registry=registry)
+    @kopf.on.update(**RESOURCE, id="reconcile-on-update", field="spec", registry=registry)
+    @kopf.on.resume(**RESOURCE, id="reconcile-on-resume", registry=registry)
     async def reconcile_stream(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
                                **_: Any) -> None:
         try:
@@ -77,7 +77,8 @@ def build_registry(config: OperatorConfig,
             logger.warning("reconcile failed, retrying: %s", exc)
             raise kopf.TemporaryError(str(exc), delay=5) from exc
 
-    @kopf.timer(**RESOURCE, interval=config.interval, initial_delay=config.interval, registry=registry)
+    @kopf.timer(**RESOURCE, id="reconcile-periodically", interval=config.interval,
+                initial_delay=config.interval, registry=registry)
     async def reconcile_periodically(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
                                      **_: Any) -> None:
         try:
@@ -85,7 +86,7 @@ def build_registry(config: OperatorConfig,
         except Exception as exc:  # noqa: BLE001 - next tick tries again
             logger.warning("periodic reconcile failed: %s", exc)
 
-    @kopf.on.delete(**RESOURCE, registry=registry)
+    @kopf.on.delete(**RESOURCE, id="stop", registry=registry)
     async def stop_stream(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any, **_: Any) -> None:
         outcome = await run(namespace, name, uid, memo, logger)
         if outcome.exists and not outcome.finished:

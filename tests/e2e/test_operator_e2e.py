@@ -1,0 +1,452 @@
+"""The operator on the real stack: kube-apiserver, Kafka, the process kubelet and the real job runtime.
+
+Each test gets its own namespace, its own operator process (``python -m eos_operator run
+--namespace NS``, through a small wrapper that can slow resolution down or die right
+after a Pod create, to kill the operator at exact points of a launch) and a process
+kubelet that runs the driver Pods' real command, ``python -m eos_job run --config-env
+EOS_RUN_CONFIG``, as local processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+for extra in (REPO / "operator", REPO / "jobs", REPO):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from eos_job.verify import audit_counts  # noqa: E402
+from examples.colors.generator import produce  # noqa: E402
+from examples.colors.local_run import create_topics  # noqa: E402
+from tests.e2e.exactness import assert_exactly_once  # noqa: E402
+from tests.harness.kubelet import ProcessKubelet  # noqa: E402
+
+pytestmark = pytest.mark.stack
+
+CRD = REPO / "crds" / "exactlyoncestreams.streaming.eos.dev.yaml"
+INVALID = sorted((REPO / "tests" / "operator" / "invalid").glob("*.yaml"))
+PYTHONPATH = os.pathsep.join([str(REPO / "operator"), str(REPO / "jobs"), str(REPO),
+                              os.environ.get("PYTHONPATH", "")])
+
+# The operator as a program, with two test-only switches applied from outside its code.
+OPERATOR_WRAPPER = r'''
+import asyncio, os, sys
+from eos_operator import adapters, cli
+delay = float(os.environ.get("EOS_TEST_RESOLVE_DELAY", "0") or 0)
+if delay:
+    _resolve = adapters.JobResolver.resolve
+    async def slow_resolve(self, config):
+        await asyncio.sleep(delay)
+        return await _resolve(self, config)
+    adapters.JobResolver.resolve = slow_resolve
+if os.environ.get("EOS_TEST_CRASH_AFTER_CREATE"):
+    _create = adapters.KubernetesApi.create_pod
+    async def create_then_die(self, namespace, body):
+        await _create(self, namespace, body)
+        os._exit(137)
+    adapters.KubernetesApi.create_pod = create_then_die
+sys.exit(cli.main(sys.argv[1:]))
+'''
+
+
+# --------------------------------------------------------------------- helpers
+class Kubectl:
+    def __init__(self, env: dict[str, str]):
+        self.bin = env["KUBECTL"]
+        self.env = {**os.environ, "KUBECONFIG": env["KUBECONFIG"]}
+
+    def run(self, *args: str, stdin: str | None = None, check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        proc = subprocess.run([self.bin, *args], input=stdin, capture_output=True, text=True, env=self.env,
+                              timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> dict[str, Any]:
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def apply(self, doc: dict[str, Any], namespace: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(doc), check=check)
+
+    def stream(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.json("get", "exactlyoncestream", name, "-n", namespace)
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.stream(namespace, name).get("status") or {}
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        return self.json("get", "pods", "-n", namespace)["items"]
+
+    def events(self, namespace: str, name: str) -> list[str]:
+        items = self.json("get", "events", "-n", namespace)["items"]
+        items = [e for e in items if e["involvedObject"].get("name") == name]
+        # Created once and never updated: the resourceVersion orders them (timestamps have 1 s resolution).
+        items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+        return [e["reason"] for e in items]
+
+    def event_messages(self, namespace: str, name: str, reason: str) -> list[str]:
+        items = self.json("get", "events", "-n", namespace)["items"]
+        return [e["message"] for e in items if e["involvedObject"].get("name") == name and e["reason"] == reason]
+
+    def patch_spec(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.run("patch", "exactlyoncestream", name, "-n", namespace, "--type=merge", "-p",
+                 json.dumps({"spec": patch}))
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+class OperatorProcess:
+    """``python -m eos_operator run`` for one namespace, as its own process (so it can be SIGKILLed)."""
+
+    def __init__(self, kubeconfig: str, namespace: str, log_path: Path, **switches: str):
+        self.kubeconfig, self.namespace, self.log_path, self.switches = kubeconfig, namespace, log_path, switches
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "OperatorProcess":
+        env = {**os.environ, "PYTHONPATH": PYTHONPATH, **self.switches}
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== operator start {time.strftime('%X')} {self.switches}\n".encode())
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", OPERATOR_WRAPPER, "run", "--namespace", self.namespace,
+                 "--kubeconfig", self.kubeconfig, "--interval", "1", "--resolution-timeout", "30"],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def tail(self, n: int = 60) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+class Diagnostics:
+    """What to print when a wait times out."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str, operator: OperatorProcess | None = None,
+                 kubelet: ProcessKubelet | None = None):
+        self.kubectl, self.namespace, self.operator, self.kubelet = kubectl, namespace, operator, kubelet
+
+    def __call__(self) -> str:
+        parts = []
+        try:
+            for s in self.kubectl.json("get", "exactlyoncestreams", "-n", self.namespace)["items"]:
+                parts.append(f"stream {s['metadata']['name']} status: {json.dumps(s.get('status'), indent=1)}")
+            parts.append("pods: " + ", ".join(f"{p['metadata']['name']}={p.get('status', {}).get('phase')}"
+                                              for p in self.kubectl.pods(self.namespace)))
+            parts.append(self.kubectl.run("get", "events", "-n", self.namespace, check=False).stdout)
+        except Exception as exc:  # noqa: BLE001 - diagnostics must not hide the failure
+            parts.append(f"(could not read state: {exc})")
+        if self.operator is not None:
+            parts.append("operator log:\n" + self.operator.tail())
+        if self.kubelet is not None:
+            for log in sorted(self.kubelet.log_dir.glob(f"{self.namespace}_*.log"))[-2:]:
+                lines = log.read_text(errors="replace").splitlines()[-25:]
+                parts.append(f"{log.name}:\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float, diagnostics: Callable[[], str],
+               interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
+                         f"{f' (last error: {last_exc})' if last_exc else ''}\n{diagnostics()}")
+
+
+class ColorsTopics:
+    def __init__(self, bootstrap: str, *, create_sink: bool = True):
+        self.bootstrap = bootstrap
+        run_id = uuid.uuid4().hex[:8]
+        self.events, self.counts, self.dlq = (f"op-colors-events-{run_id}", f"op-colors-counts-{run_id}",
+                                              f"op-colors-dlq-{run_id}")
+        topics = {self.events: 3, self.dlq: 1}
+        if create_sink:
+            topics[self.counts] = 3
+        create_topics(bootstrap, topics)
+
+    def create_sink(self) -> None:
+        create_topics(self.bootstrap, {self.counts: 3})
+
+    def ledger(self, namespace: str, name: str) -> str:
+        return f"{self.counts}.eos-ledger.{namespace}.{name}"
+
+
+def colors_stream(name: str, topics: ColorsTopics, checkpoint: Path, *, attempts: int = 3,
+                  delay: float = 1.0) -> dict[str, Any]:
+    return {
+        "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
+        "metadata": {"name": name},
+        "spec": {
+            "job": {"module": "examples.colors.job", "parallelism": 2,
+                    "sparkConf": {"spark.sql.streaming.minBatchesToRetain": "100"}},
+            "source": {"bootstrapServers": topics.bootstrap, "topics": [topics.events],
+                       "maxOffsetsPerTrigger": 2000},
+            "sink": {"bootstrapServers": topics.bootstrap, "topic": topics.counts, "deadLetterTopic": topics.dlq},
+            "checkpoint": {"store": "local", "path": str(checkpoint)},
+            "triggerIntervalMs": 500,
+            "restartStrategy": {"type": "fixed-delay", "fixedDelay": {"attempts": attempts, "delaySeconds": delay}},
+            "upgradeMode": "last-state",
+        },
+    }
+
+
+# -------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def kubectl(stack_env) -> Kubectl:
+    k = Kubectl(stack_env)
+    k.run("apply", "-f", str(CRD))
+    k.run("wait", "--for=condition=Established", "crd/exactlyoncestreams.streaming.eos.dev", "--timeout=60s")
+    return k
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl):
+    ns = f"eos-op-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "namespace", ns)
+    yield ns
+    # The operator is gone by now: release what still carries its finalizer, then drop the namespace.
+    for s in kubectl.json("get", "exactlyoncestreams", "-n", ns)["items"]:
+        kubectl.run("patch", "exactlyoncestream", s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
+                    '{"metadata":{"finalizers":null}}', check=False)
+    kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kubelet(stack_env, namespace, tmp_path):
+    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
+                        extra_env={"PYTHONPATH": PYTHONPATH}) as k:
+        yield k
+
+
+@pytest.fixture
+def operator(stack_env, namespace, kubelet, tmp_path):
+    op = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log").start()
+    yield op
+    op.stop()
+
+
+# ----------------------------------------------------------------------- tests
+def test_invalid_resources_are_rejected_naming_the_field(kubectl, namespace, operator):
+    diag = Diagnostics(kubectl, namespace, operator)
+    by_operator = []
+    for path in INVALID:
+        doc = yaml.safe_load(path.read_text())
+        ann = doc["metadata"]["annotations"]
+        field, by = ann["test.eos.dev/expect-field"], ann["test.eos.dev/rejected-by"]
+        result = kubectl.apply(doc, namespace, check=False)
+        if by == "schema":
+            assert result.returncode != 0, f"the API server accepted {path.name}"
+            assert field in result.stderr, f"{path.name}: {result.stderr}"
+        else:
+            assert result.returncode == 0, f"{path.name} should pass the schema: {result.stderr}"
+            by_operator.append((doc["metadata"]["name"], field))
+    assert len(by_operator) >= 5
+    for name, field in by_operator:
+        ready = wait_until(lambda: (lambda c: c if c.get("reason") == "InvalidSpec" else None)(
+            condition(kubectl.status(namespace, name), "Ready")), f"{name} to be InvalidSpec", 60, diag)
+        assert ready["status"] == "False" and field in ready["message"], ready
+        assert kubectl.status(namespace, name)["lifecycleState"] == "Invalid"
+        messages = kubectl.event_messages(namespace, name, "InvalidSpec")
+        assert messages and field in messages[0], messages
+        assert "hunter2" not in json.dumps(kubectl.status(namespace, name)) + " ".join(messages)
+    # The operator did nothing else: no Pods, no ConfigMaps of ours.
+    assert kubectl.pods(namespace) == []
+    cms = kubectl.json("get", "configmaps", "-n", namespace, "-l", "app.kubernetes.io/managed-by=eos-operator")
+    assert cms["items"] == []
+    for name, _ in by_operator:
+        kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=60s")
+
+
+def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubelet, operator, tmp_path):
+    diag = Diagnostics(kubectl, namespace, operator, kubelet)
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
+    checkpoint = tmp_path / "checkpoint"
+    name = "colors"
+    expected = produce(topics.bootstrap, topics.events, 3000)
+    kubectl.apply(colors_stream(name, topics, checkpoint), namespace)
+
+    status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(
+        kubectl.status(namespace, name)), "the stream to run", 120, diag)
+    assert status["driverPod"] == "colors-driver-0"
+    assert condition(status, "Ready")["status"] == "True"
+    assert status["resolution"]["streamUid"] == kubectl.stream(namespace, name)["metadata"]["uid"]
+    run = kubectl.json("get", "configmap", "colors-run", "-n", namespace)
+    run_cfg = json.loads(run["data"]["run.json"])
+    assert run_cfg["checkpointDir"] == f"{checkpoint}/live" and run_cfg["stream"]["name"] == name
+    pod = kubectl.json("get", "pod", "colors-driver-0", "-n", namespace)
+    assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "eos_job", "run", "--config-env",
+                                                       "EOS_RUN_CONFIG"]
+    assert pod["metadata"]["ownerReferences"][0]["name"] == name
+    assert kubectl.events(namespace, name)[:3] == ["Resolved", "Submitted", "Running"]
+    table = kubectl.run("get", "eos", name, "-n", namespace).stdout
+    assert table.split()[:6] == ["NAME", "STATE", "READY", "BATCH", "RESTARTS", "AGE"], table
+    assert "Running" in table.splitlines()[1]
+
+    # Wait for output, then SIGKILL the driver: resolution first, then a new driver.
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final, "first output", 240, diag, 2)
+    assert kubelet.kill9(namespace, "colors-driver-0")
+    status = wait_until(lambda: (lambda s: s if s.get("driverPod") == "colors-driver-1"
+                                 and s.get("lifecycleState") == "Running" else None)(kubectl.status(namespace, name)),
+                        "the restart after kill -9", 120, diag)
+    assert status["restartCount"] == 1
+    assert "exit code 137" in status["lastError"]
+    reasons = kubectl.events(namespace, name)
+    assert reasons.count("Resolved") >= 2 and reasons.count("Submitted") == 2
+    for reason in ("DriverFailed", "Restarting"):
+        assert reason in reasons
+    after_kill = reasons[reasons.index("DriverFailed"):]
+    assert after_kill.index("Resolved") < after_kill.index("Submitted")      # resolution before the start
+    assert [p["metadata"]["name"] for p in kubectl.pods(namespace)] == ["colors-driver-1"]
+
+    more = produce(topics.bootstrap, topics.events, 2000, seed=11, start_id=3000)
+    expected = {c: expected.get(c, 0) + more.get(c, 0) for c in set(expected) | set(more)}
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output to catch up",
+               300, diag, 2)
+    assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
+
+    # Suspend: a graceful stop at a batch boundary, then no driver.
+    kubectl.patch_spec(namespace, name, {"job": {"state": "suspended"}})
+    wait_until(lambda: kubectl.status(namespace, name).get("lifecycleState") == "Suspended"
+               and not kubectl.pods(namespace), "the stream to suspend", 120, diag)
+    assert "stopped at a clean boundary" in kubelet.log_path(namespace, "colors-driver-1").read_text()
+    assert "Suspended" in kubectl.events(namespace, name)
+    assert condition(kubectl.status(namespace, name), "Ready")["reason"] == "Suspended"
+
+    # Resume: resolution first, a new driver, the counters untouched.
+    resolved_before = kubectl.events(namespace, name).count("Resolved")
+    kubectl.patch_spec(namespace, name, {"job": {"state": "running"}})
+    status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(
+        kubectl.status(namespace, name)), "the stream to resume", 120, diag)
+    assert status["driverPod"] == "colors-driver-2" and status["restartCount"] == 1
+    reasons = kubectl.events(namespace, name)
+    assert "Resumed" in reasons and reasons.count("Resolved") == resolved_before + 1
+    more = produce(topics.bootstrap, topics.events, 1000, seed=12, start_id=5000)
+    expected = {c: expected.get(c, 0) + more.get(c, 0) for c in set(expected) | set(more)}
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected,
+               "the output after the resume", 300, diag, 2)
+    assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
+
+    # Delete: the driver stops gracefully, the children go, the checkpoint stays.
+    kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=120s")
+    assert kubectl.pods(namespace) == []
+    assert kubectl.run("get", "configmap", "colors-run", "-n", namespace, check=False).returncode != 0
+    assert (checkpoint / "live" / "offsets").is_dir()
+    assert "stopped at a clean boundary" in kubelet.log_path(namespace, "colors-driver-2").read_text()
+
+
+def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, namespace, kubelet, operator,
+                                                            tmp_path):
+    diag = Diagnostics(kubectl, namespace, operator, kubelet)
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"], create_sink=False)   # the sink is "down"
+    name = "stuck"
+    kubectl.apply(colors_stream(name, topics, tmp_path / "checkpoint", attempts=1, delay=1), namespace)
+    status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Failed" else None)(
+        kubectl.status(namespace, name)), "restarts to be exhausted", 180, diag)
+    ready = condition(status, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "RestartsExhausted"
+    assert status["restartCount"] == 1
+    assert topics.counts in status["lastError"] or "sink" in status["lastError"].lower(), status["lastError"]
+    assert status["lastError"] in ready["message"]
+    reasons = kubectl.events(namespace, name)
+    assert "RestartsExhausted" in reasons and reasons.count("DriverFailed") + reasons.count("ResolutionFailed") == 2
+    time.sleep(3)   # stays Failed: nothing more is started
+    assert kubectl.status(namespace, name)["lifecycleState"] == "Failed"
+    assert all(p["status"]["phase"] == "Failed" for p in kubectl.pods(namespace))
+
+    # The sink comes back; the user asks for a restart with a new nonce.
+    topics.create_sink()
+    expected = produce(topics.bootstrap, topics.events, 1000)
+    kubectl.patch_spec(namespace, name, {"restartNonce": 1})
+    status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(
+        kubectl.status(namespace, name)), "the stream to resume after the nonce", 120, diag)
+    assert status["restartCount"] == 0 and status["observedRestartNonce"] == 1
+    assert [p["metadata"]["name"] for p in kubectl.pods(namespace)] == [status["driverPod"]]
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output", 300, diag, 2)
+    assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
+    kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=120s")
+
+
+def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kubectl, namespace, kubelet, tmp_path):
+    log = tmp_path / "operator.log"
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
+    name = "colors"
+    # 1. Killed while resolving: the launch is recorded, no Pod exists yet.
+    slow = OperatorProcess(stack_env["KUBECONFIG"], namespace, log, EOS_TEST_RESOLVE_DELAY="30").start()
+    diag = Diagnostics(kubectl, namespace, slow, kubelet)
+    try:
+        kubectl.apply(colors_stream(name, topics, tmp_path / "checkpoint"), namespace)
+        status = wait_until(lambda: (lambda s: s if s.get("pendingLaunch") else None)(
+            kubectl.status(namespace, name)), "the launch to be recorded", 60, diag, 0.2)
+        assert status["pendingLaunch"]["pod"] == "colors-driver-0"
+        time.sleep(1)
+        assert condition(kubectl.status(namespace, name), "Progressing")["reason"] == "Resolving"
+    finally:
+        slow.kill9()
+    assert kubectl.pods(namespace) == []
+
+    # 2. Killed right after creating the Pod, before recording it.
+    crashing = OperatorProcess(stack_env["KUBECONFIG"], namespace, log, EOS_TEST_CRASH_AFTER_CREATE="1").start()
+    diag.operator = crashing
+    try:
+        wait_until(lambda: not crashing.alive(), "the operator to die after the create", 90, diag)
+    finally:
+        crashing.kill9()
+    assert crashing.proc.returncode == 137, crashing.tail()
+    assert [p["metadata"]["name"] for p in kubectl.pods(namespace)] == ["colors-driver-0"]
+    assert kubectl.status(namespace, name)["pendingLaunch"]["pod"] == "colors-driver-0"
+
+    # 3. A healthy operator picks up where the status says it was: the same Pod, no second one.
+    healthy = OperatorProcess(stack_env["KUBECONFIG"], namespace, log).start()
+    diag.operator = healthy
+    try:
+        status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(
+            kubectl.status(namespace, name)), "the stream to run", 120, diag)
+        assert status["driverPod"] == "colors-driver-0" and "pendingLaunch" not in status
+        assert status["restartCount"] == 0
+        assert [p["metadata"]["name"] for p in kubectl.pods(namespace)] == ["colors-driver-0"]
+        assert kubectl.events(namespace, name).count("Submitted") == 1
+        assert [p.name for p in sorted(kubelet.log_dir.glob(f"{namespace}_*.log"))] == [
+            f"{namespace}_colors-driver-0.log"]                     # one driver process ever ran
+        expected = produce(topics.bootstrap, topics.events, 1000)
+        wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output", 300,
+                   diag, 2)
+        kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=120s")
+    finally:
+        healthy.stop()

@@ -1,0 +1,78 @@
+"""The shared resource models: defaults, field-named errors, semantic checks, run config loading."""
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from eos_job.spec import ExactlyOnceStreamSpec, load_run_config, semantic_errors
+
+
+def spec(**over):
+    base = {"job": {"module": "examples.colors.job"},
+            "source": {"bootstrapServers": "k:9092", "topics": ["in"]},
+            "sink": {"bootstrapServers": "k:9092", "topic": "out"},
+            "checkpoint": {"store": "local", "path": "/tmp/c"}}
+    for path, value in over.items():
+        node = base
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return base
+
+
+def test_defaults():
+    s = ExactlyOnceStreamSpec.model_validate(spec())
+    assert s.job.parallelism == 2 and s.upgrade_mode == "snapshot"
+    assert s.restart_strategy.type == "exponential-delay"
+    assert s.restart_strategy.exponential_delay is not None
+    assert s.wire()["triggerIntervalMs"] == 1000
+
+
+@pytest.mark.parametrize("path,value,field", [
+    ("job.paralelism", 3, "job.paralelism"),
+    ("job.parallelism", 0, "job.parallelism"),
+    ("job.module", "not a module", "job.module"),
+    ("sink.topic", "bad topic!", "sink.topic"),
+    ("source.topics", [], "source.topics"),
+    ("triggerIntervalMs", 10, "triggerIntervalMs"),
+    ("sink.transactionTimeoutMs", 10, "sink.transactionTimeoutMs"),
+    ("upgradeMode", "yolo", "upgradeMode"),
+    ("restartStrategy", {"type": "fixed-delay", "failureRate": {}}, "restartStrategy.failureRate"),
+])
+def test_invalid_fields_are_named(path, value, field):
+    with pytest.raises(ValidationError) as ei:
+        ExactlyOnceStreamSpec.model_validate(spec(**{path: value}))
+    text = str(ei.value)
+    assert field.split(".")[-1] in text
+
+
+def test_semantic_errors_name_field_and_fix():
+    s = ExactlyOnceStreamSpec.model_validate(spec(**{"sink.topic": "in"}))
+    errs = semantic_errors(s)
+    assert any(e.startswith("sink.topic:") and "Choose another" in e for e in errs)
+    s = ExactlyOnceStreamSpec.model_validate(spec(**{"checkpoint.store": "pvc"}))
+    assert any(e.startswith("checkpoint.claimName") for e in semantic_errors(s))
+    s = ExactlyOnceStreamSpec.model_validate(spec(**{"sink.producerConfig": {"sasl.password": "x",
+                                                                              "transactional.id": "y"}}))
+    errs = semantic_errors(s)
+    assert any("sink.producerConfig.sasl.password" in e for e in errs)
+    assert any("sink.producerConfig.transactional.id" in e for e in errs)
+
+
+def test_manifest_loads_as_run_config_with_stable_uid():
+    doc = {"kind": "ExactlyOnceStream", "metadata": {"name": "s", "namespace": "n"}, "spec": spec()}
+    a, b = load_run_config(doc), load_run_config(doc)
+    assert a.stream.uid == b.stream.uid and a.checkpoint_dir == "/tmp/c/live"
+    assert a.ledger_topic() == "out.eos-ledger.n.s"
+    assert a.stream.transactional_prefix.startswith("eos-n-s-")
+
+
+def test_operator_folder_does_not_shadow_the_stdlib():
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    assert not (repo / "operator" / "__init__.py").exists()
+    out = subprocess.run([sys.executable, "-c", "import operator, pydantic; print(operator.__file__)"],
+                         cwd=repo, capture_output=True, text=True, check=True).stdout
+    assert "/operator/" not in out.replace("operator.py", "")
