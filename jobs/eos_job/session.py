@@ -42,6 +42,7 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookup, no warning about it
     if jars is None:
         jars = [j for j in os.environ.get("SPARK_JARS", "").split(",") if j]
     settings = {

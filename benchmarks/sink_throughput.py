@@ -1,0 +1,732 @@
+#!/usr/bin/env python3
+"""Sink benchmark: Spark's built-in Kafka sink (at-least-once) against the exactly-once sink.
+
+Both sinks run the same job (``benchmarks/passthrough.py``: key and value of
+~100-byte records) over the same input, in ONE process and ONE SparkSession
+(warm JVM, same Python workers), with the same parallelism and the same
+``maxOffsetsPerTrigger``. Ratios, not absolute numbers, are the result: the
+machine is small and shared.
+
+Phases:
+
+1. Throughput: N records are produced once into a 4-partition input topic.
+   Each sink is warmed up on a smaller topic, then processes all N with
+   ``trigger(availableNow=True)`` from a fresh checkpoint into a fresh output
+   topic, alternating the order over ``--repeats``; the median wall time
+   counts. Every output topic is read back with read_committed: ours must hold
+   each key exactly once; the built-in sink may hold duplicates only after a
+   failure.
+2. Breakdown (skip with ``--no-breakdown``): the exactly-once write path cut
+   after each step (shuffle, Arrow to Python, conversion, produce loop,
+   transaction), to say where the time goes; see ``benchmarks/sink_probes.py``.
+3. Latency: a producer thread writes ``--rate`` records/s for ``--seconds``
+   (after ``--latency-warmup`` seconds that are not counted), each stamped with
+   its produce time; each sink runs as a continuous query with the same
+   processingTime trigger; a read_committed consumer thread stamps the receive
+   time. p50/p99 end-to-end latency per sink.
+
+Results: a markdown table with the settings and machine, and the JSON of every
+measurement, in ``benchmarks/results/<date>-sink.md`` (or ``--out``).
+
+Run: ``make bench``, or
+``PYTHONPATH=stack:. .venv/bin/python benchmarks/sink_throughput.py --records 200000 --seconds 10``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for _p in (REPO / "stack", REPO / "jobs", REPO):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+# Python workers inherit this: they import eos_job (the slot task) and benchmarks.sink_probes.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO), str(REPO / "jobs"), str(REPO / "stack")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+
+import numpy as np  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+KEY_BYTES, VALUE_BYTES = 10, 90
+T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------ stderr tee
+class StderrTee:
+    """Sends fd 2 (the JVM's and the Python workers' stderr too) through a pipe.
+
+    Everything goes to a log file and on to the real stderr; lines that show the
+    slot producers being fenced are counted, per phase.
+    """
+    PATTERNS = {"refence": re.compile(r"fencing again"), "fenced": re.compile(r"(?i)fenced|PRODUCER_FENCED"),
+                "spark_error": re.compile(r"\bERROR\b")}
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.counts = {k: 0 for k in self.PATTERNS}
+        self.samples: list[str] = []
+        real = os.dup(2)
+        r, w = os.pipe()
+        os.dup2(w, 2)
+        os.close(w)
+        self.real = os.fdopen(real, "w", buffering=1)
+        sys.stderr = self.real  # our own tracebacks go straight to the terminal
+        self.reader = os.fdopen(r, "r", errors="replace")
+        self.log = open(path, "w", buffering=1)
+        threading.Thread(target=self._pump, daemon=True, name="stderr-tee").start()
+
+    def _pump(self) -> None:
+        for line in self.reader:
+            self.log.write(line)
+            for k, pat in self.PATTERNS.items():
+                if pat.search(line):
+                    self.counts[k] += 1
+                    if len(self.samples) < 20:
+                        self.samples.append(line.strip()[:300])
+            self.real.write(line)
+
+    def snapshot(self) -> dict[str, int]:
+        time.sleep(0.2)  # let the pipe drain
+        return dict(self.counts)
+
+
+# ------------------------------------------------------------------ Kafka helpers
+def stack_env() -> tuple[str, str]:
+    from eos_stack.common import read_env_file
+    f = REPO / ".stack" / "env"
+    env = read_env_file(f) if f.exists() else {}
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP") or env.get("KAFKA_BOOTSTRAP")
+    jars = os.environ.get("SPARK_JARS") or env.get("SPARK_JARS")
+    if not bootstrap or not jars:
+        sys.exit("KAFKA_BOOTSTRAP/SPARK_JARS unknown: start the stack with "
+                 "`PYTHONPATH=stack .venv/bin/python -m eos_stack up kafka spark` (or `make bench`)")
+    os.environ["SPARK_JARS"] = jars
+    return bootstrap, jars
+
+
+class Topics:
+    def __init__(self, bootstrap: str):
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.created: list[str] = []
+
+    def create(self, topics: dict[str, int]) -> None:
+        futs = self.admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=1) for t, n in topics.items()])
+        for t, f in futs.items():
+            f.result(30)
+            self.created.append(t)
+
+    def track(self, topic: str) -> None:
+        self.created.append(topic)
+
+    def delete_all(self) -> None:
+        existing = set(self.admin.list_topics(timeout=15).topics)
+        gone = [t for t in dict.fromkeys(self.created) if t in existing]
+        if gone:
+            for f in self.admin.delete_topics(gone, operation_timeout=30).values():
+                try:
+                    f.result(60)
+                except Exception as exc:  # noqa: BLE001 - cleanup is best effort
+                    say(f"could not delete a topic: {exc}")
+
+
+def produce_records(bootstrap: str, topic: str, n: int) -> float:
+    """N keyed ~100-byte records; returns the seconds it took."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 1_000_000, "acks": "all", "enable.idempotence": True})
+    errors: list = []
+    p_conf_cb = lambda err, _m: errors.append(err) if err else None  # noqa: E731
+    pad = b"x" * (VALUE_BYTES - KEY_BYTES - 1)
+    t0 = time.monotonic()
+    step = max(n // 5, 1)
+    for i in range(n):
+        k = b"%010d" % i
+        try:
+            p.produce(topic, key=k, value=k + b"|" + pad, on_delivery=p_conf_cb)
+        except BufferError:
+            p.poll(0.2)
+            p.produce(topic, key=k, value=k + b"|" + pad, on_delivery=p_conf_cb)
+        if (i + 1) % step == 0 and n >= 100_000:
+            say(f"  produced {i + 1:,}/{n:,}")
+    if p.flush(300) or errors:
+        raise RuntimeError(f"could not produce the input: {errors[:3]}")
+    return time.monotonic() - t0
+
+
+def audit(bootstrap: str, topic: str, n: int) -> dict:
+    """Read ``topic`` with read_committed and count every key 0..n-1."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-audit-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        parts = list(c.list_topics(topic, timeout=15).topics[topic].partitions)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        seen = np.zeros(n, dtype=np.uint32)
+        eof: set[int] = set()
+        total = other = 0
+        deadline = time.monotonic() + 300
+        while len(eof) < len(parts):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"audit of {topic}: no end of partitions after 300s")
+            for m in c.consume(10_000, 1.0):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        eof.add(m.partition())
+                        continue
+                    raise RuntimeError(f"audit of {topic}: {err}")
+                total += 1
+                k = int(m.key())
+                if 0 <= k < n:
+                    seen[k] += 1
+                else:
+                    other += 1
+        distinct = int(np.count_nonzero(seen))
+        return {"records": total, "distinct": distinct, "duplicates": total - distinct - other,
+                "missing": n - distinct, "unexpected": other}
+    finally:
+        c.close()
+
+
+# ------------------------------------------------------------------ Spark side
+class Bench:
+    def __init__(self, args, bootstrap: str):
+        self.args = args
+        self.bootstrap = bootstrap
+        self.run_id = uuid.uuid4().hex[:6]
+        self.topics = Topics(bootstrap)
+        self.work = Path(tempfile.mkdtemp(prefix=f"eos-bench-{self.run_id}-"))
+        self.n_ckpt = 0
+        self.spark = None
+
+    # configs ---------------------------------------------------------------
+    def config(self, in_topic: str, out_topic: str):
+        from eos_job.spec import load_run_config
+        self.n_ckpt += 1
+        root = self.work / f"run{self.n_ckpt:03d}"
+        manifest = {
+            "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
+            # One stream identity for the whole benchmark: the slot producers (same transactional
+            # ids) live on across runs in the Python workers, as they do in a long-running stream.
+            "metadata": {"name": f"bench-{self.run_id}", "namespace": "bench"},
+            "spec": {
+                "job": {"module": "benchmarks.passthrough", "parallelism": self.args.parallelism},
+                "source": {"bootstrapServers": self.bootstrap, "topics": [in_topic],
+                           "startingOffsets": "earliest", "maxOffsetsPerTrigger": self.args.max_offsets},
+                "sink": {"bootstrapServers": self.bootstrap, "topic": out_topic},
+                "checkpoint": {"store": "local", "path": str(root)},
+                "triggerIntervalMs": self.args.trigger_ms,
+            },
+        }
+        return load_run_config(manifest)
+
+    def session(self):
+        from eos_job.runtime import spark_conf_for
+        from eos_job.session import build_spark_session
+        cfg = self.config("bench-x", "bench-y")
+        self.spark = build_spark_session("eos-sink-bench", conf=spark_conf_for(cfg))
+        return self.spark
+
+    def source_df(self, config):
+        """The source exactly as ``runtime.build_query`` builds it, and the job's transform."""
+        from eos_job.runtime import TransformContext, load_transform
+        spec = config.spec
+        src = self.spark.readStream.format("kafka") \
+            .option("kafka.bootstrap.servers", spec.source.bootstrap_servers) \
+            .option("subscribe", ",".join(spec.source.topics)) \
+            .option("startingOffsets", spec.source.starting_offsets) \
+            .option("failOnDataLoss", "true") \
+            .option("maxOffsetsPerTrigger", str(spec.source.max_offsets_per_trigger))
+        ctx = TransformContext(spark=self.spark, args={}, stream=config.stream.name,
+                               namespace=config.stream.namespace, slots=spec.job.parallelism)
+        return load_transform(spec.job.module, spec.job.function)(src.load(), ctx)
+
+    # queries ----------------------------------------------------------------
+    def builtin_writer(self, config, repartition: bool = False):
+        df = self.source_df(config)
+        if repartition:
+            df = df.repartition(config.spec.job.parallelism, "key")
+        return (df.writeStream.format("kafka")
+                .option("kafka.bootstrap.servers", config.spec.sink.bootstrap_servers)
+                .option("topic", config.spec.sink.topic)
+                .option("checkpointLocation", config.checkpoint_dir)
+                .queryName(f"builtin-{self.n_ckpt}"))
+
+    def ours_writer(self, config):
+        from eos_job.runtime import BatchWriter, build_query, preflight
+        preflight(config)
+        Path(config.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        self.topics.track(config.ledger_topic())
+        writer = BatchWriter(config)
+        return build_query(self.spark, config, writer), writer
+
+    def probe_writer(self, config, mode: str, stats: list):
+        from eos_job.runtime import prepare_output
+
+        from benchmarks.sink_probes import PROBE_SCHEMA, probe_task
+        slots = config.spec.job.parallelism
+        fn = probe_task(mode, self.bootstrap, config.spec.sink.topic, f"bench-probe-{self.run_id}")
+
+        def each_batch(df, batch_id):
+            rows = df.repartition(slots, "key").mapInArrow(fn, PROBE_SCHEMA).collect()
+            stats.extend(r.asDict() for r in rows)
+
+        df = prepare_output(self.source_df(config))
+        return (df.writeStream.foreachBatch(each_batch).outputMode("update")
+                .option("checkpointLocation", config.checkpoint_dir).queryName(f"probe-{mode}-{self.n_ckpt}"))
+
+    # runs --------------------------------------------------------------------
+    def run_available_now(self, dsw, n: int, label: str) -> dict:
+        t0 = time.perf_counter()
+        q = dsw.trigger(availableNow=True).start()
+        last = 0.0
+        while not q.awaitTermination(2):
+            if time.perf_counter() - last > 10:
+                done = sum(p["numInputRows"] for p in _progress(q))
+                say(f"    {label}: {done:,}/{n:,} records so far")
+                last = time.perf_counter()
+        wall = time.perf_counter() - t0
+        if q.exception() is not None:
+            raise RuntimeError(f"{label}: the query failed: {q.exception()}")
+        prog = _progress(q)
+        rows = sum(p["numInputRows"] for p in prog)
+        if rows != n:
+            raise RuntimeError(f"{label}: processed {rows} rows, expected {n}")
+        trig = [p["durationMs"].get("triggerExecution", 0) for p in prog if p["numInputRows"]]
+        add = [p["durationMs"].get("addBatch", 0) for p in prog if p["numInputRows"]]
+        return {"wall_s": round(wall, 3), "records_per_s": round(n / wall), "batches": len(trig),
+                "batch_ms_median": statistics.median(trig) if trig else None,
+                "add_batch_ms_total": sum(add), "trigger_ms_total": sum(trig)}
+
+    def throughput_run(self, sink: str, in_topic: str, n: int, label: str) -> dict:
+        out = f"bench-out-{sink}-{self.run_id}-{self.n_ckpt + 1:03d}"
+        self.topics.create({out: self.args.parallelism})
+        config = self.config(in_topic, out)
+        if sink == "builtin":
+            dsw = self.builtin_writer(config)
+        else:
+            dsw, _ = self.ours_writer(config)
+        res = self.run_available_now(dsw, n, label)
+        res["output_topic"] = out
+        return res
+
+
+def _progress(q) -> list[dict]:
+    out = []
+    for p in q.recentProgress:
+        d = p if isinstance(p, dict) else json.loads(p.json)
+        out.append(d)
+    return out
+
+
+# ------------------------------------------------------------------ latency
+class LatencyProbe:
+    """A paced, stamped producer and a read_committed consumer for one sink's run."""
+
+    def __init__(self, bootstrap: str, in_topic: str, out_topic: str, rate: int, seconds: float, warmup: float):
+        self.bootstrap, self.in_topic, self.out_topic = bootstrap, in_topic, out_topic
+        self.rate, self.total = rate, int(rate * (seconds + warmup))
+        self.first_counted = int(rate * warmup)
+        self.lat_ns = np.full(self.total, -1, dtype=np.int64)
+        self.dupes = 0
+        self.produced = 0
+        self.produce_lag_max = 0.0
+        self.stop = threading.Event()
+        self.consumer_thread = threading.Thread(target=self._consume, daemon=True, name="lat-consumer")
+        self.producer_thread = threading.Thread(target=self._produce, daemon=True, name="lat-producer")
+        self.received = 0
+
+    def start_consumer(self) -> None:
+        self.consumer_thread.start()
+
+    def start_producer(self) -> None:
+        self.producer_thread.start()
+
+    def _produce(self) -> None:
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 1, "acks": "all",
+                      "enable.idempotence": True})
+        pad = b"x" * (VALUE_BYTES - 10 - 1 - 19 - 1)
+        start = time.perf_counter()
+        sent = 0
+        while sent < self.total and not self.stop.is_set():
+            due = min(self.total, int((time.perf_counter() - start) * self.rate))
+            self.produce_lag_max = max(self.produce_lag_max, (due - sent) / self.rate)
+            while sent < due:
+                k = b"%010d" % sent
+                try:
+                    p.produce(self.in_topic, key=k, value=b"%s|%019d|%s" % (k, time.time_ns(), pad))
+                except BufferError:
+                    p.poll(0.05)
+                    continue
+                sent += 1
+            self.produced = sent
+            p.poll(0)
+            time.sleep(0.002)
+        p.flush(60)
+        self.produced = sent
+
+    def _consume(self) -> None:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-lat-{uuid.uuid4().hex[:8]}",
+                      "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 10, "fetch.min.bytes": 1})
+        parts = list(c.list_topics(self.out_topic, timeout=15).topics[self.out_topic].partitions)
+        c.assign([TopicPartition(self.out_topic, p, OFFSET_BEGINNING) for p in parts])
+        lat = self.lat_ns
+        try:
+            while not self.stop.is_set():
+                msgs = c.consume(2000, 0.05)
+                now = time.time_ns()
+                for m in msgs:
+                    if m.error() is not None:
+                        continue
+                    v = m.value()
+                    seq = int(v[:10])
+                    if 0 <= seq < self.total:
+                        if lat[seq] >= 0:
+                            self.dupes += 1
+                        else:
+                            lat[seq] = now - int(v[11:30])
+                            self.received += 1
+        finally:
+            c.close()
+
+    def wait_done(self, timeout: float) -> bool:
+        self.producer_thread.join()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.received < self.produced:
+            time.sleep(0.1)
+        self.stop.set()
+        self.consumer_thread.join(10)
+        return self.received >= self.produced
+
+    def stats(self) -> dict:
+        counted = self.lat_ns[self.first_counted:]
+        got = counted[counted >= 0] / 1e6
+        out = {"produced": self.produced, "received": self.received, "duplicates": self.dupes,
+               "counted": int(got.size), "missing_counted": int((counted < 0).sum()),
+               "producer_max_lag_s": round(self.produce_lag_max, 3)}
+        if got.size:
+            out.update({"p50_ms": round(float(np.percentile(got, 50)), 1),
+                        "p90_ms": round(float(np.percentile(got, 90)), 1),
+                        "p99_ms": round(float(np.percentile(got, 99)), 1),
+                        "max_ms": round(float(got.max()), 1), "mean_ms": round(float(got.mean()), 1)})
+        return out
+
+
+def latency_run(bench: Bench, sink: str) -> dict:
+    from eos_job import runtime
+    a = bench.args
+    in_topic = f"bench-lat-in-{sink}-{bench.run_id}"
+    out_topic = f"bench-lat-out-{sink}-{bench.run_id}"
+    bench.topics.create({in_topic: 4, out_topic: a.parallelism})
+    config = bench.config(in_topic, out_topic)
+    probe = LatencyProbe(bench.bootstrap, in_topic, out_topic, a.rate, a.seconds, a.latency_warmup)
+    probe.start_consumer()
+    writer = None
+    if sink == "builtin":
+        dsw = bench.builtin_writer(config).trigger(processingTime=f"{a.trigger_ms} milliseconds")
+    else:
+        dsw, writer = bench.ours_writer(config)  # build_query as is: processingTime trigger of the spec
+    q = dsw.start()
+    probe.start_producer()
+    t0 = time.monotonic()
+    while probe.producer_thread.is_alive():
+        probe.producer_thread.join(10)
+        if q.exception() is not None:
+            probe.stop.set()
+            raise RuntimeError(f"latency {sink}: the query failed: {q.exception()}")
+        say(f"    latency {sink}: {time.monotonic() - t0:4.0f}s, produced {probe.produced:,}, "
+            f"received {probe.received:,}")
+    complete = probe.wait_done(60)
+    if writer is not None:
+        runtime._stop_at_boundary(q, writer, config)
+    else:
+        q.stop()
+    prog = [p for p in _progress(q) if p["numInputRows"]]
+    trig = sorted(p["durationMs"].get("triggerExecution", 0) for p in prog)
+    res = probe.stats()
+    res.update({"complete": complete, "batches": len(trig),
+                "batch_ms_median": statistics.median(trig) if trig else None,
+                "batch_ms_max": trig[-1] if trig else None,
+                "rows_per_batch_median": statistics.median(p["numInputRows"] for p in prog) if prog else None})
+    return res
+
+
+# ------------------------------------------------------------------ phases
+def phase_throughput(bench: Bench, tee: StderrTee) -> dict:
+    a = bench.args
+    n = a.records
+    in_topic = f"bench-in-{bench.run_id}"
+    warm_topic = f"bench-warm-{bench.run_id}"
+    warm_n = min(n, a.warmup_records)
+    bench.topics.create({in_topic: 4, warm_topic: 4})
+    say(f"producing {n:,} input records of ~{KEY_BYTES + VALUE_BYTES} bytes into {in_topic} (4 partitions)")
+    produce_s = produce_records(bench.bootstrap, in_topic, n)
+    say(f"  done in {produce_s:.1f}s; {warm_n:,} warm-up records into {warm_topic}")
+    produce_records(bench.bootstrap, warm_topic, warm_n)
+
+    warm = {}
+    for sink in ("builtin", "ours"):
+        say(f"warm-up: {sink} sink on {warm_n:,} records")
+        warm[sink] = bench.throughput_run(sink, warm_topic, warm_n, f"warm-up {sink}")
+        say(f"  {sink}: {warm[sink]['records_per_s']:,} rec/s (batches {warm[sink]['batches']}, "
+            f"median batch {warm[sink]['batch_ms_median']} ms)")
+
+    runs: dict[str, list[dict]] = {"builtin": [], "ours": []}
+    for rep in range(a.repeats):
+        order = ("builtin", "ours") if rep % 2 == 0 else ("ours", "builtin")
+        for sink in order:
+            before = tee.snapshot()
+            say(f"repeat {rep + 1}/{a.repeats}: {sink} sink, {n:,} records")
+            res = bench.throughput_run(sink, in_topic, n, f"{sink} #{rep + 1}")
+            res["load_avg_1m"] = os.getloadavg()[0]
+            after = tee.snapshot()
+            res["refence_warnings"] = after["refence"] - before["refence"]
+            say(f"  {sink}: {res['wall_s']:.2f}s = {res['records_per_s']:,} rec/s "
+                f"({res['batches']} batches, median batch {res['batch_ms_median']} ms); verifying output")
+            res["audit"] = audit(bench.bootstrap, res["output_topic"], n)
+            au = res["audit"]
+            say(f"  {sink} output (read_committed): {au['records']:,} records, {au['distinct']:,} distinct keys, "
+                f"{au['duplicates']} duplicates, {au['missing']} missing")
+            if sink == "ours" and (au["records"] != n or au["distinct"] != n):
+                raise RuntimeError(f"exactly-once sink wrote {au} for {n} input records")
+            if sink == "builtin" and au["missing"]:
+                raise RuntimeError(f"built-in sink lost records: {au}")
+            runs[sink].append(res)
+    med = {s: statistics.median(r["wall_s"] for r in runs[s]) for s in runs}
+    rps = {s: round(n / med[s]) for s in runs}
+    ratio = rps["ours"] / rps["builtin"]
+    say(f"throughput: built-in {rps['builtin']:,} rec/s, ours {rps['ours']:,} rec/s, ratio {ratio:.2f}")
+    return {"records": n, "input_topic": in_topic, "produce_s": round(produce_s, 2), "warmup": warm,
+            "runs": runs, "median_wall_s": med, "records_per_s": rps, "ratio": round(ratio, 3)}
+
+
+def phase_breakdown(bench: Bench, in_topic: str, n: int) -> dict:
+    """One run per variant over the same input: the exactly-once write path cut after each step."""
+    from benchmarks.sink_probes import MODES
+    out: dict[str, dict] = {}
+    variants = ["builtin+repartition"] + list(MODES)
+    for v in variants:
+        say(f"breakdown: {v}")
+        topic = f"bench-out-probe-{bench.run_id}-{bench.n_ckpt + 1:03d}"
+        bench.topics.create({topic: bench.args.parallelism})
+        config = bench.config(in_topic, topic)
+        stats: list[dict] = []
+        dsw = bench.builtin_writer(config, repartition=True) if v == "builtin+repartition" else \
+            bench.probe_writer(config, v, stats)
+        res = bench.run_available_now(dsw, n, v)
+        if stats:
+            rows = sum(s["rows"] for s in stats)
+            if rows != n:
+                raise RuntimeError(f"probe {v}: slots saw {rows} rows, expected {n}")
+            for k in ("t_recv", "t_convert", "t_produce", "t_commit"):
+                res[f"{k}_s"] = round(sum(s[k] for s in stats), 2)  # summed over slot tasks
+            res["python_workers"] = len({s["pid"] for s in stats})
+        say(f"  {v}: {res['wall_s']:.2f}s = {res['records_per_s']:,} rec/s"
+            + (f" (slot task seconds: recv {res['t_recv_s']}, convert {res['t_convert_s']}, "
+               f"produce {res['t_produce_s']}, flush/commit {res['t_commit_s']})" if stats else ""))
+        out[v] = res
+    return out
+
+
+def phase_latency(bench: Bench, tee: StderrTee) -> dict:
+    a = bench.args
+    res = {}
+    for sink in ("builtin", "ours"):
+        before = tee.snapshot()
+        say(f"latency: {sink} sink, {a.rate:,} rec/s for {a.latency_warmup:.0f}s warm-up + {a.seconds:.0f}s, "
+            f"trigger {a.trigger_ms} ms")
+        r = latency_run(bench, sink)
+        r["refence_warnings"] = tee.snapshot()["refence"] - before["refence"]
+        res[sink] = r
+        say(f"  {sink}: p50 {r.get('p50_ms')} ms, p99 {r.get('p99_ms')} ms, max {r.get('max_ms')} ms "
+            f"({r['counted']:,} records counted, {r['missing_counted']} missing, {r['duplicates']} duplicates, "
+            f"median batch {r['batch_ms_median']} ms)")
+    b, o = res["builtin"], res["ours"]
+    if b.get("p50_ms") and o.get("p50_ms"):
+        res["ratio_p50"] = round(o["p50_ms"] / b["p50_ms"], 2)
+        res["ratio_p99"] = round(o["p99_ms"] / b["p99_ms"], 2)
+    return res
+
+
+# ------------------------------------------------------------------ report
+def machine_info(bench: Bench) -> dict:
+    import confluent_kafka
+    import pyarrow
+    import pyspark
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    try:
+        from eos_stack import kafka as stack_kafka
+        kafka_version = stack_kafka.VERSION
+    except Exception:  # noqa: BLE001
+        kafka_version = "unknown"
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    jars = os.environ.get("SPARK_JARS", "")
+    kc = re.search(r"kafka-clients-([\d.]+)\.jar", jars)
+    return {"cores": os.cpu_count(), "cpu": cpu, "ram_gb": round(mem_kb / 1024 / 1024, 1),
+            "os": platform.platform(), "python": platform.python_version(), "pyspark": pyspark.__version__,
+            "spark_jvm": bench.spark.version, "kafka_broker": kafka_version,
+            "kafka_clients_jar": kc.group(1) if kc else "unknown",
+            "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+            "pyarrow": pyarrow.__version__, "load_avg_start": bench.load_start, "load_avg_end": list(os.getloadavg())}
+
+
+def settings(a) -> dict:
+    return {"records": a.records, "repeats": a.repeats, "warmup_records": a.warmup_records,
+            "parallelism": a.parallelism, "input_partitions": 4, "output_partitions": a.parallelism,
+            "max_offsets_per_trigger": a.max_offsets, "trigger_ms": a.trigger_ms, "rate": a.rate,
+            "seconds": a.seconds, "latency_warmup_s": a.latency_warmup, "record_bytes": KEY_BYTES + VALUE_BYTES,
+            "spark_master": "local[2]"}
+
+
+def markdown(res: dict) -> str:
+    m, s = res["machine"], res["settings"]
+    lines = [f"# Sink benchmark {res['date']}", "",
+             "Spark's built-in Kafka sink (`format(\"kafka\")`, at-least-once) against the exactly-once "
+             "sink (`BatchWriter` via foreachBatch), same job (passthrough), same input, same SparkSession, "
+             "same parallelism and maxOffsetsPerTrigger. Produced by `benchmarks/sink_throughput.py`.", "",
+             f"Machine: {m['cores']} cores ({m['cpu']}), {m['ram_gb']} GB RAM, shared (load average "
+             f"{m['load_avg_start'][0]:.1f} at start, {m['load_avg_end'][0]:.1f} at end); Python {m['python']}, "
+             f"PySpark {m['pyspark']} (`{s['spark_master']}`), Kafka broker {m['kafka_broker']} (single node, "
+             f"same machine), Spark's kafka-clients {m['kafka_clients_jar']}, confluent-kafka "
+             f"{m['confluent_kafka']} (librdkafka {m['librdkafka']}), pyarrow {m['pyarrow']}.", "",
+             f"Settings: {s['records']:,} records of ~{s['record_bytes']} bytes, {s['input_partitions']} input "
+             f"partitions, parallelism {s['parallelism']} ({s['output_partitions']} output partitions / slots), "
+             f"maxOffsetsPerTrigger {s['max_offsets_per_trigger']:,}, {s['repeats']} alternating repeats "
+             f"(median) after a {s['warmup_records']:,}-record warm-up of each sink; latency at "
+             f"{s['rate']:,} rec/s for {s['seconds']:.0f}s (after {s['latency_warmup_s']:.0f}s not counted), "
+             f"processingTime trigger {s['trigger_ms']} ms, read_committed consumer.", "",
+             "| measure | built-in (at-least-once) | exactly-once (ours) | ours / built-in |",
+             "| --- | ---: | ---: | ---: |"]
+    t = res.get("throughput")
+    if t:
+        lines.append(f"| throughput, records/s (median of {s['repeats']}) | {t['records_per_s']['builtin']:,} | "
+                     f"{t['records_per_s']['ours']:,} | {t['ratio']:.2f} |")
+        lines.append(f"| wall time for {t['records']:,} records, s | {t['median_wall_s']['builtin']:.2f} | "
+                     f"{t['median_wall_s']['ours']:.2f} | {t['median_wall_s']['ours'] / t['median_wall_s']['builtin']:.2f} |")
+        for sink in ("builtin", "ours"):
+            t[f"_walls_{sink}"] = ", ".join(f"{r['wall_s']:.2f}" for r in t["runs"][sink])
+        lines.append(f"| all runs, s | {t['_walls_builtin']} | {t['_walls_ours']} | |")
+        for sink in ("builtin", "ours"):
+            del t[f"_walls_{sink}"]
+    lat = res.get("latency")
+    if lat:
+        b, o = lat["builtin"], lat["ours"]
+        for q in ("p50", "p99"):
+            if b.get(f"{q}_ms") and o.get(f"{q}_ms"):
+                lines.append(f"| end-to-end latency {q}, ms | {b[f'{q}_ms']} | {o[f'{q}_ms']} | "
+                             f"{o[f'{q}_ms'] / b[f'{q}_ms']:.2f} |")
+        lines.append(f"| latency: median batch duration, ms | {b['batch_ms_median']} | {o['batch_ms_median']} | |")
+    bd = res.get("breakdown")
+    if bd:
+        lines += ["", "Breakdown (one run each over the same input; slot task seconds are summed over the "
+                  "parallel slot tasks, see `benchmarks/sink_probes.py`):", "",
+                  "| variant | records/s | recv (shuffle + Arrow) s | convert s | produce loop s | flush/commit s |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        if t:
+            lines.append(f"| built-in sink (median above) | {t['records_per_s']['builtin']:,} | | | | |")
+        for v, r in bd.items():
+            lines.append(f"| {v} | {r['records_per_s']:,} | {r.get('t_recv_s', '')} | {r.get('t_convert_s', '')} | "
+                         f"{r.get('t_produce_s', '')} | {r.get('t_commit_s', '')} |")
+        if t:
+            lines.append(f"| exactly-once sink (median above) | {t['records_per_s']['ours']:,} | | | | |")
+    if res.get("findings"):
+        lines += ["", "## Findings", "", res["findings"].strip()]
+    lines += ["", "## Raw results", "", "```json", json.dumps(res, indent=1, sort_keys=True, default=str), "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000, help="records for the throughput phase")
+    ap.add_argument("--repeats", type=int, default=3, help="measured runs per sink (alternating order)")
+    ap.add_argument("--warmup-records", type=int, default=300_000, help="records of each sink's warm-up run")
+    ap.add_argument("--max-offsets", type=int, default=100_000, help="maxOffsetsPerTrigger of both sinks")
+    ap.add_argument("--parallelism", type=int, default=2, help="slots = output partitions (local[2])")
+    ap.add_argument("--rate", type=int, default=5000, help="latency phase: records/s")
+    ap.add_argument("--seconds", type=float, default=30, help="latency phase: measured seconds per sink")
+    ap.add_argument("--latency-warmup", type=float, default=5, help="latency phase: seconds not counted")
+    ap.add_argument("--trigger-ms", type=int, default=500, help="processingTime trigger of the latency phase")
+    ap.add_argument("--skip", action="append", default=[], choices=["throughput", "breakdown", "latency"],
+                    help="skip a phase (repeatable)")
+    ap.add_argument("--no-breakdown", action="store_true", help="same as --skip breakdown")
+    ap.add_argument("--out", help="results file (default benchmarks/results/<date>-sink.md)")
+    ap.add_argument("--findings", help="a markdown file whose text goes in the results' Findings section")
+    ap.add_argument("--keep-topics", action="store_true", help="do not delete the benchmark's topics")
+    a = ap.parse_args(argv)
+    if a.no_breakdown:
+        a.skip.append("breakdown")
+
+    bootstrap, _ = stack_env()
+    date = dt.date.today().isoformat()
+    out_path = Path(a.out) if a.out else REPO / "benchmarks" / "results" / f"{date}-sink.md"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    bench = Bench(a, bootstrap)
+    bench.load_start = list(os.getloadavg())
+    tee = StderrTee(bench.work / "stderr.log")
+    say(f"sink benchmark {bench.run_id}: Kafka at {bootstrap}, work dir {bench.work}")
+    res: dict = {"date": date, "run_id": bench.run_id, "settings": settings(a)}
+    try:
+        say("starting the SparkSession (local[2])")
+        bench.session()
+        res["machine"] = machine_info(bench)
+        if "throughput" not in a.skip:
+            res["throughput"] = phase_throughput(bench, tee)
+            if "breakdown" not in a.skip:
+                res["breakdown"] = phase_breakdown(bench, res["throughput"]["input_topic"], a.records)
+        if "latency" not in a.skip:
+            res["latency"] = phase_latency(bench, tee)
+        res["machine"]["load_avg_end"] = list(os.getloadavg())
+        res["stderr"] = {"counts": tee.snapshot(), "samples": tee.samples}
+        if a.findings:
+            res["findings"] = Path(a.findings).read_text()
+        text = markdown(res)
+        out_path.write_text(text)
+        say(f"results written to {out_path}")
+        print()
+        print("\n".join(line for line in text.split("## Raw results")[0].splitlines()))
+        return 0
+    finally:
+        if bench.spark is not None:
+            for q in bench.spark.streams.active:
+                q.stop()
+        if not a.keep_topics:
+            say("deleting the benchmark's topics")
+            bench.topics.delete_all()
+        shutil.rmtree(bench.work / "checkpoints", ignore_errors=True)
+        for d in bench.work.glob("run*"):
+            shutil.rmtree(d, ignore_errors=True)
+        say(f"stderr of the run (JVM, Python workers) kept in {bench.work / 'stderr.log'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
