@@ -60,6 +60,8 @@ import numpy as np  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from benchmarks.sink_patches import TIMING_TAG  # noqa: E402
+
 KEY_BYTES, VALUE_BYTES = 10, 90
 T0 = time.monotonic()
 
@@ -76,12 +78,14 @@ class StderrTee:
     slot producers being fenced are counted, per phase.
     """
     PATTERNS = {"refence": re.compile(r"fencing again"), "fenced": re.compile(r"(?i)fenced|PRODUCER_FENCED"),
-                "spark_error": re.compile(r"\bERROR\b")}
+                "spark_error": re.compile(r"\bERROR\b"), "lost_task": re.compile(r"WARN TaskSetManager: .*Lost task"),
+                "producer_fatal": re.compile(r"\|FATAL\|rdkafka#producer")}
 
     def __init__(self, path: Path):
         self.path = path
         self.counts = {k: 0 for k in self.PATTERNS}
         self.samples: list[str] = []
+        self.timings: list[dict] = []
         real = os.dup(2)
         r, w = os.pipe()
         os.dup2(w, 2)
@@ -95,6 +99,12 @@ class StderrTee:
     def _pump(self) -> None:
         for line in self.reader:
             self.log.write(line)
+            if line.startswith(TIMING_TAG):
+                try:
+                    self.timings.append(json.loads(line[len(TIMING_TAG):]))
+                except ValueError:
+                    pass
+                continue
             for k, pat in self.PATTERNS.items():
                 if pat.search(line):
                     self.counts[k] += 1
@@ -105,6 +115,181 @@ class StderrTee:
     def snapshot(self) -> dict[str, int]:
         time.sleep(0.2)  # let the pipe drain
         return dict(self.counts)
+
+
+# ------------------------------------------------------------------ CPU accounting
+class CpuMeter:
+    """CPU seconds used by this process tree and the broker, by component, from /proc.
+
+    On a saturated two-core machine wall time follows CPU, and CPU per record
+    is far less disturbed by the other work on the machine than wall time is:
+    it is reported next to the wall-time ratio. A thread samples every process
+    of the tree twice a second and adds up each one's increments, so Python
+    workers that come and go are counted (less their last half second).
+    ``other`` is the rest of the machine's busy time over the same interval
+    (the noise from other work).
+    """
+    CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    GROUPS = ("driver", "jvm", "python_workers", "broker")
+
+    def __init__(self, broker_pid: int | None, interval: float = 0.5):
+        self.broker_pid = broker_pid
+        self.ok = Path("/proc/stat").exists()
+        self.totals = {g: 0.0 for g in self.GROUPS}
+        self.last: dict[int, float] = {}
+        self.lock = threading.Lock()
+        self.sampling = threading.Lock()
+        if self.ok:
+            self._sample(baseline=True)
+            threading.Thread(target=self._loop, args=(interval,), daemon=True, name="cpu-meter").start()
+
+    @classmethod
+    def _procs(cls) -> dict[int, tuple[int, str, float]]:
+        out = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            rp = stat.rindex(")")
+            fields = stat[rp + 2:].split()
+            out[int(d)] = (int(fields[1]), stat[stat.index("(") + 1:rp],
+                           (int(fields[11]) + int(fields[12])) / cls.CLK)  # utime + stime, own threads
+        return out
+
+    @classmethod
+    def _machine_busy(cls) -> float:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (sum(v) - v[3] - (v[4] if len(v) > 4 else 0)) / cls.CLK  # all but idle and iowait
+
+    def _sample(self, baseline: bool = False) -> None:
+        with self.sampling:
+            self._sample_locked(baseline)
+
+    def _sample_locked(self, baseline: bool) -> None:
+        procs = self._procs()
+        kids: dict[int, list[int]] = {}
+        for pid, (ppid, _c, _t) in procs.items():
+            kids.setdefault(ppid, []).append(pid)
+        groups: dict[int, str] = {}
+        me = os.getpid()
+        if me in procs:
+            groups[me] = "driver"
+        todo = list(kids.get(me, []))
+        while todo:
+            pid = todo.pop()
+            groups[pid] = "jvm" if procs[pid][1] == "java" else "python_workers"
+            todo.extend(kids.get(pid, []))
+        todo = [self.broker_pid] if self.broker_pid in procs else []
+        while todo:
+            pid = todo.pop()
+            groups[pid] = "broker"
+            todo.extend(kids.get(pid, []))
+        with self.lock:
+            for pid, g in groups.items():
+                cur = procs[pid][2]
+                prev = self.last.get(pid)
+                if prev is None:
+                    prev = cur if baseline else 0.0  # born since the last sample: all of it is new
+                self.totals[g] += max(0.0, cur - prev)
+                self.last[pid] = cur
+            for pid in [p for p in self.last if p not in groups]:
+                del self.last[pid]
+
+    def _loop(self, interval: float) -> None:
+        while True:
+            time.sleep(interval)
+            try:
+                self._sample()
+            except Exception:  # noqa: BLE001 - a vanished process mid-read; next sample
+                pass
+
+    def snapshot(self) -> dict[str, float]:
+        if not self.ok:
+            return {}
+        self._sample()
+        with self.lock:
+            snap = dict(self.totals)
+        snap["machine"] = self._machine_busy()
+        return snap
+
+    @staticmethod
+    def delta(a: dict, b: dict) -> dict[str, float]:
+        if not a or not b:
+            return {}
+        d = {k: round(b[k] - a[k], 2) for k in a}
+        d["spark"] = round(d["driver"] + d["jvm"] + d["python_workers"], 2)
+        d["other"] = round(d.pop("machine") - d["spark"] - d["broker"], 2)
+        return d
+
+
+# ------------------------------------------------------------------ Spark event log
+class EventLog:
+    """Per-query stage timings from Spark's event log (JSON lines, flushed at stage and job end)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def _events(self):
+        for f in sorted(p for p in self.folder.rglob("*") if p.is_file() and "events" in p.name):
+            with open(f, errors="replace") as fh:
+                for line in fh:
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        continue  # a line being written
+
+    def profile(self, start_ms: float, end_ms: float) -> dict:
+        """Jobs submitted in [start_ms, end_ms] (epoch ms): one query runs at a time."""
+        jobs: dict[int, dict] = {}
+        stage_job: dict[int, int] = {}
+        stages: dict[int, dict] = {}
+        tasks: dict[int, list[dict]] = {}
+        for e in self._events():
+            kind = e.get("Event")
+            if kind == "SparkListenerJobStart":
+                if not start_ms <= (e.get("Submission Time") or 0) <= end_ms:
+                    continue
+                jobs[e["Job ID"]] = {"start": e.get("Submission Time"), "end": None}
+                for sid in e.get("Stage IDs", []):
+                    stage_job[sid] = e["Job ID"]
+            elif kind == "SparkListenerJobEnd" and e.get("Job ID") in jobs:
+                jobs[e["Job ID"]]["end"] = e.get("Completion Time")
+            elif kind == "SparkListenerStageCompleted":
+                info = e["Stage Info"]
+                if info["Stage ID"] in stage_job:
+                    stages[info["Stage ID"]] = info
+            elif kind == "SparkListenerTaskEnd" and e.get("Stage ID") in stage_job:
+                tasks.setdefault(e["Stage ID"], []).append(e)
+        out: dict = {"jobs": len(jobs), "jobs_wall_s": round(sum((j["end"] or j["start"]) - j["start"]
+                                                                 for j in jobs.values()) / 1000, 2)}
+        for sid, info in stages.items():
+            if info.get("Submission Time") is None or info.get("Completion Time") is None:
+                continue  # skipped stage
+            ts = tasks.get(sid, [])
+            metrics = [t.get("Task Metrics") or {} for t in ts]
+            writes = sum((m.get("Shuffle Write Metrics") or {}).get("Shuffle Bytes Written", 0) for m in metrics)
+            k = "map" if writes else "result"
+            d = out.setdefault(k, {"stages": 0, "tasks": 0, "wall_s": 0.0, "task_run_s": 0.0, "task_jvm_cpu_s": 0.0,
+                                   "shuffle_write_s": 0.0, "fetch_wait_s": 0.0, "gc_s": 0.0, "failed_tasks": 0})
+            d["stages"] += 1
+            d["tasks"] += len(ts)
+            d["wall_s"] += (info["Completion Time"] - info["Submission Time"]) / 1000
+            d["failed_tasks"] += sum(1 for t in ts if (t.get("Task End Reason") or {}).get("Reason") != "Success")
+            for m in metrics:
+                d["task_run_s"] += m.get("Executor Run Time", 0) / 1000
+                d["task_jvm_cpu_s"] += m.get("Executor CPU Time", 0) / 1e9
+                d["gc_s"] += m.get("JVM GC Time", 0) / 1000
+                d["shuffle_write_s"] += (m.get("Shuffle Write Metrics") or {}).get("Shuffle Write Time", 0) / 1e9
+                d["fetch_wait_s"] += (m.get("Shuffle Read Metrics") or {}).get("Fetch Wait Time", 0) / 1000
+        for k in ("map", "result"):
+            if k in out:
+                out[k] = {x: (round(v, 2) if isinstance(v, float) else v) for x, v in out[k].items()}
+        return out
 
 
 # ------------------------------------------------------------------ Kafka helpers
@@ -214,6 +399,13 @@ class Bench:
         self.work = Path(tempfile.mkdtemp(prefix=f"eos-bench-{self.run_id}-"))
         self.n_ckpt = 0
         self.spark = None
+        broker_pid = None
+        try:
+            from eos_stack.common import Stack
+            broker_pid = Stack().running_pid("kafka")
+        except Exception:  # noqa: BLE001 - the broker may be elsewhere: no broker CPU then
+            pass
+        self.cpu = CpuMeter(broker_pid)
 
     # configs ---------------------------------------------------------------
     def config(self, in_topic: str, out_topic: str):
@@ -240,7 +432,12 @@ class Bench:
         from eos_job.runtime import spark_conf_for
         from eos_job.session import build_spark_session
         cfg = self.config("bench-x", "bench-y")
-        self.spark = build_spark_session("eos-sink-bench", conf=spark_conf_for(cfg))
+        events = self.work / "events"
+        events.mkdir()
+        self.events = EventLog(events)
+        conf = {**spark_conf_for(cfg), "spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{events}",
+                "spark.eventLog.compress": "false"}
+        self.spark = build_spark_session("eos-sink-bench", conf=conf)
         return self.spark
 
     def source_df(self, config):
@@ -268,13 +465,14 @@ class Bench:
                 .option("checkpointLocation", config.checkpoint_dir)
                 .queryName(f"builtin-{self.n_ckpt}"))
 
-    def ours_writer(self, config):
+    def ours_writer(self, config, timer: "DriverTimer | None" = None):
         from eos_job.runtime import BatchWriter, build_query, preflight
         preflight(config)
         Path(config.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         self.topics.track(config.ledger_topic())
         writer = BatchWriter(config)
-        return build_query(self.spark, config, writer), writer
+        fn = writer if timer is None else timer.wrap(writer)
+        return build_query(self.spark, config, fn), writer
 
     def probe_writer(self, config, mode: str, stats: list):
         from eos_job.runtime import prepare_output
@@ -293,6 +491,8 @@ class Bench:
 
     # runs --------------------------------------------------------------------
     def run_available_now(self, dsw, n: int, label: str) -> dict:
+        c0 = self.cpu.snapshot()
+        e0 = time.time() * 1000
         t0 = time.perf_counter()
         q = dsw.trigger(availableNow=True).start()
         last = 0.0
@@ -302,6 +502,7 @@ class Bench:
                 say(f"    {label}: {done:,}/{n:,} records so far")
                 last = time.perf_counter()
         wall = time.perf_counter() - t0
+        cpu = CpuMeter.delta(c0, self.cpu.snapshot())
         if q.exception() is not None:
             raise RuntimeError(f"{label}: the query failed: {q.exception()}")
         prog = _progress(q)
@@ -310,9 +511,12 @@ class Bench:
             raise RuntimeError(f"{label}: processed {rows} rows, expected {n}")
         trig = [p["durationMs"].get("triggerExecution", 0) for p in prog if p["numInputRows"]]
         add = [p["durationMs"].get("addBatch", 0) for p in prog if p["numInputRows"]]
-        return {"wall_s": round(wall, 3), "records_per_s": round(n / wall), "batches": len(trig),
+        time.sleep(0.2)  # the event log is flushed at job end
+        stages = self.events.profile(e0, time.time() * 1000)
+        return {"stages": stages, "wall_s": round(wall, 3), "records_per_s": round(n / wall), "batches": len(trig),
                 "batch_ms_median": statistics.median(trig) if trig else None,
-                "add_batch_ms_total": sum(add), "trigger_ms_total": sum(trig)}
+                "add_batch_ms_total": sum(add), "trigger_ms_total": sum(trig), "cpu_s": cpu,
+                "cpu_us_per_record": {k: round(v / n * 1e6, 2) for k, v in cpu.items()}}
 
     def throughput_run(self, sink: str, in_topic: str, n: int, label: str) -> dict:
         out = f"bench-out-{sink}-{self.run_id}-{self.n_ckpt + 1:03d}"
@@ -325,6 +529,74 @@ class Bench:
         res = self.run_available_now(dsw, n, label)
         res["output_topic"] = out
         return res
+
+
+class DriverTimer:
+    """Times the foreachBatch call on the driver and, inside it, the batch-complete write."""
+
+    def __init__(self):
+        self.calls: list[float] = []
+        self.batch_complete: list[float] = []
+
+    def wrap(self, writer):
+        def each_batch(df, batch_id):
+            t0 = time.perf_counter()
+            try:
+                writer(df, batch_id)
+            finally:
+                self.calls.append(time.perf_counter() - t0)
+        return each_batch
+
+    def __enter__(self):
+        from eos_job import runtime
+        self.orig = runtime.produce_sync
+
+        def produce_sync(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return self.orig(*a, **kw)
+            finally:
+                self.batch_complete.append(time.perf_counter() - t0)
+        runtime.produce_sync = produce_sync
+        return self
+
+    def __exit__(self, *exc):
+        from eos_job import runtime
+        runtime.produce_sync = self.orig
+        return False
+
+    def summary(self) -> dict:
+        return {"foreach_batch_calls": len(self.calls), "foreach_batch_s": round(sum(self.calls), 2),
+                "batch_complete_write_s": round(sum(self.batch_complete), 3)}
+
+
+def slot_timing_summary(timings: list[dict]) -> dict:
+    """Sums over the slot tasks of the ``timing`` patch's lines."""
+    if not timings:
+        return {}
+    keys = ("task", "recv", "fence", "read_latest", "digest", "produce_loop", "tx_rest")
+    out = {k + "_s": round(sum(t.get(k, 0.0) for t in timings), 2) for k in keys}
+    out["tasks"] = len(timings)
+    out["failed_tasks"] = sum(1 for t in timings if not t.get("ok", True))
+    out["per_task_ms_median"] = {k: round(statistics.median(t.get(k, 0.0) for t in timings) * 1000, 1)
+                                 for k in keys}
+    return out
+
+
+def time_split(r: dict) -> dict:
+    """Wall seconds of one run by part, from the query progress and the event log."""
+    st = r.get("stages") or {}
+    trig = r["trigger_ms_total"] / 1000
+    out = {"run_wall_s": r["wall_s"], "batches_s": round(trig, 2),
+           "query_start_and_stop_s": round(r["wall_s"] - trig, 2), "spark_jobs_s": st.get("jobs_wall_s")}
+    if st.get("jobs_wall_s") is not None:
+        out["batch_outside_jobs_s"] = round(trig - st["jobs_wall_s"], 2)
+    for k in ("map", "result"):
+        if k in st:
+            out[f"{k}_stages_s"] = st[k]["wall_s"]
+            out[f"{k}_task_run_s"] = st[k]["task_run_s"]
+            out[f"{k}_task_jvm_cpu_s"] = st[k]["task_jvm_cpu_s"]
+    return out
 
 
 def _progress(q) -> list[dict]:
@@ -432,17 +704,43 @@ class LatencyProbe:
 def latency_run(bench: Bench, sink: str) -> dict:
     from eos_job import runtime
     a = bench.args
-    in_topic = f"bench-lat-in-{sink}-{bench.run_id}"
-    out_topic = f"bench-lat-out-{sink}-{bench.run_id}"
+    tag = re.sub(r"[^a-zA-Z0-9._-]", "_", sink)
+    in_topic = f"bench-lat-in-{tag}-{bench.run_id}"
+    out_topic = f"bench-lat-out-{tag}-{bench.run_id}"
     bench.topics.create({in_topic: 4, out_topic: a.parallelism})
     config = bench.config(in_topic, out_topic)
     probe = LatencyProbe(bench.bootstrap, in_topic, out_topic, a.rate, a.seconds, a.latency_warmup)
     probe.start_consumer()
     writer = None
+    original = runtime.slot_task
+    timer = DriverTimer()
     if sink == "builtin":
         dsw = bench.builtin_writer(config).trigger(processingTime=f"{a.trigger_ms} milliseconds")
-    else:
+    elif sink == "ours":
         dsw, writer = bench.ours_writer(config)  # build_query as is: processingTime trigger of the spec
+    else:
+        from benchmarks.sink_patches import patched_slot_task
+        runtime.slot_task = patched_slot_task(sink.split("+", 1)[1])
+        dsw, writer = bench.ours_writer(config, timer)
+    n_timings = len(bench.tee.timings)
+    try:
+        with timer:
+            res = _latency_query(bench, sink, dsw, writer, config, probe)
+    finally:
+        runtime.slot_task = original
+    if "+" in sink:
+        time.sleep(0.3)
+        res["driver_timing"] = timer.summary()
+        res["slot_timing"] = slot_timing_summary(bench.tee.timings[n_timings:])
+        say(f"    driver: {res['driver_timing']}")
+        say(f"    slot tasks: {res['slot_timing']}")
+    return res
+
+
+def _latency_query(bench: Bench, sink: str, dsw, writer, config, probe: LatencyProbe) -> dict:
+    from eos_job import runtime
+    c0 = bench.cpu.snapshot()
+    e0 = time.time() * 1000
     q = dsw.start()
     probe.start_producer()
     t0 = time.monotonic()
@@ -454,6 +752,7 @@ def latency_run(bench: Bench, sink: str) -> dict:
         say(f"    latency {sink}: {time.monotonic() - t0:4.0f}s, produced {probe.produced:,}, "
             f"received {probe.received:,}")
     complete = probe.wait_done(60)
+    cpu = CpuMeter.delta(c0, bench.cpu.snapshot())
     if writer is not None:
         runtime._stop_at_boundary(q, writer, config)
     else:
@@ -461,7 +760,9 @@ def latency_run(bench: Bench, sink: str) -> dict:
     prog = [p for p in _progress(q) if p["numInputRows"]]
     trig = sorted(p["durationMs"].get("triggerExecution", 0) for p in prog)
     res = probe.stats()
-    res.update({"complete": complete, "batches": len(trig),
+    time.sleep(0.2)
+    res.update({"stages": bench.events.profile(e0, time.time() * 1000)})
+    res.update({"complete": complete, "batches": len(trig), "cpu_s": cpu,
                 "batch_ms_median": statistics.median(trig) if trig else None,
                 "batch_ms_max": trig[-1] if trig else None,
                 "rows_per_batch_median": statistics.median(p["numInputRows"] for p in prog) if prog else None})
@@ -498,8 +799,13 @@ def phase_throughput(bench: Bench, tee: StderrTee) -> dict:
             res["load_avg_1m"] = os.getloadavg()[0]
             after = tee.snapshot()
             res["refence_warnings"] = after["refence"] - before["refence"]
-            say(f"  {sink}: {res['wall_s']:.2f}s = {res['records_per_s']:,} rec/s "
-                f"({res['batches']} batches, median batch {res['batch_ms_median']} ms); verifying output")
+            res["task_failures"] = after["lost_task"] - before["lost_task"]
+            cu = res["cpu_us_per_record"]
+            say(f"  {sink}: {res['wall_s']:.2f}s = {res['records_per_s']:,} rec/s, CPU µs/record: "
+                f"JVM {cu.get('jvm')}, Python workers {cu.get('python_workers')}, driver {cu.get('driver')}, "
+                f"broker {cu.get('broker')}, rest of machine {cu.get('other')} "
+                f"({res['batches']} batches, median batch {res['batch_ms_median']} ms, {res['refence_warnings']} re-fences, "
+                f"{res['task_failures']} failed tasks); verifying output")
             res["audit"] = audit(bench.bootstrap, res["output_topic"], n)
             au = res["audit"]
             say(f"  {sink} output (read_committed): {au['records']:,} records, {au['distinct']:,} distinct keys, "
@@ -512,25 +818,77 @@ def phase_throughput(bench: Bench, tee: StderrTee) -> dict:
     med = {s: statistics.median(r["wall_s"] for r in runs[s]) for s in runs}
     rps = {s: round(n / med[s]) for s in runs}
     ratio = rps["ours"] / rps["builtin"]
-    say(f"throughput: built-in {rps['builtin']:,} rec/s, ours {rps['ours']:,} rec/s, ratio {ratio:.2f}")
-    return {"records": n, "input_topic": in_topic, "produce_s": round(produce_s, 2), "warmup": warm,
-            "runs": runs, "median_wall_s": med, "records_per_s": rps, "ratio": round(ratio, 3)}
+    cpu = {}
+    for s in runs:
+        keys = runs[s][0].get("cpu_us_per_record", {}).keys()
+        cpu[s] = {k: round(statistics.median(r["cpu_us_per_record"][k] for r in runs[s]), 2) for k in keys}
+        if cpu[s]:
+            cpu[s]["spark+broker"] = round(cpu[s]["spark"] + cpu[s]["broker"], 2)
+    cpu_ratio = (round(cpu["ours"]["spark+broker"] / cpu["builtin"]["spark+broker"], 3)
+                 if cpu["ours"] and cpu["builtin"] else None)
+    where = {}
+    for s in runs:
+        r = sorted(runs[s], key=lambda x: x["wall_s"])[len(runs[s]) // 2]
+        where[s] = time_split(r)
+        say(f"  where the time goes ({s}, median run): {where[s]}")
+    say(f"throughput: built-in {rps['builtin']:,} rec/s, ours {rps['ours']:,} rec/s, ratio {ratio:.2f}; "
+        f"CPU per record (Spark + broker) ours/built-in {cpu_ratio}")
+    return {"records": n, "input_topic": in_topic, "warmup_topic": warm_topic, "warmup_records": warm_n,
+            "produce_s": round(produce_s, 2), "warmup": warm,
+            "runs": runs, "median_wall_s": med, "records_per_s": rps, "ratio": round(ratio, 3),
+            "cpu_us_per_record_median": cpu, "cpu_ratio": cpu_ratio, "time_split_median_run": where}
 
 
-def phase_breakdown(bench: Bench, in_topic: str, n: int) -> dict:
-    """One run per variant over the same input: the exactly-once write path cut after each step."""
-    from benchmarks.sink_probes import MODES
+BREAKDOWN_VARIANTS = ("builtin", "builtin+repartition", "arrow", "convert", "produce", "tx", "tx-onlyerror",
+                      "ours+timing", "ours+ledger-check+timing", "ours+refence-each-batch+timing")
+
+
+def phase_breakdown(bench: Bench, tee: StderrTee, in_topic: str, n: int) -> dict:
+    """One run per variant over the same input: the exactly-once write path cut after each step,
+    and the sink with candidate fixes (``benchmarks/sink_patches.py``)."""
+    from eos_job import runtime
+
+    from benchmarks.sink_patches import patched_slot_task
     out: dict[str, dict] = {}
-    variants = ["builtin+repartition"] + list(MODES)
-    for v in variants:
-        say(f"breakdown: {v}")
+    for v in BREAKDOWN_VARIANTS:
+        say(f"breakdown: {v} on {n:,} records")
         topic = f"bench-out-probe-{bench.run_id}-{bench.n_ckpt + 1:03d}"
         bench.topics.create({topic: bench.args.parallelism})
         config = bench.config(in_topic, topic)
         stats: list[dict] = []
-        dsw = bench.builtin_writer(config, repartition=True) if v == "builtin+repartition" else \
-            bench.probe_writer(config, v, stats)
-        res = bench.run_available_now(dsw, n, v)
+        before = tee.snapshot()
+        n_timings = len(tee.timings)
+        original = runtime.slot_task
+        timer = DriverTimer()
+        try:
+            if v.startswith("builtin"):
+                dsw = bench.builtin_writer(config, repartition=v == "builtin+repartition")
+                res = bench.run_available_now(dsw, n, v)
+            elif v.startswith("ours"):
+                if "+" in v:
+                    runtime.slot_task = patched_slot_task(v.split("+", 1)[1])
+                dsw, _ = bench.ours_writer(config, timer)
+                with timer:
+                    res = bench.run_available_now(dsw, n, v)
+                res["driver_timing"] = timer.summary()
+                time.sleep(0.3)
+                res["slot_timing"] = slot_timing_summary(tee.timings[n_timings:])
+                say(f"    driver: {res['driver_timing']}")
+                say(f"    slot tasks: {res['slot_timing']}")
+            else:
+                dsw = bench.probe_writer(config, v, stats)
+                res = bench.run_available_now(dsw, n, v)
+        finally:
+            runtime.slot_task = original
+        res["refence_warnings"] = tee.snapshot()["refence"] - before["refence"]
+        res["task_failures"] = tee.snapshot()["lost_task"] - before["lost_task"]
+        res["time_split"] = time_split(res)
+        say(f"    time split: {res['time_split']}")
+        if v.startswith("ours"):
+            au = audit(bench.bootstrap, topic, n)
+            res["audit"] = au
+            if au["records"] != n or au["distinct"] != n:
+                raise RuntimeError(f"{v} wrote {au} for {n} input records")
         if stats:
             rows = sum(s["rows"] for s in stats)
             if rows != n:
@@ -538,7 +896,11 @@ def phase_breakdown(bench: Bench, in_topic: str, n: int) -> dict:
             for k in ("t_recv", "t_convert", "t_produce", "t_commit"):
                 res[f"{k}_s"] = round(sum(s[k] for s in stats), 2)  # summed over slot tasks
             res["python_workers"] = len({s["pid"] for s in stats})
-        say(f"  {v}: {res['wall_s']:.2f}s = {res['records_per_s']:,} rec/s"
+        cu = res["cpu_us_per_record"]
+        say(f"  {v}: {res['wall_s']:.2f}s = {res['records_per_s']:,} rec/s, CPU µs/record JVM {cu.get('jvm')} "
+            f"Python {cu.get('python_workers')} driver {cu.get('driver')} broker {cu.get('broker')} "
+            f"other {cu.get('other')}, median batch {res['batch_ms_median']} ms, "
+            f"{res['refence_warnings']} re-fences, {res['task_failures']} failed tasks"
             + (f" (slot task seconds: recv {res['t_recv_s']}, convert {res['t_convert_s']}, "
                f"produce {res['t_produce_s']}, flush/commit {res['t_commit_s']})" if stats else ""))
         out[v] = res
@@ -548,20 +910,26 @@ def phase_breakdown(bench: Bench, in_topic: str, n: int) -> dict:
 def phase_latency(bench: Bench, tee: StderrTee) -> dict:
     a = bench.args
     res = {}
-    for sink in ("builtin", "ours"):
+    sinks = ("builtin", "ours") + (("ours+ledger-check+timing",) if a.breakdown else ())
+    for sink in sinks:
         before = tee.snapshot()
         say(f"latency: {sink} sink, {a.rate:,} rec/s for {a.latency_warmup:.0f}s warm-up + {a.seconds:.0f}s, "
             f"trigger {a.trigger_ms} ms")
         r = latency_run(bench, sink)
-        r["refence_warnings"] = tee.snapshot()["refence"] - before["refence"]
+        after = tee.snapshot()
+        r["refence_warnings"] = after["refence"] - before["refence"]
+        r["task_failures"] = after["lost_task"] - before["lost_task"]
         res[sink] = r
         say(f"  {sink}: p50 {r.get('p50_ms')} ms, p99 {r.get('p99_ms')} ms, max {r.get('max_ms')} ms "
             f"({r['counted']:,} records counted, {r['missing_counted']} missing, {r['duplicates']} duplicates, "
             f"median batch {r['batch_ms_median']} ms)")
-    b, o = res["builtin"], res["ours"]
-    if b.get("p50_ms") and o.get("p50_ms"):
-        res["ratio_p50"] = round(o["p50_ms"] / b["p50_ms"], 2)
-        res["ratio_p99"] = round(o["p99_ms"] / b["p99_ms"], 2)
+    b = res["builtin"]
+    for sink in sinks[1:]:
+        o = res[sink]
+        if b.get("p50_ms") and o.get("p50_ms"):
+            sfx = "" if sink == "ours" else "_" + sink.split("+", 1)[1]
+            res["ratio_p50" + sfx] = round(o["p50_ms"] / b["p50_ms"], 2)
+            res["ratio_p99" + sfx] = round(o["p99_ms"] / b["p99_ms"], 2)
     return res
 
 
@@ -636,6 +1004,29 @@ def markdown(res: dict) -> str:
         for sink in ("builtin", "ours"):
             t[f"_walls_{sink}"] = ", ".join(f"{r['wall_s']:.2f}" for r in t["runs"][sink])
         lines.append(f"| all runs, s | {t['_walls_builtin']} | {t['_walls_ours']} | |")
+        cb, co = t.get("cpu_us_per_record_median", {}).get("builtin"), t.get("cpu_us_per_record_median", {}).get("ours")
+        if cb and co:
+            for k, label in (("spark+broker", "Spark (driver + JVM + Python workers) + broker"), ("jvm", "JVM"),
+                             ("python_workers", "Python workers"), ("driver", "driver Python"),
+                             ("broker", "Kafka broker"), ("other", "rest of the machine (noise)")):
+                ratio = f"{co[k] / cb[k]:.2f}" if cb[k] > 0 and k != "other" else ""
+                lines.append(f"| CPU µs per record: {label} | {cb[k]} | {co[k]} | {ratio} |")
+        ws = t.get("time_split_median_run") or {}
+        if ws.get("builtin") and ws.get("ours"):
+            for k, label in (("batches_s", "micro-batches (sum of triggerExecution)"),
+                             ("query_start_and_stop_s", "query start and stop"),
+                             ("spark_jobs_s", "Spark jobs"),
+                             ("batch_outside_jobs_s", "batch time outside Spark jobs (planning, offsets, commit log, "
+                                                      "foreachBatch driver work)"),
+                             ("map_stages_s", "shuffle-map stages (Kafka read + shuffle write)"),
+                             ("result_stages_s", "result stages (built-in: read + write; ours: slot tasks)"),
+                             ("result_task_run_s", "result tasks' run time, summed over tasks"),
+                             ("result_task_jvm_cpu_s", "result tasks' JVM CPU, summed")):
+                lines.append(f"| wall s, median run: {label} | {ws['builtin'].get(k, '-')} | {ws['ours'].get(k, '-')} | |")
+        rf = {k: (sum(r.get("refence_warnings", 0) for r in t["runs"][k]),
+                  sum(r.get("task_failures", 0) for r in t["runs"][k])) for k in ("builtin", "ours")}
+        lines.append(f"| slot re-fences / failed tasks, all runs | {rf['builtin'][0]} / {rf['builtin'][1]} | "
+                     f"{rf['ours'][0]} / {rf['ours'][1]} | |")
         for sink in ("builtin", "ours"):
             del t[f"_walls_{sink}"]
     lat = res.get("latency")
@@ -646,19 +1037,31 @@ def markdown(res: dict) -> str:
                 lines.append(f"| end-to-end latency {q}, ms | {b[f'{q}_ms']} | {o[f'{q}_ms']} | "
                              f"{o[f'{q}_ms'] / b[f'{q}_ms']:.2f} |")
         lines.append(f"| latency: median batch duration, ms | {b['batch_ms_median']} | {o['batch_ms_median']} | |")
+        for sink in [k for k in lat if k.startswith("ours+")]:
+            f = lat[sink]
+            for q in ("p50", "p99"):
+                if b.get(f"{q}_ms") and f.get(f"{q}_ms"):
+                    lines.append(f"| end-to-end latency {q}, ms, {sink} (candidate fix) | {b[f'{q}_ms']} | "
+                                 f"{f[f'{q}_ms']} | {f[f'{q}_ms'] / b[f'{q}_ms']:.2f} |")
+            lines.append(f"| latency: median batch duration, ms, {sink} | {b['batch_ms_median']} | "
+                         f"{f['batch_ms_median']} | |")
     bd = res.get("breakdown")
     if bd:
-        lines += ["", "Breakdown (one run each over the same input; slot task seconds are summed over the "
-                  "parallel slot tasks, see `benchmarks/sink_probes.py`):", "",
-                  "| variant | records/s | recv (shuffle + Arrow) s | convert s | produce loop s | flush/commit s |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
-        if t:
-            lines.append(f"| built-in sink (median above) | {t['records_per_s']['builtin']:,} | | | | |")
+        n_bd = res["throughput"]["warmup_records"] if t else "?"
+        lines += ["", f"Breakdown: one run per variant over the same {n_bd:,} records (the warm-up topic), same "
+                  "settings. The probes (`benchmarks/sink_probes.py`) cut the exactly-once write path after each "
+                  "step; `ours+...` is the sink with a candidate fix applied in the benchmark only "
+                  "(`benchmarks/sink_patches.py`). Slot task seconds are summed over the parallel slot tasks.", "",
+                  "| variant | records/s | CPU µs/rec Spark+broker | of which JVM | Python workers | median batch ms "
+                  "| re-fences | failed tasks | recv (shuffle + Arrow) s | convert s | produce loop s | flush/commit s |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for v, r in bd.items():
-            lines.append(f"| {v} | {r['records_per_s']:,} | {r.get('t_recv_s', '')} | {r.get('t_convert_s', '')} | "
+            cu = r.get("cpu_us_per_record") or {}
+            sb = round(cu["spark"] + cu["broker"], 2) if cu else ""
+            lines.append(f"| {v} | {r['records_per_s']:,} | {sb} | {cu.get('jvm', '')} | {cu.get('python_workers', '')} "
+                         f"| {r['batch_ms_median']} | {r.get('refence_warnings', '')} | "
+                         f"{r.get('task_failures', '')} | {r.get('t_recv_s', '')} | {r.get('t_convert_s', '')} | "
                          f"{r.get('t_produce_s', '')} | {r.get('t_commit_s', '')} |")
-        if t:
-            lines.append(f"| exactly-once sink (median above) | {t['records_per_s']['ours']:,} | | | | |")
     if res.get("findings"):
         lines += ["", "## Findings", "", res["findings"].strip()]
     lines += ["", "## Raw results", "", "```json", json.dumps(res, indent=1, sort_keys=True, default=str), "```", ""]
@@ -676,15 +1079,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=30, help="latency phase: measured seconds per sink")
     ap.add_argument("--latency-warmup", type=float, default=5, help="latency phase: seconds not counted")
     ap.add_argument("--trigger-ms", type=int, default=500, help="processingTime trigger of the latency phase")
-    ap.add_argument("--skip", action="append", default=[], choices=["throughput", "breakdown", "latency"],
+    ap.add_argument("--skip", action="append", default=[], choices=["throughput", "latency"],
                     help="skip a phase (repeatable)")
-    ap.add_argument("--no-breakdown", action="store_true", help="same as --skip breakdown")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also profile: the write path cut step by step and the sink with candidate fixes "
+                         "(throughput on the warm-up records, and latency); adds about 4 minutes")
     ap.add_argument("--out", help="results file (default benchmarks/results/<date>-sink.md)")
     ap.add_argument("--findings", help="a markdown file whose text goes in the results' Findings section")
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the benchmark's topics")
     a = ap.parse_args(argv)
-    if a.no_breakdown:
-        a.skip.append("breakdown")
 
     bootstrap, _ = stack_env()
     date = dt.date.today().isoformat()
@@ -693,6 +1096,7 @@ def main(argv=None) -> int:
     bench = Bench(a, bootstrap)
     bench.load_start = list(os.getloadavg())
     tee = StderrTee(bench.work / "stderr.log")
+    bench.tee = tee
     say(f"sink benchmark {bench.run_id}: Kafka at {bootstrap}, work dir {bench.work}")
     res: dict = {"date": date, "run_id": bench.run_id, "settings": settings(a)}
     try:
@@ -701,8 +1105,9 @@ def main(argv=None) -> int:
         res["machine"] = machine_info(bench)
         if "throughput" not in a.skip:
             res["throughput"] = phase_throughput(bench, tee)
-            if "breakdown" not in a.skip:
-                res["breakdown"] = phase_breakdown(bench, res["throughput"]["input_topic"], a.records)
+            if a.breakdown:
+                t = res["throughput"]
+                res["breakdown"] = phase_breakdown(bench, tee, t["warmup_topic"], t["warmup_records"])
         if "latency" not in a.skip:
             res["latency"] = phase_latency(bench, tee)
         res["machine"]["load_avg_end"] = list(os.getloadavg())

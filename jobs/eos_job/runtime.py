@@ -249,7 +249,13 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
 
     stop_event = stop_event or threading.Event()
     preflight(config)
-    Path(_local_path(config.checkpoint_dir)).mkdir(parents=True, exist_ok=True)
+    ckpt = Path(_local_path(config.checkpoint_dir))
+    if config.restore_from and checkpoint.checkpoint_id(ckpt) is None:
+        from .snapshot import restore_snapshot
+        manifest = restore_snapshot(_local_path(config.restore_from), ckpt)
+        log.info("checkpoint %s seeded from snapshot %s (batch %s, checkpoint id %s)", ckpt, config.restore_from,
+                 manifest["lastBatch"], manifest["checkpointId"])
+    ckpt.mkdir(parents=True, exist_ok=True)
     os.environ["EOS_DRIVER_PGID"] = str(os.getpgrp())  # inherited by the JVM and its Python workers
     spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
     writer = BatchWriter(config, fault_kill_after_commit)

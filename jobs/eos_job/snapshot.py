@@ -44,5 +44,10 @@ def restore_snapshot(snapshot: str | Path, new_ckpt: str | Path) -> dict:
     manifest = json.loads((snapshot / MANIFEST).read_text())
     if new_ckpt.exists() and any(new_ckpt.iterdir()):
         raise FileExistsError(f"restore target {new_ckpt} is not empty; restore into a new checkpoint location")
-    shutil.copytree(snapshot / "checkpoint", new_ckpt, dirs_exist_ok=True)
+    tmp = new_ckpt.with_name(new_ckpt.name + ".restoring")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(snapshot / "checkpoint", tmp)
+    if new_ckpt.exists():
+        new_ckpt.rmdir()
+    tmp.rename(new_ckpt)  # a crash mid-copy leaves no half-restored checkpoint behind
     return manifest

@@ -296,6 +296,8 @@ class RunConfig(Model):
     stream: StreamIdentity
     spec: ExactlyOnceStreamSpec
     checkpoint_dir: str = Field(..., description="Resolved checkpoint directory of this run.")
+    restore_from: str | None = Field(None, description=(
+        "Snapshot directory that seeds checkpoint_dir when it is still empty (restore, snapshot upgrade)."))
 
     def ledger_topic(self) -> str:
         return self.spec.sink.ledger_topic or f"{self.spec.sink.topic}.eos-ledger.{self.stream.namespace}.{self.stream.name}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from datetime import datetime, timezone
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -60,6 +61,10 @@ class Clock(Protocol):
     def now(self) -> datetime: ...
 
 
+class Progress(Protocol):
+    async def last_committed_batch(self, config: RunConfig) -> int | None: ...
+
+
 # ---------------------------------------------------------------------- clock
 class SystemClock:
     def now(self) -> datetime:
@@ -79,6 +84,36 @@ class JobResolver:
         # The thread cannot be cancelled; the outer wait_for bounds how long we wait for it.
         return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s),
                                       timeout=self.timeout_s + 15.0)
+
+
+class LedgerProgress:
+    """The stream's last completed batch, read from its ledger (``eos_job.resolution.last_batch_committed``).
+
+    Cheap (one record at the end of one partition) but still a Kafka round trip, so
+    it is read at most every ``min_interval`` seconds per stream; any failure is
+    "unknown" (None), never an error of the reconcile.
+    """
+
+    def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0):
+        self.min_interval, self.timeout_s = min_interval, timeout_s
+        self._cache: dict[str, tuple[float, int | None]] = {}
+
+    async def last_committed_batch(self, config: RunConfig) -> int | None:
+        from eos_job.resolution import last_batch_committed
+
+        key = f"{config.stream.namespace}/{config.stream.name}/{config.stream.uid}"
+        now = time.monotonic()
+        cached = self._cache.get(key)
+        if cached is not None and now - cached[0] < self.min_interval:
+            return cached[1]
+        try:
+            value = await asyncio.wait_for(asyncio.to_thread(last_batch_committed, config, timeout_s=self.timeout_s),
+                                           timeout=self.timeout_s + 5.0)
+        except Exception as exc:  # noqa: BLE001 - progress is informative only
+            log.debug("could not read the progress of %s: %s", key, exc)
+            value = cached[1] if cached is not None else None
+        self._cache[key] = (now, value)
+        return value
 
 
 # ----------------------------------------------------------------- kubernetes

@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"seconds between periodic reconciles of each stream (default 5, or ${ENV_INTERVAL})")
     run.add_argument("--resolution-timeout", type=float, default=60.0,
                      help="seconds resolution may take before the start counts as failed (default 60)")
+    run.add_argument("--progress-interval", type=float, default=10.0,
+                     help="seconds between reads of a running stream's last committed batch from its ledger "
+                          "(default 10)")
     peering = run.add_mutually_exclusive_group()
     peering.add_argument("--standalone", action="store_true", default=True,
                          help="no peering with other operator instances (default; run one replica)")
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         # kopf's login (through the kubernetes client) reads it from the environment.
         os.environ["KUBECONFIG"] = args.kubeconfig
     config = OperatorConfig(interval=args.interval, resolution_timeout=args.resolution_timeout,
-                            kubeconfig=args.kubeconfig)
+                            progress_interval=args.progress_interval, kubeconfig=args.kubeconfig)
     registry = build_registry(config)
     kopf.run(registry=registry,
              clusterwide=not args.namespace,

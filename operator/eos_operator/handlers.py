@@ -10,7 +10,6 @@ every driver Pod is gone.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,7 +17,7 @@ import kopf
 
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 
-from .adapters import JobResolver, KubernetesApi, SystemClock
+from .adapters import JobResolver, KubernetesApi, LedgerProgress, SystemClock
 from .reconciler import Deps, StatusUnreadable, reconcile
 
 RESOURCE = {"group": API_GROUP, "version": API_VERSION, "plural": PLURAL}
@@ -28,12 +27,14 @@ RESOURCE = {"group": API_GROUP, "version": API_VERSION, "plural": PLURAL}
 class OperatorConfig:
     interval: float = 5.0             # seconds between periodic reconciles of each stream
     resolution_timeout: float = 60.0
+    progress_interval: float = 10.0   # seconds between reads of a stream's last committed batch
     kubeconfig: str | None = None
 
 
 def default_deps(config: OperatorConfig) -> Deps:
     return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig),
-                resolver=JobResolver(timeout_s=config.resolution_timeout), clock=SystemClock())
+                resolver=JobResolver(timeout_s=config.resolution_timeout), clock=SystemClock(),
+                progress=LedgerProgress(min_interval=config.progress_interval))
 
 
 def build_registry(config: OperatorConfig,
@@ -53,7 +54,7 @@ def build_registry(config: OperatorConfig,
             prefix=API_GROUP, key="last-handled-configuration")
         settings.persistence.finalizer = f"{API_GROUP}/finalizer"
         # Our own events say what happened; kopf's per-handler events would only add noise.
-        settings.posting.level = logging.ERROR
+        settings.posting.enabled = False
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         memo.deps = deps_factory(config)
@@ -90,7 +91,8 @@ def build_registry(config: OperatorConfig,
     async def stop_stream(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any, **_: Any) -> None:
         outcome = await run(namespace, name, uid, memo, logger)
         if outcome.exists and not outcome.finished:
-            raise kopf.TemporaryError("waiting for the driver to stop gracefully", delay=2)
+            raise kopf.TemporaryError(f"{namespace}/{name} is being deleted: waiting for its driver to stop "
+                                      "at a clean batch boundary (not an error)", delay=2)
         memo.locks.pop(uid, None)
 
     return registry

@@ -1,6 +1,7 @@
 """What the observer saw: plain values, read by the planner, never acted on here."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,8 +39,21 @@ class PodView:
             parts.append(f"({', '.join(detail)})")
         text = " ".join(parts)
         if self.message:
-            text += f": {self.message.strip()}"
+            text += f": {_readable(self.message)}"
         return text[:MAX_MESSAGE]
+
+
+def _readable(message: str) -> str:
+    """The job runtime writes a JSON run summary as its termination message; show its reason and error."""
+    message = message.strip()
+    if message.startswith("{"):
+        try:
+            doc = json.loads(message)
+        except ValueError:
+            return message
+        if isinstance(doc, dict) and doc.get("error"):
+            return f"{doc.get('reason', 'Error')}: {doc['error']}"
+    return message
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 
 from eos_job.spec import API_GROUP, ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
 
-from . import planner
-from .adapters import Clock, Conflict, Kube, Resolver
+from . import children, planner
+from .adapters import Clock, Conflict, Kube, Progress, Resolver
 from .children import StreamRef
 from .observed import Observed, pod_view
 from .planner import (ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeletePod, DeleteService, Plan,
@@ -38,6 +38,7 @@ class Deps:
     kube: Kube
     resolver: Resolver
     clock: Clock
+    progress: Progress | None = None     # where the last committed batch comes from (else Pod annotation)
 
 
 @dataclass(frozen=True)
@@ -66,20 +67,27 @@ def dump_status(status: ExactlyOnceStreamStatus) -> dict[str, Any]:
     return status.model_dump(by_alias=True, mode="json")
 
 
-async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus, deps: Deps) -> Observed:
+async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
+                  spec: ExactlyOnceStreamSpec | InvalidSpec, deps: Deps) -> Observed:
     meta = obj.get("metadata") or {}
     name, namespace = meta["name"], meta.get("namespace", "default")
     raw_pods = await deps.kube.list_driver_pods(namespace, name)
     pods = tuple(sorted((pod_view(p) for p in raw_pods), key=lambda p: p.name))
+    batch = _progress(raw_pods, status.driver_pod)
+    driver = next((p for p in pods if p.name == status.driver_pod), None)
+    if (batch is None and deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec)
+            and driver is not None and driver.phase == "Running" and status.pending_launch is None):
+        ref = children.StreamRef(name, namespace, meta["uid"])
+        batch = await deps.progress.last_committed_batch(children.run_config(ref, spec, status.tx_generation))
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
-                    last_committed_batch=_progress(raw_pods, status.driver_pod))
+                    last_committed_batch=batch)
 
 
 def _progress(raw_pods: list[dict[str, Any]], driver: str | None) -> int | None:
-    """Hook: the last committed batch as the current driver reports it (None = unknown).
+    """The last committed batch as the current driver reports it on its Pod (None = unknown).
 
-    The job runtime can annotate its own Pod; reading the ledger instead fits here too.
+    Takes precedence over the ledger read (``Deps.progress``) when the runtime annotates its Pod.
     """
     for pod in raw_pods:
         meta = pod.get("metadata") or {}
@@ -104,8 +112,8 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
         meta = obj["metadata"]
         ref = StreamRef(name, namespace, meta["uid"])
         status = parse_status(obj.get("status"))
-        observed = await observe(obj, status, deps)
         spec = validate_spec(obj.get("spec"))
+        observed = await observe(obj, status, spec, deps)
         plan = planner.plan(spec, status, observed)
         lifecycle = plan.status.lifecycle_state
         log.debug("%s/%s: %s", namespace, name, plan.summary())

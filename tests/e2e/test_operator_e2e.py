@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +28,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO):
         sys.path.insert(0, str(extra))
 
 from eos_job.verify import audit_counts  # noqa: E402
+from eos_stack.common import free_port  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
@@ -36,6 +38,9 @@ pytestmark = pytest.mark.stack
 
 CRD = REPO / "crds" / "exactlyoncestreams.streaming.eos.dev.yaml"
 INVALID = sorted((REPO / "tests" / "operator" / "invalid").glob("*.yaml"))
+# The runtime's log line on SIGTERM: the driver was asked to stop at a batch boundary (a graceful
+# delete), not SIGKILLed. Whether the stop then completes cleanly is the runtime's business (its own tests).
+GRACEFUL = "received SIGTERM: stopping at the next clean batch boundary"
 PYTHONPATH = os.pathsep.join([str(REPO / "operator"), str(REPO / "jobs"), str(REPO),
                               os.environ.get("PYTHONPATH", "")])
 
@@ -112,8 +117,10 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 class OperatorProcess:
     """``python -m eos_operator run`` for one namespace, as its own process (so it can be SIGKILLed)."""
 
-    def __init__(self, kubeconfig: str, namespace: str, log_path: Path, **switches: str):
+    def __init__(self, kubeconfig: str, namespace: str, log_path: Path, *, liveness_port: int | None = None,
+                 **switches: str):
         self.kubeconfig, self.namespace, self.log_path, self.switches = kubeconfig, namespace, log_path, switches
+        self.liveness_port = liveness_port
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "OperatorProcess":
@@ -122,7 +129,9 @@ class OperatorProcess:
             log.write(f"\n===== operator start {time.strftime('%X')} {self.switches}\n".encode())
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", OPERATOR_WRAPPER, "run", "--namespace", self.namespace,
-                 "--kubeconfig", self.kubeconfig, "--interval", "1", "--resolution-timeout", "30"],
+                 "--kubeconfig", self.kubeconfig, "--interval", "1", "--resolution-timeout", "30",
+                 "--progress-interval", "2",
+                 *(["--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"] if self.liveness_port else [])],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
@@ -257,7 +266,8 @@ def kubelet(stack_env, namespace, tmp_path):
 
 @pytest.fixture
 def operator(stack_env, namespace, kubelet, tmp_path):
-    op = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log").start()
+    op = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log",
+                         liveness_port=free_port()).start()
     yield op
     op.stop()
 
@@ -265,6 +275,9 @@ def operator(stack_env, namespace, kubelet, tmp_path):
 # ----------------------------------------------------------------------- tests
 def test_invalid_resources_are_rejected_naming_the_field(kubectl, namespace, operator):
     diag = Diagnostics(kubectl, namespace, operator)
+    health = wait_until(lambda: urllib.request.urlopen(
+        f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=2).status, "the liveness endpoint", 60, diag)
+    assert health == 200
     by_operator = []
     for path in INVALID:
         doc = yaml.safe_load(path.read_text())
@@ -340,12 +353,17 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output to catch up",
                300, diag, 2)
     assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
+    # Progress from the ledger, in status and in `kubectl get`.
+    batch = wait_until(lambda: (lambda b: (b,) if b is not None else None)(
+        kubectl.status(namespace, name).get("lastCommittedBatch")), "lastCommittedBatch", 60, diag)[0]
+    row = kubectl.run("get", "eos", name, "-n", namespace, "--no-headers").stdout.split()
+    assert row[:3] == [name, "Running", "Running"] and int(row[3]) >= batch and row[4] == "1", row
 
     # Suspend: a graceful stop at a batch boundary, then no driver.
     kubectl.patch_spec(namespace, name, {"job": {"state": "suspended"}})
     wait_until(lambda: kubectl.status(namespace, name).get("lifecycleState") == "Suspended"
                and not kubectl.pods(namespace), "the stream to suspend", 120, diag)
-    assert "stopped at a clean boundary" in kubelet.log_path(namespace, "colors-driver-1").read_text()
+    assert GRACEFUL in kubelet.log_path(namespace, "colors-driver-1").read_text()
     assert "Suspended" in kubectl.events(namespace, name)
     assert condition(kubectl.status(namespace, name), "Ready")["reason"] == "Suspended"
 
@@ -368,7 +386,7 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
     assert kubectl.pods(namespace) == []
     assert kubectl.run("get", "configmap", "colors-run", "-n", namespace, check=False).returncode != 0
     assert (checkpoint / "live" / "offsets").is_dir()
-    assert "stopped at a clean boundary" in kubelet.log_path(namespace, "colors-driver-2").read_text()
+    assert GRACEFUL in kubelet.log_path(namespace, "colors-driver-2").read_text()
 
 
 def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, namespace, kubelet, operator,

@@ -36,7 +36,8 @@ What it does, per Pod in its scope (a namespace and/or a label selector):
   process is never restarted (the operator under test manages restarts by
   creating new Pods).
 * **Deletion.** When a Pod gets a ``deletionTimestamp`` its process group gets
-  SIGTERM, then SIGKILL after the deletion grace period
+  SIGTERM to the main process (as a kubelet signals PID 1), then SIGKILL of the
+  whole process group after the deletion grace period
   (``terminationGracePeriodSeconds``, default 30); the final status is written
   and the Pod is deleted with grace period 0, as a kubelet confirms a deletion,
   so the object disappears (unless finalizers hold it). A Pod that vanishes
@@ -376,6 +377,11 @@ class ProcessKubelet:
 
     def _wait(self, run: PodRun) -> None:
         rc = run.proc.wait()
+        # The container is gone with its main process: like a container runtime, end what it left behind.
+        try:
+            os.killpg(run.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         if run.kill_timer:
             run.kill_timer.cancel()
         exit_code = rc if rc >= 0 else 128 - rc
@@ -455,10 +461,14 @@ class ProcessKubelet:
         # Otherwise it is dropped from _runs once it ended, by the next list.
 
     def _signal(self, run: PodRun, sig: int) -> None:
+        """SIGTERM goes to the main process only (PID 1 of a container); SIGKILL takes the whole group."""
         if run.proc is None or run.proc.poll() is not None:
             return
         try:
-            os.killpg(run.proc.pid, sig)
+            if sig == signal.SIGKILL:
+                os.killpg(run.proc.pid, sig)
+            else:
+                os.kill(run.proc.pid, sig)
         except ProcessLookupError:
             pass
 

@@ -63,6 +63,16 @@ class FakeResolver:
         return report
 
 
+@dataclass
+class FakeProgress:
+    batch: int | None = None
+    calls: int = 0
+
+    async def last_committed_batch(self, config: RunConfig) -> int | None:
+        self.calls += 1
+        return self.batch
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.streams: dict[tuple[str, str], dict[str, Any]] = {}

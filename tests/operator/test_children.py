@@ -143,3 +143,22 @@ def test_cli_help_works_without_a_cluster():
         assert out.returncode == 0, out.stderr
         assert "usage: python -m eos_operator" in out.stdout
     assert "--all-namespaces" in out.stdout and "--kubeconfig" in out.stdout and "--liveness" in out.stdout
+
+
+def test_pod_view_reads_exit_code_and_the_runtime_termination_message():
+    from eos_operator.observed import pod_view
+    pod = {"metadata": {"name": "colors-driver-1", "labels": {"streaming.eos.dev/attempt": "1"},
+                        "ownerReferences": [{"uid": REF.uid, "controller": True}]},
+           "status": {"phase": "Failed", "containerStatuses": [{"name": "driver", "state": {"terminated": {
+               "exitCode": 3, "reason": "Error",
+               "message": json.dumps({"reason": "SinkUnavailable", "error": "sink.topic: topic 'x' does not exist",
+                                      "batches": 0})}}}]}}
+    view = pod_view(pod)
+    assert (view.name, view.phase, view.exit_code, view.attempt, view.owner_uid) == (
+        "colors-driver-1", "Failed", 3, 1, REF.uid)
+    assert view.failure_text() == ("driver Pod colors-driver-1 failed (exit code 3, Error): "
+                                   "SinkUnavailable: sink.topic: topic 'x' does not exist")
+    plain = pod_view({"metadata": {"name": "p"}, "status": {"phase": "Failed", "containerStatuses": [
+        {"name": "driver", "state": {"terminated": {"exitCode": 137, "message": "log tail\n"}}}]}})
+    assert plain.failure_text() == "driver Pod p failed (exit code 137): log tail"
+    assert pod_view({"metadata": {"name": "q"}}).phase == "Pending"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from eos_operator.adapters import KubeError
 from eos_operator.reconciler import Deps, reconcile
 
-from .fakes import Crash, FakeClock, FakeKube, FakeResolver, base_spec
+from .fakes import Crash, FakeClock, FakeKube, FakeProgress, FakeResolver, base_spec
 
 
 def make(spec=None):
@@ -51,6 +51,21 @@ def test_create_resolves_then_submits_one_driver():
     assert kube.reasons()[-1] == "Running"
     ready = [c for c in status(kube)["conditions"] if c["type"] == "Ready"][0]
     assert ready["status"] == "True"
+
+
+def test_progress_is_read_for_a_running_driver_only():
+    kube, resolver, clock, deps = make()
+    deps.progress = FakeProgress(batch=41)
+    rec(deps)
+    assert deps.progress.calls == 0                         # not while deploying
+    assert status(kube)["lastCommittedBatch"] == 0          # what resolution reported
+    kube.set_pod_phase("colors-driver-0", "Running")
+    rec(deps)
+    assert status(kube)["lastCommittedBatch"] == 41
+    kube.pods[("default", "colors-driver-0")]["metadata"].setdefault("annotations", {})[
+        "streaming.eos.dev/last-committed-batch"] = "42"    # the runtime's own word wins
+    rec(deps)
+    assert status(kube)["lastCommittedBatch"] == 42 and deps.progress.calls == 1
 
 
 def test_failed_driver_restarts_after_delay_with_resolution():

@@ -1,0 +1,89 @@
+{{/*
+The operator's permissions: exactly the Kubernetes API calls of operator/eos_operator
+(adapters.KubernetesApi) and of kopf as handlers.py configures it. No wildcards.
+tests/chart/test_rbac.py checks each verb below against the calls the code makes,
+and that removing any one of them denies a call the operator needs.
+
+Not granted, on purpose:
+  - secrets: the driver Pod reads the sink credentials through secretKeyRef;
+    the operator never reads a Secret (children.driver_pod).
+  - namespaces list/watch: the operator runs --all-namespaces or with exact names;
+    kopf needs namespace listing only to expand globs (it logs a warning and uses
+    the exact names when it may not list them).
+  - kopfpeerings/clusterkopfpeerings: the operator runs standalone (one replica,
+    strategy Recreate), never with --peering.
+  - pods get/watch/patch/update: the observer lists a stream's driver Pods by label
+    on every pass (reconciler.observe) and never watches or changes them.
+  - events patch/update: every event is a new object (adapters.post_event).
+*/}}
+{{- define "eos.operatorRules" -}}
+# The ExactlyOnceStream resource:
+#   list, watch: kopf's watch stream of the resource (handlers.RESOURCE).
+#   get:   the reconciler reads the stream afresh on every pass, never a cached body
+#          (adapters.get_stream).
+#   patch: kopf adds/removes its finalizer (streaming.eos.dev/finalizer) and keeps its
+#          progress and last-handled-configuration in annotations (handlers.configure).
+- apiGroups: ["streaming.eos.dev"]
+  resources: ["exactlyoncestreams"]
+  verbs: ["get", "list", "watch", "patch"]
+# The status is the reconciler's write-ahead log: a merge patch of the /status
+# subresource carrying the observed resourceVersion (adapters.patch_stream_status).
+- apiGroups: ["streaming.eos.dev"]
+  resources: ["exactlyoncestreams/status"]
+  verbs: ["patch"]
+# Children carry an owner reference with blockOwnerDeletion: true (children.StreamRef).
+# Clusters with the OwnerReferencesPermissionEnforcement admission plugin (e.g.
+# OpenShift) refuse such a child unless its creator may update the owner's finalizers.
+# It adds nothing to `patch` above, which can already set metadata.finalizers.
+- apiGroups: ["streaming.eos.dev"]
+  resources: ["exactlyoncestreams/finalizers"]
+  verbs: ["update"]
+# Driver Pods: list by label (reconciler.observe), create with a deterministic name
+# (409 = already there), delete with a grace period (stop, restart, upgrade).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "create", "delete"]
+# The run ConfigMap (<stream>-run) and, in cluster deploy mode, the headless driver
+# Service (<stream>-driver): create; on 409 get the current object and update
+# (replace) it; delete when the stream stops or is deleted (adapters._apply, _delete).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "update", "delete"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "create", "update", "delete"]
+# Events on the stream (adapters.post_event): create only. kopf posts none of its own
+# (settings.posting.enabled is off in handlers.configure).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}
+
+{{/*
+Cluster-wide only: kopf watches CustomResourceDefinitions to notice the
+ExactlyOnceStream CRD being created or changed while it runs (kopf
+reactor/observation.resource_observer); read-only. In namespaced mode no
+cluster-scoped permission is created: kopf then discovers the resource once at
+start (the CRD is installed before the operator by Helm's crds/) and logs a warning.
+*/}}
+{{- define "eos.operatorClusterOnlyRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- end -}}
+
+{{/*
+The driver Pod's permissions in cluster deploy mode (spark-submit --master k8s://,
+the Pod is the driver, executors are Pods): Spark's Kubernetes scheduler backend
+gets its own Pod (spark.kubernetes.driver.pod.name, to own the executors), creates,
+watches, polls, labels and deletes executor Pods, creates and deletes the executor
+ConfigMap (spark-exec-*-conf-map), on-demand PVCs (spark.kubernetes.executor.volumes.
+persistentVolumeClaim.*.options.claimName=OnDemand) and, for spark-submit's own
+cluster mode, the driver Service. The same verb set as kubeflow/spark-operator's
+chart grants its spark ServiceAccount, limited to these four resources and spelled out.
+*/}}
+{{- define "eos.jobRules" -}}
+- apiGroups: [""]
+  resources: ["pods", "services", "configmaps", "persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+{{- end -}}

@@ -1,0 +1,108 @@
+"""What the operator asks of the Kubernetes API, as RBAC sees it.
+
+``OPERATOR_CALLS`` is the list the chart's rules (templates/_rbac.tpl) must grant,
+and nothing more. The part made by ``eos_operator.adapters.KubernetesApi`` is
+checked against the adapter's real requests (test_rbac.py records them); the part
+made by kopf comes from kopf's code as handlers.py configures it (standalone, no
+peering, progress and diff-base in annotations, its own event posting off).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
+
+GROUP = "streaming.eos.dev"
+PLURAL = "exactlyoncestreams"
+
+
+@dataclass(frozen=True)
+class Call:
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+    cluster_scoped: bool = False
+
+    @property
+    def kubectl_resource(self) -> str:
+        """The resource as `kubectl auth can-i` spells it."""
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    def __str__(self) -> str:
+        sub = f"/{self.subresource}" if self.subresource else ""
+        return f"{self.verb} {self.kubectl_resource}{sub}"
+
+
+# (call, who makes it). Namespaced unless cluster_scoped.
+ADAPTER_CALLS: dict[Call, str] = {
+    Call("get", GROUP, PLURAL): "adapters.get_stream: the reconciler reads the stream afresh on every pass",
+    Call("patch", GROUP, PLURAL, "status"): "adapters.patch_stream_status: the status is the write-ahead log",
+    Call("list", "", "pods"): "adapters.list_driver_pods: observe the stream's driver Pods by label",
+    Call("create", "", "pods"): "adapters.create_pod: start a driver",
+    Call("delete", "", "pods"): "adapters.delete_pod: stop a driver (graceful)",
+    Call("create", "", "configmaps"): "adapters.apply_config_map: the run ConfigMap",
+    Call("get", "", "configmaps"): "adapters.apply_config_map: on 409 read the current one",
+    Call("update", "", "configmaps"): "adapters.apply_config_map: on 409 replace it",
+    Call("delete", "", "configmaps"): "adapters.delete_config_map",
+    Call("create", "", "services"): "adapters.apply_service: headless driver Service (cluster deploy mode)",
+    Call("get", "", "services"): "adapters.apply_service: on 409 read the current one",
+    Call("update", "", "services"): "adapters.apply_service: on 409 replace it",
+    Call("delete", "", "services"): "adapters.delete_service",
+    Call("create", "", "events"): "adapters.post_event",
+}
+KOPF_CALLS: dict[Call, str] = {
+    Call("list", GROUP, PLURAL): "kopf: the watch stream starts with a list",
+    Call("watch", GROUP, PLURAL): "kopf: the watch stream",
+    Call("patch", GROUP, PLURAL): "kopf: finalizer and annotation-stored progress/diff-base",
+    # Owner references with blockOwnerDeletion on every child: required by clusters with
+    # the OwnerReferencesPermissionEnforcement admission plugin (not enabled locally).
+    Call("update", GROUP, PLURAL, "finalizers"): "children: ownerReferences.blockOwnerDeletion",
+}
+# Cluster-wide installs only: kopf's resource observer watches CRDs (read-only).
+KOPF_CLUSTER_CALLS: dict[Call, str] = {
+    Call("list", "apiextensions.k8s.io", "customresourcedefinitions", cluster_scoped=True):
+        "kopf: resource observer (initial list)",
+    Call("watch", "apiextensions.k8s.io", "customresourcedefinitions", cluster_scoped=True):
+        "kopf: resource observer (CRD changes)",
+}
+
+NAMESPACED_CALLS = sorted({*ADAPTER_CALLS, *KOPF_CALLS}, key=str)
+CLUSTER_CALLS = sorted(KOPF_CLUSTER_CALLS, key=str)
+ALL_CALLS = NAMESPACED_CALLS + CLUSTER_CALLS
+
+# Things the operator never does: its identity must be refused each of them.
+FORBIDDEN = [
+    Call("get", "", "secrets"), Call("list", "", "secrets"), Call("watch", "", "secrets"),
+    Call("get", "", "pods"), Call("watch", "", "pods"), Call("patch", "", "pods"), Call("update", "", "pods"),
+    Call("create", "", "pods", "exec"), Call("get", "", "pods", "log"), Call("deletecollection", "", "pods"),
+    Call("list", "", "configmaps"), Call("patch", "", "configmaps"),
+    Call("list", "", "services"), Call("patch", "", "services"),
+    Call("patch", "", "events"), Call("update", "", "events"), Call("delete", "", "events"),
+    Call("create", GROUP, PLURAL), Call("update", GROUP, PLURAL), Call("delete", GROUP, PLURAL),
+    Call("update", GROUP, PLURAL, "status"),
+    Call("create", "", "serviceaccounts", "token"), Call("create", "", "persistentvolumeclaims"),
+    Call("create", "apps", "deployments"), Call("create", "rbac.authorization.k8s.io", "rolebindings"),
+    Call("list", "", "namespaces", cluster_scoped=True),
+    Call("create", "apiextensions.k8s.io", "customresourcedefinitions", cluster_scoped=True),
+    Call("get", "apiextensions.k8s.io", "customresourcedefinitions", cluster_scoped=True),
+    Call("list", "kopf.dev", "clusterkopfpeerings", cluster_scoped=True),
+    Call("list", "", "nodes", cluster_scoped=True),
+]
+
+_PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+                   r"/namespaces/(?P<ns>[^/]+)/(?P<resource>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
+
+
+def call_of_request(method: str, url: str) -> Call:
+    """The RBAC verb and resource of one namespaced REST request (the API server's own mapping)."""
+    parts = urlsplit(url)
+    m = _PATH.match(parts.path)
+    if not m:
+        raise ValueError(f"not a namespaced resource path: {url}")
+    named = m["name"] is not None
+    watch = parse_qs(parts.query).get("watch", ["false"])[0] in ("true", "1")
+    verb = {"GET": ("get" if named else ("watch" if watch else "list")),
+            "POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": ("delete" if named else "deletecollection")}[method.upper()]
+    return Call(verb, m["group"] or "", m["resource"], m["sub"] or "")

@@ -1,0 +1,373 @@
+"""The chart's RBAC is exactly what the operator needs.
+
+1. The operator's own requests are the ones listed in rbac_model (recorded from the
+   real adapter code, no server).
+2. The chart's ServiceAccount, installed by helm, may make each of them
+   (`kubectl auth can-i --as=system:serviceaccount:NS:SA`), in every namespace or only
+   in the watched ones, and is refused what the operator never does.
+3. Every verb of every rule is needed: with any one removed, the API server's
+   authorizer refuses at least one listed call.
+4. The operator itself runs under that identity (a TokenRequest token) and drives a
+   stream through create, launch and delete without a single refused request.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .helpers import (REPO, Helm, Kubectl, by_kind, can_i, install, one, sa_user, token_kubeconfig, unique,
+                      wait_until)
+from .rbac_model import (ADAPTER_CALLS, ALL_CALLS, CLUSTER_CALLS, FORBIDDEN, NAMESPACED_CALLS, Call,
+                         call_of_request)
+
+# ------------------------------------------------------------------ helpers
+def rule_grants(rule: dict[str, Any], call: Call) -> bool:
+    resource = f"{call.resource}/{call.subresource}" if call.subresource else call.resource
+    return (call.group in rule.get("apiGroups", []) and resource in rule.get("resources", [])
+            and call.verb in rule.get("verbs", []) and not rule.get("resourceNames"))
+
+
+def granted(rules: list[dict[str, Any]], calls: list[Call]) -> set[Call]:
+    return {c for c in calls if any(rule_grants(r, c) for r in rules)}
+
+
+# --------------------------------------------------- 1. the adapter's requests
+class _Response:
+    def __init__(self, status: int, payload: Any):
+        self.status = status
+        self.data = json.dumps(payload).encode()
+
+    def read(self) -> None:
+        pass
+
+
+class RecordingApiClient:
+    """Stands in for kubernetes.client.ApiClient under KubernetesApi: records each request."""
+
+    def __init__(self, conflict_on_create: bool = False):
+        self.conflict_on_create = conflict_on_create
+        self.requests: list[tuple[str, str]] = []
+
+    def param_serialize(self, method, resource_path, query_params=None, header_params=None, body=None, **_):
+        from urllib.parse import urlencode
+        query = urlencode(query_params or [])
+        return method, resource_path + (f"?{query}" if query else ""), header_params, body, []
+
+    def call_api(self, method, url, header_params=None, body=None, post_params=None, **_):
+        self.requests.append((method, url))
+        if method == "POST" and self.conflict_on_create and ("/configmaps" in url or "/services" in url):
+            return _Response(409, {"message": "already exists"})
+        return _Response(200, {"metadata": {"resourceVersion": "7"}, "spec": {"clusterIP": "None"}, "items": []})
+
+
+def test_the_adapter_makes_exactly_the_listed_requests():
+    from eos_operator.adapters import Kube, KubernetesApi
+    from eos_operator.children import StreamRef
+
+    exercised = {"get_stream", "patch_stream_status", "list_driver_pods", "create_pod", "delete_pod",
+                 "apply_config_map", "apply_service", "delete_config_map", "delete_service", "post_event"}
+    protocol = {n for n, v in vars(Kube).items() if callable(v) and not n.startswith("_")}
+    assert protocol == exercised, (
+        f"the Kube protocol changed ({sorted(protocol ^ exercised)}): record the new calls here, "
+        "list them in tests/chart/rbac_model.py and grant them in charts/spark-eos-operator/templates/_rbac.tpl")
+
+    requests: list[tuple[str, str]] = []
+    for conflict in (False, True):
+        client = RecordingApiClient(conflict_on_create=conflict)
+        api = KubernetesApi(client)
+
+        async def drive() -> None:
+            await api.get_stream("ns", "s")
+            await api.patch_stream_status("ns", "s", {"lifecycleState": "Running"}, "7")
+            await api.list_driver_pods("ns", "s")
+            await api.create_pod("ns", {"metadata": {"name": "s-driver-1"}})
+            await api.delete_pod("ns", "s-driver-1", 60)
+            await api.apply_config_map("ns", {"kind": "ConfigMap", "metadata": {"name": "s-run"}})
+            await api.apply_service("ns", {"kind": "Service", "metadata": {"name": "s-driver"}, "spec": {}})
+            await api.delete_config_map("ns", "s-run")
+            await api.delete_service("ns", "s-driver")
+            await api.post_event(StreamRef("s", "ns", "uid-1"), "Normal", "Started", "started")
+
+        asyncio.run(drive())
+        requests += client.requests
+    made = {call_of_request(method, url) for method, url in requests}
+    assert made == set(ADAPTER_CALLS), (
+        f"requests not in rbac_model.ADAPTER_CALLS: {sorted(map(str, made - set(ADAPTER_CALLS)))}; "
+        f"listed but never made: {sorted(map(str, set(ADAPTER_CALLS) - made))}")
+
+
+def test_the_chart_rules_grant_exactly_the_listed_calls(helm: Helm):
+    """Offline: the rendered rules grant every call, and no rule or verb grants anything unlisted."""
+    cluster_rules = one(helm.template(), "ClusterRole")["rules"]
+    assert granted(cluster_rules, ALL_CALLS) == set(ALL_CALLS)
+    role_rules = by_kind(helm.template("--set", "watchNamespaces={a}"), "Role")[0]["rules"]
+    assert granted(role_rules, NAMESPACED_CALLS) == set(NAMESPACED_CALLS)
+    assert not granted(role_rules, CLUSTER_CALLS), "namespaced mode grants nothing cluster-wide"
+    for rules in (cluster_rules, role_rules):
+        for rule in rules:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    res, _, sub = resource.partition("/")
+                    for verb in rule["verbs"]:
+                        call = Call(verb, group, res, sub, cluster_scoped=group == "apiextensions.k8s.io")
+                        assert call in ALL_CALLS, f"the chart grants {call}, which the operator never does"
+
+
+# ------------------------------------------ 2. the installed identity, can-i
+def test_cluster_wide_identity_can_do_exactly_its_job(helm: Helm, kubectl: Kubectl, namespaces, releases):
+    ns = namespaces("chart-rbac")
+    release = unique("rbac")
+    manifest = install(helm, release, ns)
+    releases(release, ns)
+    sa = one(manifest, "ServiceAccount")["metadata"]["name"]
+    user = sa_user(ns, sa)
+    elsewhere = unique("any-namespace")  # cluster-wide: any namespace, existing or not
+    wait_until(lambda: can_i(kubectl, user, NAMESPACED_CALLS[0], elsewhere), "the new binding to take effect", 30)
+    denied = [f"{c} in {where}" for c in ALL_CALLS for where in (ns, elsewhere)
+              if not can_i(kubectl, user, c, where)]
+    assert not denied, f"{user} may not: {denied}"
+    allowed = [str(c) for c in FORBIDDEN if can_i(kubectl, user, c, elsewhere)]
+    assert not allowed, f"{user} may, but never needs to: {allowed}"
+
+
+def test_namespaced_identity_is_confined_to_the_watched_namespaces(helm: Helm, kubectl: Kubectl, namespaces,
+                                                                   releases):
+    ns, a, b = namespaces("chart-rbac"), namespaces("chart-rbac-a"), namespaces("chart-rbac-b")
+    release = unique("rbac")
+    manifest = install(helm, release, ns, "--set", f"watchNamespaces={{{a},{b}}}")
+    releases(release, ns)
+    assert not [d for d in manifest if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    user = sa_user(ns, one(manifest, "ServiceAccount")["metadata"]["name"])
+    wait_until(lambda: can_i(kubectl, user, NAMESPACED_CALLS[0], b), "the new bindings to take effect", 30)
+    denied = [f"{c} in {where}" for c in NAMESPACED_CALLS for where in (a, b) if not can_i(kubectl, user, c, where)]
+    assert not denied, f"{user} may not: {denied}"
+    leaked = [f"{c} in {where}" for c in ALL_CALLS for where in (ns, unique("other"))
+              if can_i(kubectl, user, c, where)]
+    assert not leaked, f"{user} may act outside the watched namespaces: {leaked}"
+    allowed = [str(c) for c in FORBIDDEN if can_i(kubectl, user, c, a)]
+    assert not allowed, f"{user} may, but never needs to: {allowed}"
+
+
+def test_job_identity_gets_only_what_a_cluster_mode_driver_needs(helm: Helm, kubectl: Kubectl, namespaces,
+                                                                 releases):
+    ns, a = namespaces("chart-job"), namespaces("chart-job-a")
+    release = unique("job")
+    manifest = install(helm, release, ns, "--set", f"watchNamespaces={{{a}}}", "--set", "jobRbac.create=true")
+    releases(release, ns)
+    driver = sa_user(a, "spark-eos-driver")
+    assert ("ServiceAccount", a, "spark-eos-driver") in {
+        (d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]) for d in manifest}
+    needed = [Call(v, "", r) for r in ("pods", "services", "configmaps", "persistentvolumeclaims")
+              for v in ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")]
+    wait_until(lambda: can_i(kubectl, driver, needed[0], a), "the driver binding to take effect", 30)
+    denied = [str(c) for c in needed if not can_i(kubectl, driver, c, a)]
+    assert not denied, denied
+    for call in (Call("get", "", "secrets"), Call("create", "", "pods", "exec"),
+                 Call("get", "streaming.eos.dev", "exactlyoncestreams"), Call("create", "apps", "deployments")):
+        assert not can_i(kubectl, driver, call, a), f"the driver may {call}"
+    assert not can_i(kubectl, driver, Call("list", "", "pods"), ns), "the driver may act outside its namespace"
+
+
+# ------------------------------------------- 3. every verb of every rule needed
+def test_every_rule_and_every_verb_is_needed(helm: Helm, kubectl: Kubectl, stack_env):
+    from kubernetes import client, config
+
+    rules = one(helm.template(), "ClusterRole")["rules"]
+    variants: list[tuple[str, list[dict[str, Any]]]] = []
+    for i, rule in enumerate(rules):
+        what = f"{','.join(rule['resources'])}"
+        variants.append((f"without rule {i} ({what})", rules[:i] + rules[i + 1:]))
+        if len(rule["verbs"]) > 1:
+            for verb in rule["verbs"]:
+                reduced = copy.deepcopy(rules)
+                reduced[i]["verbs"].remove(verb)
+                variants.append((f"without {verb} on {what}", reduced))
+    variants.append(("the chart's rules", rules))
+
+    run = uuid.uuid4().hex[:6]
+    label = f"eos-chart-test/run={run}"
+    docs = []
+    for k, (_, variant) in enumerate(variants):
+        name = f"eos-chart-probe-{run}-{k}"
+        meta = {"name": name, "labels": {"eos-chart-test/run": run}}
+        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
+                     "rules": variant})
+        docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}]})
+    kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    api = client.AuthorizationV1Api(config.new_client_from_config(config_file=stack_env["KUBECONFIG"]))
+
+    def allowed(user: str, call: Call) -> bool:
+        attrs = client.V1ResourceAttributes(verb=call.verb, group=call.group, resource=call.resource,
+                                            subresource=call.subresource or None,
+                                            namespace=None if call.cluster_scoped else "anywhere")
+        review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+            user=user, groups=["system:authenticated"], resource_attributes=attrs))
+        return bool(api.create_subject_access_review(review).status.allowed)
+
+    try:
+        expected = [granted(variant, ALL_CALLS) for _, variant in variants]
+        # Each variant may only take effect after the authorizer's cache saw it: wait for
+        # what it grants, then what it does not grant is refused for good.
+        pending = set(range(len(variants)))
+
+        def all_granted() -> bool:
+            for k in sorted(pending):
+                if all(allowed(f"eos-chart-probe-{run}-{k}", c) for c in expected[k]):
+                    pending.discard(k)
+            return not pending
+
+        wait_until(all_granted, "every probe role to take effect", 60)
+        assert expected[-1] == set(ALL_CALLS)
+        for k, (what, _) in enumerate(variants[:-1]):
+            user = f"eos-chart-probe-{run}-{k}"
+            refused = {c for c in ALL_CALLS if not allowed(user, c)}
+            assert refused, f"{what}: the operator would lose nothing, so the chart grants too much"
+            assert refused == set(ALL_CALLS) - expected[k], (what, sorted(map(str, refused)))
+    finally:
+        kubectl.run("delete", "clusterrolebinding,clusterrole", "-l", label, "--wait=false", check=False)
+
+
+# ----------------------------------- 4. the operator, under the chart identity
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stream(name: str, bootstrap: str, topic: str, checkpoint: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream", "metadata": {"name": name},
+        "spec": {
+            # cluster deploy mode: the operator also creates the headless driver Service.
+            "job": {"module": "examples.colors.job", "parallelism": 1, "deployMode": "cluster",
+                    "serviceAccountName": "spark-eos-driver"},
+            "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+            "sink": {"bootstrapServers": bootstrap, "topic": topic + "-out"},
+            "checkpoint": {"store": "local", "path": str(checkpoint)},
+        },
+    }
+
+
+# The operator runs --namespace NS, so the chart grants nothing cluster-wide. kopf still
+# tries to list/watch namespaces (to expand globs) and CRDs (to notice a CRD change), retries
+# each refusal for about a minute, then falls back to the exact names and the resources it
+# discovered at start. Those two cluster-scoped requests are the only refusals allowed.
+# (Setting kopf's settings.scanning.disabled in the operator for exact names would skip them.)
+KOPF_SCANNING = ("/api/v1/namespaces", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+KOPF_FALLBACKS = ("Not enough permissions to list namespaces", "Not enough permissions to watch for namespaces",
+                  "Not enough permissions to watch for resources")
+_REQUEST = re.compile(r"\b(GET|POST|PUT|PATCH|DELETE) https?://[^/\s]+(/[^?\s]*)")
+
+
+def refused_requests(log: str) -> list[str]:
+    """Log lines of refused requests, except kopf's cluster-scoped scanning and its fallbacks."""
+    refused = []
+    for line in log.splitlines():
+        if not any(word in line for word in ("403", "Forbidden", "forbidden", "permission")):
+            continue
+        request = _REQUEST.search(line)
+        if any(ok in line for ok in KOPF_FALLBACKS) or (
+                request and request[1] == "GET" and request[2] in KOPF_SCANNING):
+            continue
+        refused.append(line)
+    return refused
+
+
+def test_the_operator_works_under_the_chart_identity(helm: Helm, kubectl: Kubectl, namespaces, releases,
+                                                     stack_env, tmp_path):
+    from examples.colors.local_run import create_topics
+
+    ns, watched = namespaces("chart-op"), namespaces("chart-op-w")
+    release = unique("op")
+    manifest = install(helm, release, ns, "--set", f"watchNamespaces={{{watched}}}", "--set", "jobRbac.create=true",
+                       "--set", "operator.reconcileIntervalSeconds=1")
+    releases(release, ns)
+    kubectl.run("wait", "--for=condition=Established", "crd/exactlyoncestreams.streaming.eos.dev", "--timeout=60s")
+    sa = one(manifest, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    kubeconfig = token_kubeconfig(kubectl, stack_env["KUBECONFIG"], ns, sa, tmp_path / "operator.kubeconfig")
+    as_operator = Kubectl(stack_env, str(kubeconfig))
+    assert as_operator.run("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").stdout == sa_user(ns, sa)
+    wait_until(lambda: as_operator.run("get", "exactlyoncestreams", "-n", watched, check=False).returncode == 0,
+               "the operator's Role to take effect", 30)
+
+    # The Deployment's own command line, with the liveness port moved to a free local one.
+    args = one(manifest, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "python"
+    port = free_port()
+    argv = [sys.executable, *args[1:], f"--kubeconfig={kubeconfig}"]
+    argv = [f"--liveness=http://127.0.0.1:{port}/healthz" if a.startswith("--liveness=") else a for a in argv]
+    log_path = tmp_path / "operator.log"
+    # $KUBECONFIG too: kopf logs in through the kubernetes client, which fixes its default
+    # kubeconfig path when it is first imported, before `run --kubeconfig` takes effect.
+    # No other credentials are reachable from this process.
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), str(REPO / "jobs"), str(REPO)])
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    name = "colors"
+
+    def diagnostics() -> str:
+        state = kubectl.run("get", "exactlyoncestreams,pods,configmaps,services,events", "-n", watched,
+                            check=False).stdout
+        return f"{state}\noperator log:\n" + "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
+
+    try:
+        health = wait_until(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status,
+                            "the operator's liveness endpoint", 90, diagnostics)
+        assert health == 200
+        topic = unique("chart-rbac-events")
+        create_topics(stack_env["KAFKA_BOOTSTRAP"], {topic: 1, topic + "-out": 1})
+        kubectl.run("apply", "-n", watched, "-f", "-",
+                    stdin=yaml.safe_dump(stream(name, stack_env["KAFKA_BOOTSTRAP"], topic, tmp_path / "ckpt")))
+
+        def launched() -> dict[str, Any] | None:
+            pods = kubectl.json("get", "pods", "-n", watched, "-l", f"streaming.eos.dev/stream={name}")["items"]
+            have = (kubectl.exists("configmap", f"{name}-run", "-n", watched)
+                    and kubectl.exists("service", f"{name}-driver", "-n", watched))
+            return pods[0] if pods and have else None
+
+        pod = wait_until(launched, "the operator to create the run ConfigMap, driver Service and driver Pod",
+                         150, diagnostics)
+        assert pod["spec"]["serviceAccountName"] == "spark-eos-driver"
+        obj = kubectl.json("get", "exactlyoncestream", name, "-n", watched)
+        assert obj["status"].get("lifecycleState"), obj["status"]
+        assert "streaming.eos.dev/finalizer" in obj["metadata"].get("finalizers", [])
+        events = kubectl.json("get", "events", "-n", watched)["items"]
+        assert any(e["source"].get("component") == "eos-operator" for e in events), "no event from the operator"
+
+        kubectl.run("delete", "exactlyoncestream", name, "-n", watched, "--wait=false")
+        wait_until(lambda: not kubectl.exists("exactlyoncestream", name, "-n", watched),
+                   "the operator to stop the driver and release the finalizer", 120, diagnostics)
+        leftovers = kubectl.run("get", "pods,configmaps,services", "-n", watched, "-l",
+                                f"streaming.eos.dev/stream={name}", "-o", "name").stdout.split()
+        assert not leftovers, leftovers
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        for s in kubectl.json("get", "exactlyoncestreams", "-n", watched)["items"]:
+            kubectl.run("patch", "exactlyoncestream", s["metadata"]["name"], "-n", watched, "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}', check=False)
+    refused = refused_requests(log_path.read_text(errors="replace"))
+    assert not refused, "the operator was refused requests under the chart identity:\n" + "\n".join(refused)
