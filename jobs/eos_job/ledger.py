@@ -10,6 +10,7 @@ steady state, never a scan of the topic.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 
@@ -23,6 +24,29 @@ log = logging.getLogger(__name__)
 
 class SinkUnavailable(RuntimeError):
     """The sink cluster or one of its topics cannot be used; the message says what to do."""
+
+
+SASL_USERNAME_ENV = "EOS_SINK_SASL_USERNAME"
+SASL_PASSWORD_ENV = "EOS_SINK_SASL_PASSWORD"
+
+
+def sink_security(sink) -> dict[str, str]:
+    """Connection security for every client of the sink cluster (producers, ledger readers, admin).
+
+    TLS settings may come from ``sink.producerConfig``; SASL credentials only from
+    ``sink.credentials``, whose Secret values the driver Pod receives as
+    environment variables. The values are never logged.
+    """
+    conf = {k: v for k, v in sink.producer_config.items() if k.startswith(("security.", "ssl."))}
+    if sink.credentials is not None:
+        user, password = os.environ.get(SASL_USERNAME_ENV), os.environ.get(SASL_PASSWORD_ENV)
+        if not user or not password:
+            raise SinkUnavailable(f"sink.credentials is set but {SASL_USERNAME_ENV}/{SASL_PASSWORD_ENV} are not in "
+                                  "the environment; the operator sets them from the referenced Secret")
+        conf.update({"security.protocol": sink.credentials.security_protocol,
+                     "sasl.mechanism": sink.credentials.mechanism,
+                     "sasl.username": user, "sasl.password": password})
+    return conf
 
 
 def base_config(bootstrap: str, extra: dict[str, str] | None = None) -> dict:

@@ -16,15 +16,11 @@ from confluent_kafka import KafkaException, Producer
 
 from . import checkpoint, protocol
 from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer,
-                     read_latest)
+                     read_latest, sink_security)
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .spec import ResolutionReport, RunConfig
 
 log = logging.getLogger(__name__)
-
-
-def _security(conf: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in conf.items() if k.startswith(("security.", "sasl.", "ssl."))}
 
 
 def fence(bootstrap: str, txid: str, timeout_s: float, sec: dict[str, str]) -> None:
@@ -58,7 +54,7 @@ def open_transaction_partitions(admin, topics: dict, names: list[str], timeout_s
 def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
     spec, stream = config.spec, config.stream
     sink = spec.sink
-    sec = _security(sink.producer_config)
+    sec = sink_security(sink)
     ckpt = config.checkpoint_dir.removeprefix("file://")
     ckpt_id = checkpoint.checkpoint_id(ckpt)
     slots = spec.job.parallelism
@@ -150,7 +146,7 @@ def last_batch_committed(config: RunConfig, *, timeout_s: float = 10.0) -> int |
     from confluent_kafka import TopicPartition
 
     sink = config.spec.sink
-    consumer = ledger_consumer(sink.bootstrap_servers, _security(sink.producer_config))
+    consumer = ledger_consumer(sink.bootstrap_servers, sink_security(sink))
     try:
         tp = TopicPartition(config.ledger_topic(), protocol.BATCH_PARTITION)
         try:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import checkpoint, protocol
 from .ledger import (SinkUnavailable, admin_client, base_config, ensure_ledger_topic, idempotent_producer,
-                     produce_sync, require_topics)
+                     produce_sync, require_topics, sink_security)
 from .sink import COMMIT_SCHEMA, HASH_COL, SlotWriterConfig, slot_task
 from .spec import RunConfig
 
@@ -123,8 +123,9 @@ class BatchWriter:
         self._ckpt_id: str | None = None
         self._producer = None
         self.fault = fault_kill_after_commit
-        sec = _security(spec.sink.producer_config)
-        self.base = dict(bootstrap=spec.sink.bootstrap_servers, producer_config=dict(spec.sink.producer_config),
+        sec = sink_security(spec.sink)
+        self.base = dict(bootstrap=spec.sink.bootstrap_servers,
+                         producer_config={**spec.sink.producer_config, **sec},
                          topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic,
                          ledger_topic=config.ledger_topic(), tx_prefix=config.stream.transactional_prefix,
                          generation=config.stream.generation, stream_uid=config.stream.uid,
@@ -186,10 +187,6 @@ def _maybe_die_before_commit_log(batch_id: int) -> None:
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-def _security(conf: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in conf.items() if k.startswith(("security.", "sasl.", "ssl."))}
-
-
 def _local_path(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
@@ -197,7 +194,7 @@ def _local_path(path: str) -> str:
 def preflight(config: RunConfig, timeout_s: float = 15.0) -> None:
     """Fail fast with a clear message when the sink cannot be used; set up the ledger topic."""
     spec = config.spec
-    admin = admin_client(base_config(spec.sink.bootstrap_servers, _security(spec.sink.producer_config)))
+    admin = admin_client(base_config(spec.sink.bootstrap_servers, sink_security(spec.sink)))
     admin._eos_bootstrap = spec.sink.bootstrap_servers  # for error messages
     topics = {spec.sink.topic: "sink.topic"}
     if spec.sink.dead_letter_topic:

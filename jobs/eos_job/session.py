@@ -58,8 +58,9 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
-    master = master or os.environ.get("EOS_SPARK_MASTER", "local[*,4]")
-    builder = SparkSession.builder.appName(app_name).master(master)
+    builder = SparkSession.builder.appName(app_name)
+    if "--master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):  # cluster mode: spark-submit chose it
+        builder = builder.master(master or os.environ.get("EOS_SPARK_MASTER", "local[*,4]"))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

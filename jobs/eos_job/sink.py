@@ -44,7 +44,7 @@ MAX_FENCE_ROUNDS = 5
 class SlotWriterConfig:
     """Everything a slot task needs; pickled to the executors once per batch."""
     bootstrap: str
-    producer_config: dict[str, str]
+    producer_config: dict[str, str] = field(repr=False)  # may carry SASL credentials: never printed
     topic: str
     dead_letter_topic: str | None
     ledger_topic: str
@@ -103,6 +103,7 @@ _clients: dict[str, _SlotClients] = {}
 
 
 def _client_security(conf: dict[str, str]) -> dict[str, str]:
+    # producer_config already carries the sink's security settings (ledger.sink_security).
     return {k: v for k, v in conf.items() if k.startswith(("security.", "sasl.", "ssl."))}
 
 

@@ -37,7 +37,8 @@ class Helm:
     def run(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
         proc = subprocess.run([self.bin, *args], capture_output=True, text=True, env=self.env, timeout=timeout)
         if check and proc.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(f"helm {' '.join(args)} failed (exit {proc.returncode}):\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
         return proc
 
     def template(self, *args: str, release: str = "eos", namespace: str = "eos-system",

@@ -130,7 +130,8 @@ def test_every_option_renders_where_it_belongs(helm: Helm, tmp_path):
     assert c["imagePullPolicy"] == "Always"
     assert [a for a in c["args"] if a.startswith("--namespace")] == ["--namespace=team-a", "--namespace=team-b"]
     assert "--all-namespaces" not in c["args"]
-    for arg in ("--verbose", "--interval=2.5", "--resolution-timeout=90", "--progress-interval=20", "--liveness=http://0.0.0.0:9090/live"):
+    for arg in ("--verbose", "--interval=2.5", "--resolution-timeout=90", "--progress-interval=20",
+                "--liveness=http://0.0.0.0:9090/live"):
         assert arg in c["args"]
     assert {"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"} in c["env"]
     pod = one(docs, "Deployment")["spec"]["template"]

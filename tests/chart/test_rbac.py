@@ -26,13 +26,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from .helpers import (REPO, Helm, Kubectl, by_kind, can_i, install, one, sa_user, token_kubeconfig, unique,
                       wait_until)
 from .rbac_model import (ADAPTER_CALLS, ALL_CALLS, CLUSTER_CALLS, FORBIDDEN, NAMESPACED_CALLS, Call,
                          call_of_request)
+
 
 # ------------------------------------------------------------------ helpers
 def rule_grants(rule: dict[str, Any], call: Call) -> bool:
