@@ -132,8 +132,8 @@ class CpuMeter:
     CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     GROUPS = ("driver", "jvm", "python_workers", "broker")
 
-    def __init__(self, broker_pid: int | None, interval: float = 0.5):
-        self.broker_pid = broker_pid
+    def __init__(self, broker_pid, interval: float = 0.5):
+        self.find_broker = broker_pid  # a function: the broker may be restarted by other work on the stack
         self.ok = Path("/proc/stat").exists()
         self.totals = {g: 0.0 for g in self.GROUPS}
         self.last: dict[int, float] = {}
@@ -184,7 +184,11 @@ class CpuMeter:
             pid = todo.pop()
             groups[pid] = "jvm" if procs[pid][1] == "java" else "python_workers"
             todo.extend(kids.get(pid, []))
-        todo = [self.broker_pid] if self.broker_pid in procs else []
+        try:
+            broker = self.find_broker()
+        except Exception:  # noqa: BLE001
+            broker = None
+        todo = [broker] if broker in procs else []
         while todo:
             pid = todo.pop()
             groups[pid] = "broker"
@@ -399,12 +403,9 @@ class Bench:
         self.work = Path(tempfile.mkdtemp(prefix=f"eos-bench-{self.run_id}-"))
         self.n_ckpt = 0
         self.spark = None
-        broker_pid = None
-        try:
+        def broker_pid():
             from eos_stack.common import Stack
-            broker_pid = Stack().running_pid("kafka")
-        except Exception:  # noqa: BLE001 - the broker may be elsewhere: no broker CPU then
-            pass
+            return Stack().running_pid("kafka")  # None when the broker is elsewhere: no broker CPU then
         self.cpu = CpuMeter(broker_pid)
 
     # configs ---------------------------------------------------------------
@@ -519,14 +520,25 @@ class Bench:
                 "cpu_us_per_record": {k: round(v / n * 1e6, 2) for k, v in cpu.items()}}
 
     def throughput_run(self, sink: str, in_topic: str, n: int, label: str) -> dict:
-        out = f"bench-out-{sink}-{self.run_id}-{self.n_ckpt + 1:03d}"
+        """``builtin``, ``ours``, or ``ours+<patches>`` (the sink with candidate fixes, sink_patches.py)."""
+        from eos_job import runtime
+
+        from benchmarks.sink_patches import patched_slot_task
+        tag = re.sub(r"[^a-zA-Z0-9._-]", "_", sink)
+        out = f"bench-out-{tag}-{self.run_id}-{self.n_ckpt + 1:03d}"
         self.topics.create({out: self.args.parallelism})
         config = self.config(in_topic, out)
-        if sink == "builtin":
-            dsw = self.builtin_writer(config)
-        else:
-            dsw, _ = self.ours_writer(config)
-        res = self.run_available_now(dsw, n, label)
+        original = runtime.slot_task
+        try:
+            if sink == "builtin":
+                dsw = self.builtin_writer(config)
+            else:
+                if "+" in sink:
+                    runtime.slot_task = patched_slot_task(sink.split("+", 1)[1])
+                dsw, _ = self.ours_writer(config)
+            res = self.run_available_now(dsw, n, label)
+        finally:
+            runtime.slot_task = original
         res["output_topic"] = out
         return res
 
@@ -782,16 +794,17 @@ def phase_throughput(bench: Bench, tee: StderrTee) -> dict:
     say(f"  done in {produce_s:.1f}s; {warm_n:,} warm-up records into {warm_topic}")
     produce_records(bench.bootstrap, warm_topic, warm_n)
 
+    sinks = ["builtin", "ours"] + ([THROUGHPUT_FIX] if a.breakdown else [])
     warm = {}
-    for sink in ("builtin", "ours"):
+    for sink in sinks:
         say(f"warm-up: {sink} sink on {warm_n:,} records")
         warm[sink] = bench.throughput_run(sink, warm_topic, warm_n, f"warm-up {sink}")
         say(f"  {sink}: {warm[sink]['records_per_s']:,} rec/s (batches {warm[sink]['batches']}, "
             f"median batch {warm[sink]['batch_ms_median']} ms)")
 
-    runs: dict[str, list[dict]] = {"builtin": [], "ours": []}
+    runs: dict[str, list[dict]] = {s: [] for s in sinks}
     for rep in range(a.repeats):
-        order = ("builtin", "ours") if rep % 2 == 0 else ("ours", "builtin")
+        order = sinks if rep % 2 == 0 else list(reversed(sinks))
         for sink in order:
             before = tee.snapshot()
             say(f"repeat {rep + 1}/{a.repeats}: {sink} sink, {n:,} records")
@@ -810,37 +823,42 @@ def phase_throughput(bench: Bench, tee: StderrTee) -> dict:
             au = res["audit"]
             say(f"  {sink} output (read_committed): {au['records']:,} records, {au['distinct']:,} distinct keys, "
                 f"{au['duplicates']} duplicates, {au['missing']} missing")
-            if sink == "ours" and (au["records"] != n or au["distinct"] != n):
-                raise RuntimeError(f"exactly-once sink wrote {au} for {n} input records")
+            if sink != "builtin" and (au["records"] != n or au["distinct"] != n):
+                raise RuntimeError(f"exactly-once sink ({sink}) wrote {au} for {n} input records")
             if sink == "builtin" and au["missing"]:
                 raise RuntimeError(f"built-in sink lost records: {au}")
             runs[sink].append(res)
     med = {s: statistics.median(r["wall_s"] for r in runs[s]) for s in runs}
     rps = {s: round(n / med[s]) for s in runs}
-    ratio = rps["ours"] / rps["builtin"]
+    ratios = {s: round(rps[s] / rps["builtin"], 3) for s in runs if s != "builtin"}
     cpu = {}
     for s in runs:
         keys = runs[s][0].get("cpu_us_per_record", {}).keys()
         cpu[s] = {k: round(statistics.median(r["cpu_us_per_record"][k] for r in runs[s]), 2) for k in keys}
         if cpu[s]:
             cpu[s]["spark+broker"] = round(cpu[s]["spark"] + cpu[s]["broker"], 2)
-    cpu_ratio = (round(cpu["ours"]["spark+broker"] / cpu["builtin"]["spark+broker"], 3)
-                 if cpu["ours"] and cpu["builtin"] else None)
+    cpu_ratios = {s: round(cpu[s]["spark+broker"] / cpu["builtin"]["spark+broker"], 3)
+                  for s in runs if s != "builtin" and cpu[s] and cpu["builtin"]}
     where = {}
     for s in runs:
         r = sorted(runs[s], key=lambda x: x["wall_s"])[len(runs[s]) // 2]
         where[s] = time_split(r)
         say(f"  where the time goes ({s}, median run): {where[s]}")
-    say(f"throughput: built-in {rps['builtin']:,} rec/s, ours {rps['ours']:,} rec/s, ratio {ratio:.2f}; "
-        f"CPU per record (Spark + broker) ours/built-in {cpu_ratio}")
+    for s in ratios:
+        say(f"throughput: built-in {rps['builtin']:,} rec/s, {s} {rps[s]:,} rec/s, ratio {ratios[s]:.2f}; "
+            f"CPU per record (Spark + broker) {s}/built-in {cpu_ratios.get(s)}")
     return {"records": n, "input_topic": in_topic, "warmup_topic": warm_topic, "warmup_records": warm_n,
             "produce_s": round(produce_s, 2), "warmup": warm,
-            "runs": runs, "median_wall_s": med, "records_per_s": rps, "ratio": round(ratio, 3),
-            "cpu_us_per_record_median": cpu, "cpu_ratio": cpu_ratio, "time_split_median_run": where}
+            "runs": runs, "median_wall_s": med, "records_per_s": rps, "ratio": ratios["ours"], "ratios": ratios,
+            "cpu_us_per_record_median": cpu, "cpu_ratio": cpu_ratios.get("ours"), "cpu_ratios": cpu_ratios,
+            "time_split_median_run": where}
 
 
-BREAKDOWN_VARIANTS = ("builtin", "builtin+repartition", "arrow", "convert", "produce", "tx", "tx-onlyerror",
-                      "ours+timing", "ours+ledger-check+timing", "ours+refence-each-batch+timing")
+THROUGHPUT_FIX = "ours+fast-read+ledger-check"
+BREAKDOWN_VARIANTS = ("builtin", "builtin+repartition", "arrow", "tx", "tx-onlyerror",
+                      "ours+timing", "ours+fast-read+timing", "ours+fast-read+ledger-check+timing",
+                      "ours+fast-read+refence-each-batch+timing")
+LATENCY_FIX = "ours+fast-read+ledger-check+timing"
 
 
 def phase_breakdown(bench: Bench, tee: StderrTee, in_topic: str, n: int) -> dict:
@@ -910,7 +928,7 @@ def phase_breakdown(bench: Bench, tee: StderrTee, in_topic: str, n: int) -> dict
 def phase_latency(bench: Bench, tee: StderrTee) -> dict:
     a = bench.args
     res = {}
-    sinks = ("builtin", "ours") + (("ours+ledger-check+timing",) if a.breakdown else ())
+    sinks = ("builtin", "ours") + ((LATENCY_FIX,) if a.breakdown else ())
     for sink in sinks:
         before = tee.snapshot()
         say(f"latency: {sink} sink, {a.rate:,} rec/s for {a.latency_warmup:.0f}s warm-up + {a.seconds:.0f}s, "
@@ -964,7 +982,7 @@ def machine_info(bench: Bench) -> dict:
             "os": platform.platform(), "python": platform.python_version(), "pyspark": pyspark.__version__,
             "spark_jvm": bench.spark.version, "kafka_broker": kafka_version,
             "kafka_clients_jar": kc.group(1) if kc else "unknown",
-            "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+            "confluent_kafka": getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version()), "librdkafka": confluent_kafka.libversion()[0],
             "pyarrow": pyarrow.__version__, "load_avg_start": bench.load_start, "load_avg_end": list(os.getloadavg())}
 
 
@@ -999,17 +1017,23 @@ def markdown(res: dict) -> str:
     if t:
         lines.append(f"| throughput, records/s (median of {s['repeats']}) | {t['records_per_s']['builtin']:,} | "
                      f"{t['records_per_s']['ours']:,} | {t['ratio']:.2f} |")
+        for sx in [k for k in t["records_per_s"] if k.startswith("ours+")]:
+            lines.append(f"| throughput, records/s, {sx} (candidate fixes, median of {s['repeats']}) | "
+                         f"{t['records_per_s']['builtin']:,} | {t['records_per_s'][sx]:,} | {t['ratios'][sx]:.2f} |")
         lines.append(f"| wall time for {t['records']:,} records, s | {t['median_wall_s']['builtin']:.2f} | "
                      f"{t['median_wall_s']['ours']:.2f} | {t['median_wall_s']['ours'] / t['median_wall_s']['builtin']:.2f} |")
         for sink in ("builtin", "ours"):
             t[f"_walls_{sink}"] = ", ".join(f"{r['wall_s']:.2f}" for r in t["runs"][sink])
         lines.append(f"| all runs, s | {t['_walls_builtin']} | {t['_walls_ours']} | |")
+        for sx in [k for k in t["runs"] if k.startswith("ours+")]:
+            walls = ", ".join(f"{r['wall_s']:.2f}" for r in t["runs"][sx])
+            lines.append(f"| all runs, s, {sx} | | {walls} | |")
         cb, co = t.get("cpu_us_per_record_median", {}).get("builtin"), t.get("cpu_us_per_record_median", {}).get("ours")
         if cb and co:
             for k, label in (("spark+broker", "Spark (driver + JVM + Python workers) + broker"), ("jvm", "JVM"),
                              ("python_workers", "Python workers"), ("driver", "driver Python"),
                              ("broker", "Kafka broker"), ("other", "rest of the machine (noise)")):
-                ratio = f"{co[k] / cb[k]:.2f}" if cb[k] > 0 and k != "other" else ""
+                ratio = f"{co[k] / cb[k]:.2f}" if cb[k] > 0 and k in ("spark+broker", "jvm", "broker") else ""
                 lines.append(f"| CPU µs per record: {label} | {cb[k]} | {co[k]} | {ratio} |")
         ws = t.get("time_split_median_run") or {}
         if ws.get("builtin") and ws.get("ours"):
@@ -1062,6 +1086,22 @@ def markdown(res: dict) -> str:
                          f"| {r['batch_ms_median']} | {r.get('refence_warnings', '')} | "
                          f"{r.get('task_failures', '')} | {r.get('t_recv_s', '')} | {r.get('t_convert_s', '')} | "
                          f"{r.get('t_produce_s', '')} | {r.get('t_commit_s', '')} |")
+    timed = {v: r for v, r in (bd or {}).items() if r.get("slot_timing")}
+    if lat:
+        timed.update({f"latency: {k}": v for k, v in lat.items() if isinstance(v, dict) and v.get("slot_timing")})
+    if timed:
+        lines += ["", "Slot task time split of the timed variants (`timing` patch; seconds summed over slot tasks, "
+                  "and the median task in ms):", "",
+                  "| variant | tasks | task s | recv s | fence s | ledger read s | produce loop s | begin+ledger+commit s "
+                  "| median task ms: fence / ledger read / produce / commit | driver foreachBatch s | "
+                  "batch-complete write s |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+        for v, r in timed.items():
+            st, dr, med = r["slot_timing"], r.get("driver_timing", {}), r["slot_timing"]["per_task_ms_median"]
+            lines.append(f"| {v} | {st['tasks']} | {st['task_s']} | {st['recv_s']} | {st['fence_s']} | "
+                         f"{st['read_latest_s']} | {st['produce_loop_s']} | {st['tx_rest_s']} | "
+                         f"{med['fence']} / {med['read_latest']} / {med['produce_loop']} / {med['tx_rest']} | "
+                         f"{dr.get('foreach_batch_s', '')} | {dr.get('batch_complete_write_s', '')} |")
     if res.get("findings"):
         lines += ["", "## Findings", "", res["findings"].strip()]
     lines += ["", "## Raw results", "", "```json", json.dumps(res, indent=1, sort_keys=True, default=str), "```", ""]
@@ -1087,7 +1127,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results file (default benchmarks/results/<date>-sink.md)")
     ap.add_argument("--findings", help="a markdown file whose text goes in the results' Findings section")
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the benchmark's topics")
+    ap.add_argument("--render", metavar="RESULTS_MD",
+                    help="only re-render a results file from its raw JSON (e.g. to add --findings), then exit")
     a = ap.parse_args(argv)
+    if a.render:
+        path = Path(a.render)
+        res = json.loads(path.read_text().split("```json", 1)[1].split("```", 1)[0])
+        if a.findings:
+            res["findings"] = Path(a.findings).read_text()
+        path.write_text(markdown(res))
+        print(f"re-rendered {path}")
+        return 0
 
     bootstrap, _ = stack_env()
     date = dt.date.today().isoformat()

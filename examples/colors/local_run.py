@@ -1,6 +1,7 @@
 """Run the colors job as a local process (no Kubernetes) on the local stack: the job-level demo.
 
-Used by tests and the benchmark; ``examples.colors.demo`` is the operator demo.
+Used by tests, the benchmark and the job-level demo (``examples.colors.demo_job``);
+``examples.colors.demo`` is the operator demo.
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_SINK = 0, 1, 2, 3
+SNAPSHOT_ON_STOP_ENV = "EOS_SNAPSHOT_ON_STOP"
 
 
 def _load(args) -> "RunConfig":  # noqa: F821 - imported lazily to keep --help fast
@@ -56,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         src.add_argument("--config-env", help="name of an environment variable holding the run config as JSON")
         p.add_argument("--checkpoint", help="override the checkpoint directory")
         if name == "run":
-            p.add_argument("--snapshot-on-stop", metavar="DIR",
-                           help="on SIGTERM, after the clean stop, copy the checkpoint to DIR with a manifest")
+            # The operator sets the variable on every driver Pod, so any graceful stop leaves a snapshot.
+            p.add_argument("--snapshot-on-stop", metavar="DIR", default=os.environ.get(SNAPSHOT_ON_STOP_ENV) or None,
+                           help="on SIGTERM, after the clean stop, copy the checkpoint to DIR with a manifest "
+                                f"(default: ${SNAPSHOT_ON_STOP_ENV})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=os.environ.get("EOS_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 
@@ -56,6 +57,10 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
     sink = spec.sink
     sec = sink_security(sink)
     ckpt = config.checkpoint_dir.removeprefix("file://")
+    if config.restore_from and checkpoint.checkpoint_id(ckpt) is None:
+        # A start from a snapshot: the driver seeds the empty location with this copy, so it is what the
+        # restart will run on (same checkpoint identity, same ledger keys).
+        ckpt = str(Path(config.restore_from.removeprefix("file://")) / "checkpoint")
     ckpt_id = checkpoint.checkpoint_id(ckpt)
     slots = spec.job.parallelism
     admin = admin_client(base_config(sink.bootstrap_servers, sec))

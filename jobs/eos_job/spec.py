@@ -256,6 +256,38 @@ class PendingLaunch(Model):
         "Hash of the spec resolution ran for; unset until resolution succeeded for this attempt."))
 
 
+class SnapshotRecord(Model):
+    """A snapshot the operator saw written (its manifest read back), newest last in status."""
+    name: str = Field(..., description="Snapshot name, <stream>-a<driver attempt>.")
+    path: str = Field(..., description="Snapshot directory in the checkpoint store.")
+    batch: int | None = Field(None, description="Last batch committed in the snapshot.")
+    time: str | None = Field(None, description="When the snapshot was written (RFC 3339).")
+
+
+class UpgradeProgress(Model):
+    """Write-ahead record of an upgrade in flight (a spec change classified as an upgrade).
+
+    Written before the old driver is stopped; each step is idempotent, so an
+    operator killed mid-upgrade re-reads it and finishes the same upgrade once.
+    """
+    mode: Literal["snapshot", "last-state", "stateless"] = Field(..., description=(
+        "How this upgrade is carried out (a snapshot upgrade may fall back to last-state, see note)."))
+    step: Literal["Stopping", "Stopped", "Blocked"] = Field(..., description=(
+        "Stopping: the old driver is being stopped (and writes its snapshot); Stopped: the old driver "
+        "is gone and where the new one starts from is decided; Blocked: no snapshot and no intact "
+        "checkpoint, nothing is started (see note)."))
+    target_spec_hash: str = Field(..., description="Hash of the spec the upgrade was decided for.")
+    from_pod: str | None = Field(None, description="The driver being replaced.")
+    snapshot_name: str | None = None
+    snapshot_path: str | None = Field(None, description="Where the old driver writes its snapshot on stop.")
+    checkpoint_dir: str = Field(..., description="Checkpoint location of the new driver.")
+    restore_from: str | None = Field(None, description="Snapshot that seeds checkpoint_dir (snapshot mode).")
+    previous_tx_generation: int = Field(0, description=(
+        "status.txGeneration before the upgrade (restored if the upgrade is abandoned before the new driver)."))
+    requested_at: str | None = None
+    note: str = Field("", description="Why the upgrade deviates from its mode (e.g. no snapshot could be taken).")
+
+
 class ExactlyOnceStreamStatus(Model):
     observed_generation: int | None = Field(None, description="metadata.generation the operator last acted on.")
     lifecycle_state: Literal["Created", "Deploying", "Running", "Restarting", "Upgrading", "Suspended",
@@ -277,6 +309,15 @@ class ExactlyOnceStreamStatus(Model):
     last_restart_delay_seconds: float | None = Field(None, description=(
         "Base delay of the last restart, for the exponential-delay strategy."))
     running_since: str | None = Field(None, description="When the current driver was first seen Running (RFC 3339).")
+    checkpoint_dir: str | None = Field(None, description=(
+        "Checkpoint location of the current driver; unset means <checkpoint.path>/live."))
+    restore_from: str | None = Field(None, description="Snapshot the current checkpoint location was seeded from.")
+    snapshot_on_stop: str | None = Field(None, description=(
+        "Where the current driver writes its snapshot when stopped gracefully."))
+    upgrade: UpgradeProgress | None = None
+    last_stable_spec: str | None = Field(None, description="JSON of the last spec whose driver reached Running.")
+    snapshots: list[SnapshotRecord] = Field(default_factory=list, description=(
+        "Snapshots taken by upgrades, newest last (bounded)."))
 
 
 # ---------------------------------------------------------------- the job config

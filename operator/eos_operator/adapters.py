@@ -15,12 +15,14 @@ import json
 import logging
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from eos_job.spec import API_GROUP, API_VERSION, PLURAL, ResolutionReport, RunConfig
+from eos_job.spec import API_GROUP, API_VERSION, PLURAL, ExactlyOnceStreamSpec, ResolutionReport, RunConfig
 
 from .children import StreamRef, selector_string, stream_selector
+from .observed import CheckpointState, SnapshotView
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "eos-operator"
@@ -63,6 +65,15 @@ class Clock(Protocol):
 
 class Progress(Protocol):
     async def last_committed_batch(self, config: RunConfig) -> int | None: ...
+
+
+class StoreUnreadable(Exception):
+    """The operator cannot read this checkpoint store (e.g. a PVC it does not mount)."""
+
+
+class CheckpointStore(Protocol):
+    async def read_snapshot(self, spec: ExactlyOnceStreamSpec, path: str) -> SnapshotView | None: ...
+    async def checkpoint_state(self, spec: ExactlyOnceStreamSpec, path: str) -> CheckpointState: ...
 
 
 # ---------------------------------------------------------------------- clock
@@ -114,6 +125,48 @@ class LedgerProgress:
             value = cached[1] if cached is not None else None
         self._cache[key] = (now, value)
         return value
+
+
+# ------------------------------------------------------------ checkpoint store
+class LocalCheckpointStore:
+    """Reads snapshot manifests and checkpoints on the operator's own filesystem (``checkpoint.store: local``).
+
+    A PVC is mounted by the driver, not by the operator, so for ``store: pvc`` it raises
+    StoreUnreadable: the planner then says it cannot verify, instead of guessing.
+    """
+
+    async def read_snapshot(self, spec: ExactlyOnceStreamSpec, path: str) -> SnapshotView | None:
+        local = self._local(spec, path)
+        manifest = Path(local) / "eos-snapshot.json"
+        try:
+            doc = json.loads(manifest.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise StoreUnreadable(f"snapshot manifest {manifest}: {exc}") from exc
+        return SnapshotView(path=path, stream_uid=(doc.get("stream") or {}).get("uid"), batch=doc.get("lastBatch"),
+                            time=doc.get("time"), checkpoint_id=doc.get("checkpointId"))
+
+    async def checkpoint_state(self, spec: ExactlyOnceStreamSpec, path: str) -> CheckpointState:
+        ckpt = Path(self._local(spec, path))
+        has_meta = (ckpt / "metadata").is_file()
+        offsets = ckpt / "offsets"
+        has_offsets = offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+        if has_meta and has_offsets:
+            try:
+                json.loads((ckpt / "metadata").read_text().splitlines()[0])["id"]
+            except (OSError, ValueError, KeyError, IndexError):
+                return "damaged"
+            return "intact"
+        if not has_meta and not has_offsets:
+            return "empty"
+        return "damaged"
+
+    @staticmethod
+    def _local(spec: ExactlyOnceStreamSpec, path: str) -> str:
+        if spec.checkpoint.store != "local":
+            raise StoreUnreadable(f"checkpoint.store is {spec.checkpoint.store}: the operator does not mount it")
+        return path.removeprefix("file://")
 
 
 # ----------------------------------------------------------------- kubernetes

@@ -28,6 +28,7 @@ RUN_CONFIG_ENV = "EOS_RUN_CONFIG"
 # value ever passes through the operator, the ConfigMap or the logs.
 SINK_USERNAME_ENV = "EOS_SINK_SASL_USERNAME"
 SINK_PASSWORD_ENV = "EOS_SINK_SASL_PASSWORD"
+SNAPSHOT_ON_STOP_ENV = "EOS_SNAPSHOT_ON_STOP"   # read by eos_job.cli
 DRIVER_CONTAINER = "driver"
 DRIVER_COMMAND = ["python", "-m", "eos_job", "run", "--config-env", RUN_CONFIG_ENV]
 TERMINATION_GRACE_SECONDS = 60
@@ -50,7 +51,23 @@ def driver_service_name(stream: str) -> str:
 
 
 def checkpoint_dir(spec: ExactlyOnceStreamSpec) -> str:
+    """The first checkpoint location of a stream; upgrades move it to ``ckpt-<n>``."""
     return spec.checkpoint.path.rstrip("/") + "/live"
+
+
+def upgrade_checkpoint_dir(spec: ExactlyOnceStreamSpec, attempt: int) -> str:
+    """The new checkpoint location of a snapshot or stateless upgrade started as driver ``attempt``."""
+    return spec.checkpoint.path.rstrip("/") + f"/ckpt-{attempt}"
+
+
+def snapshot_name(ref: "StreamRef", attempt: int) -> str:
+    """Per driver attempt; the uid part keeps a recreated stream of the same name off old snapshots."""
+    return f"{ref.name}-{ref.uid[:8]}-a{attempt}"
+
+
+def snapshot_path(ref: "StreamRef", spec: ExactlyOnceStreamSpec, attempt: int) -> str:
+    """Where driver ``attempt`` writes its snapshot when stopped gracefully."""
+    return spec.checkpoint.path.rstrip("/") + f"/snapshots/{snapshot_name(ref, attempt)}"
 
 
 @dataclass(frozen=True)
@@ -74,10 +91,11 @@ def selector_string(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def run_config(ref: StreamRef, spec: ExactlyOnceStreamSpec, tx_generation: int) -> RunConfig:
+def run_config(ref: StreamRef, spec: ExactlyOnceStreamSpec, tx_generation: int, *,
+               checkpoint: str | None = None, restore_from: str | None = None) -> RunConfig:
     return RunConfig(stream=StreamIdentity(name=ref.name, namespace=ref.namespace, uid=ref.uid,
                                            generation=tx_generation),
-                     spec=spec, checkpoint_dir=checkpoint_dir(spec))
+                     spec=spec, checkpoint_dir=checkpoint or checkpoint_dir(spec), restore_from=restore_from)
 
 
 def _meta(ref: StreamRef, name: str, labels: dict[str, str],
@@ -143,7 +161,8 @@ def _spark_memory(quantity: str) -> str:
     return quantity
 
 
-def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_generation: int) -> dict[str, Any]:
+def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_generation: int,
+               snapshot_on_stop: str | None = None) -> dict[str, Any]:
     name = driver_pod_name(ref.name, attempt)
     labels = {**stream_selector(ref.name), LABEL_GENERATION: str(tx_generation), LABEL_ATTEMPT: str(attempt)}
     env: list[dict[str, Any]] = [
@@ -151,6 +170,9 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
          "valueFrom": {"configMapKeyRef": {"name": run_config_name(ref.name), "key": RUN_CONFIG_KEY}}},
         {"name": "EOS_DRIVER_POD", "value": name},
     ]
+    if snapshot_on_stop:
+        # The runtime's --snapshot-on-stop default: any graceful stop of this driver leaves a snapshot.
+        env.append({"name": SNAPSHOT_ON_STOP_ENV, "value": snapshot_on_stop})
     creds = spec.sink.credentials
     if creds is not None:
         env.append({"name": SINK_USERNAME_ENV,

@@ -66,8 +66,11 @@ def run(args: argparse.Namespace) -> int:
         # kopf reports every successful timer tick; our own log lines say what changed.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.kubeconfig:
-        # kopf's login (through the kubernetes client) reads it from the environment.
+        # kopf's login (through the kubernetes client) reads it from the environment, but the client
+        # captured $KUBECONFIG as its default file when kopf imported it: point that default here too.
+        import kubernetes.config.kube_config as kube_config
         os.environ["KUBECONFIG"] = args.kubeconfig
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
     config = OperatorConfig(interval=args.interval, resolution_timeout=args.resolution_timeout,
                             progress_interval=args.progress_interval, kubeconfig=args.kubeconfig)
     registry = build_registry(config)

@@ -17,7 +17,7 @@ import kopf
 
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 
-from .adapters import JobResolver, KubernetesApi, LedgerProgress, SystemClock
+from .adapters import JobResolver, KubernetesApi, LedgerProgress, LocalCheckpointStore, SystemClock
 from .reconciler import Deps, StatusUnreadable, reconcile
 
 RESOURCE = {"group": API_GROUP, "version": API_VERSION, "plural": PLURAL}
@@ -34,7 +34,7 @@ class OperatorConfig:
 def default_deps(config: OperatorConfig) -> Deps:
     return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig),
                 resolver=JobResolver(timeout_s=config.resolution_timeout), clock=SystemClock(),
-                progress=LedgerProgress(min_interval=config.progress_interval))
+                progress=LedgerProgress(min_interval=config.progress_interval), store=LocalCheckpointStore())
 
 
 def build_registry(config: OperatorConfig,

@@ -57,6 +57,21 @@ def _readable(message: str) -> str:
 
 
 @dataclass(frozen=True)
+class SnapshotView:
+    """A snapshot's manifest, as read back from the checkpoint store."""
+    path: str
+    stream_uid: str | None = None
+    batch: int | None = None
+    time: str | None = None
+    checkpoint_id: str | None = None
+
+
+# What a checkpoint location holds: intact (metadata and offsets), empty (never started), damaged (anything
+# else), unknown (the operator cannot read the store).
+CheckpointState = str
+
+
+@dataclass(frozen=True)
 class Observed:
     """One look at the world, taken before planning."""
     name: str
@@ -70,6 +85,12 @@ class Observed:
     # from the driver's Pod annotations (filled by the observer once the runtime
     # publishes it). None = unknown; the planner then keeps what status has.
     last_committed_batch: int | None = None
+    # Read only while an upgrade waits for its old driver to stop (status.upgrade.step Stopping):
+    # the snapshot that driver was to write (None = none there), whether the store could be read at
+    # all, and the state of the live checkpoint location.
+    snapshot: SnapshotView | None = None
+    store_readable: bool = True
+    checkpoint_state: CheckpointState = "unknown"
 
     def pod(self, name: str | None) -> PodView | None:
         if name is None:

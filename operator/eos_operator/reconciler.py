@@ -19,11 +19,12 @@ from pydantic import ValidationError
 from eos_job.spec import API_GROUP, ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
 
 from . import children, planner
-from .adapters import Clock, Conflict, Kube, Progress, Resolver
+from .adapters import CheckpointStore, Clock, Conflict, Kube, Progress, Resolver, StoreUnreadable
 from .children import StreamRef
-from .observed import Observed, pod_view
+from .observed import Observed, SnapshotView, pod_view
 from .planner import (ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeletePod, DeleteService, Plan,
                       Resolve)
+from .upgrades import current_checkpoint_dir
 from .validation import InvalidSpec, validate_spec
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class Deps:
     resolver: Resolver
     clock: Clock
     progress: Progress | None = None     # where the last committed batch comes from (else Pod annotation)
+    store: CheckpointStore | None = None  # reads snapshots and checkpoints during an upgrade (None: unreadable)
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,28 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
             and driver is not None and driver.phase == "Running" and status.pending_launch is None):
         ref = children.StreamRef(name, namespace, meta["uid"])
         batch = await deps.progress.last_committed_batch(children.run_config(ref, spec, status.tx_generation))
+    snapshot, readable, ckpt_state = await _read_store(status, spec, deps)
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
-                    last_committed_batch=batch)
+                    last_committed_batch=batch, snapshot=snapshot, store_readable=readable,
+                    checkpoint_state=ckpt_state)
+
+
+async def _read_store(status: ExactlyOnceStreamStatus, spec: ExactlyOnceStreamSpec | InvalidSpec,
+                      deps: Deps) -> tuple[SnapshotView | None, bool, str]:
+    """Only while an upgrade waits for its old driver: its snapshot, and the live checkpoint's state."""
+    up = status.upgrade
+    if up is None or up.step != "Stopping" or not isinstance(spec, ExactlyOnceStreamSpec):
+        return None, True, "unknown"
+    if deps.store is None:
+        return None, False, "unknown"
+    try:
+        snapshot = await deps.store.read_snapshot(spec, up.snapshot_path) if up.snapshot_path else None
+        current = current_checkpoint_dir(status.checkpoint_dir, status.last_reconciled_spec, spec)
+        return snapshot, True, await deps.store.checkpoint_state(spec, current)
+    except StoreUnreadable as exc:
+        log.info("checkpoint store not readable: %s", exc)
+        return None, False, "unknown"
 
 
 def _progress(raw_pods: list[dict[str, Any]], driver: str | None) -> int | None:

@@ -1,11 +1,50 @@
-"""How a spec change is applied.
+"""How a spec change is applied: which fields matter, and the upgrade modes.
 
-Today every change that affects the running job is a restart on the live
-checkpoint, preceded by resolution (what ``upgradeMode: last-state`` means).
-The snapshot and stateless upgrade modes, and draining a partially committed
-batch before the slot count P changes under a new transactional-id generation
-(see the protocol's "Determinism" section), come with the upgrade issue: they
-belong in :func:`plan_spec_change`, which the planner calls for every change.
+Every changed field (a path under spec) falls in one class:
+
+* **ignore** - the operator acts on it itself, no new driver: ``restartStrategy``
+  (read at the next failure), ``restartNonce`` (its own restart, see the
+  planner), ``upgradeMode`` (read at the next upgrade), ``job.state``
+  (suspend and resume).
+* **restart** - a new driver on the live checkpoint, whatever the upgrade mode:
+  the change alters how the job runs, not what it computes or where its state
+  and output live. Driver and executor resources, service account, deploy mode,
+  trigger interval, source connection settings and rate limit, sink producer
+  settings and credentials. ``source.startingOffsets`` is here too: it only
+  matters for a fresh checkpoint.
+* **upgrade** - a change of what the job computes or where its state and output
+  live: ``job.image``, ``job.module``, ``job.function``, ``job.args``,
+  ``job.sparkConf``, ``job.parallelism``, ``job.outputMode``, ``source.topics``,
+  the sink's cluster and topics, ``checkpoint.*``, and any field not named
+  above (unknown means careful). It runs by ``spec.upgradeMode``:
+
+  - ``snapshot`` (default): every driver Pod is started with
+    ``EOS_SNAPSHOT_ON_STOP=<checkpoint.path>/snapshots/<stream>-<uid8>-a<attempt>``,
+    so a graceful stop (SIGTERM, a clean batch boundary) leaves a snapshot. The
+    upgrade stops the driver, waits for it to be gone, reads the manifest back,
+    resolves, and starts the new spec in a *new* checkpoint location
+    ``<checkpoint.path>/ckpt-<attempt>`` seeded from the snapshot
+    (``RunConfig.restoreFrom``). The copy keeps the checkpoint identity, so the
+    ledger keys continue and nothing is written twice. If no snapshot could be
+    taken (the driver was already dead), the upgrade falls back to last-state
+    only when the live checkpoint is intact (metadata and offsets), says so in an
+    event and the condition, and is blocked otherwise - never silently stateless.
+    With ``checkpoint.store: pvc`` the operator cannot read the volume: it does not
+    verify the snapshot, says so, and the driver fails its start if the
+    snapshot is missing (then the restart strategy applies).
+  - ``last-state``: a restart on the live checkpoint (resolution first).
+  - ``stateless``: a fresh checkpoint location, no restore. A new checkpoint
+    identity means the ledger skips nothing: the source is read again from
+    ``source.startingOffsets`` and, with ``earliest``, consumers see the output
+    again. Only when asked for.
+
+A ``job.parallelism`` change bumps ``status.txGeneration`` at the upgrade: the
+slot count P changes under a new transactional-id generation. Draining a
+partially committed batch of the old generation first is not implemented; a
+snapshot upgrade stops at a clean boundary, where there is none.
+
+The progress of an upgrade is written to ``status.upgrade`` before anything is
+stopped (the write-ahead log); see the planner.
 """
 from __future__ import annotations
 
@@ -15,8 +54,28 @@ from typing import Any, Literal
 
 from eos_job.spec import ExactlyOnceStreamSpec
 
+ChangeClass = Literal["ignore", "restart", "upgrade"]
+
 # Fields whose change needs no new driver: the operator acts on them itself.
 OPERATOR_ONLY_FIELDS = (("job", "state"), ("restartNonce",), ("restartStrategy",), ("upgradeMode",))
+
+# Fields whose change needs a new driver but keeps its state: a restart on the live checkpoint.
+RESTART_ONLY_FIELDS = (
+    "job.driver", "job.executor", "job.serviceAccountName", "job.deployMode", "triggerIntervalMs",
+    "source.bootstrapServers", "source.maxOffsetsPerTrigger", "source.options", "source.startingOffsets",
+    "sink.producerConfig", "sink.credentials", "sink.transactionTimeoutMs",
+)
+
+
+def classify(path: str) -> ChangeClass:
+    """The class of a change to ``path`` (dotted, under spec, as :func:`run_affecting_changes` names it)."""
+    def under(prefix: str) -> bool:
+        return path == prefix or path.startswith(prefix + ".")
+    if any(under(".".join(p)) for p in OPERATOR_ONLY_FIELDS):
+        return "ignore"
+    if any(under(p) for p in RESTART_ONLY_FIELDS):
+        return "restart"
+    return "upgrade"
 
 
 def _strip(doc: dict[str, Any]) -> dict[str, Any]:
@@ -55,17 +114,43 @@ def spec_json(spec: ExactlyOnceStreamSpec) -> str:
 
 @dataclass(frozen=True)
 class SpecChangePlan:
-    kind: Literal["restart"]
+    kind: Literal["restart", "upgrade"]
+    mode: Literal["snapshot", "last-state", "stateless"]   # how the upgrade runs (restart: last-state)
     bump_tx_generation: bool
     explanation: str
 
 
 def plan_spec_change(changes: list[str], spec: ExactlyOnceStreamSpec) -> SpecChangePlan:
-    """For now: restart on the live checkpoint (resolution first), same generation."""
-    note = ""
-    if spec.upgrade_mode != "last-state":
-        note = (f"; upgradeMode {spec.upgrade_mode} is not implemented yet, so the restart keeps the live "
-                "checkpoint (last-state)")
-    return SpecChangePlan(kind="restart", bump_tx_generation=False,
-                          explanation=f"spec changed ({', '.join(changes[:5])}"
-                                      f"{', ...' if len(changes) > 5 else ''}): restarting with resolution{note}")
+    """A restart on the live checkpoint if every change is restart-only, else an upgrade by upgradeMode."""
+    listed = f"{', '.join(changes[:5])}{', ...' if len(changes) > 5 else ''}"
+    upgrade = [c for c in changes if classify(c) == "upgrade"]
+    if not upgrade:
+        return SpecChangePlan(kind="restart", mode="last-state", bump_tx_generation=False,
+                              explanation=f"spec changed ({listed}): restart-only fields, restarting on the live "
+                                          "checkpoint with resolution")
+    bump = any(c == "job.parallelism" for c in upgrade)
+    how = {"snapshot": "stopping the driver with a snapshot and starting the new spec from it",
+           "last-state": "restarting on the live checkpoint (upgradeMode last-state)",
+           "stateless": "starting from a fresh checkpoint (upgradeMode stateless): a new checkpoint identity, "
+                        "the source is read again from startingOffsets and the ledger skips nothing"}
+    text = f"spec changed ({listed}): upgrade, {how[spec.upgrade_mode]}"
+    if bump:
+        text += "; job.parallelism changed: new transactional-id generation"
+    return SpecChangePlan(kind="upgrade", mode=spec.upgrade_mode, bump_tx_generation=bump, explanation=text)
+
+
+def current_checkpoint_dir(status_dir: str | None, last_reconciled: str | None, spec: ExactlyOnceStreamSpec) -> str:
+    """The checkpoint location the current (or last) driver runs on.
+
+    ``status.checkpointDir`` once recorded; before that, ``live`` under the path of
+    the spec that driver was launched with (the new spec may name another path).
+    """
+    if status_dir:
+        return status_dir
+    if last_reconciled:
+        try:
+            path = json.loads(last_reconciled)["checkpoint"]["path"]
+            return str(path).rstrip("/") + "/live"
+        except (ValueError, KeyError, TypeError):
+            pass
+    return spec.checkpoint.path.rstrip("/") + "/live"

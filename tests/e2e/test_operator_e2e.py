@@ -9,9 +9,6 @@ EOS_RUN_CONFIG``, as local processes.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -28,6 +25,8 @@ for extra in (REPO / "operator", REPO / "jobs", REPO):
         sys.path.insert(0, str(extra))
 
 from eos_job.verify import audit_counts  # noqa: E402
+from eos_stack import cluster  # noqa: E402
+from eos_stack.cluster import Kubectl, condition  # noqa: E402
 from eos_stack.common import free_port  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
@@ -41,8 +40,7 @@ INVALID = sorted((REPO / "tests" / "operator" / "invalid").glob("*.yaml"))
 # The runtime's log line on SIGTERM: the driver was asked to stop at a batch boundary (a graceful
 # delete), not SIGKILLed. Whether the stop then completes cleanly is the runtime's business (its own tests).
 GRACEFUL = "received SIGTERM: stopping at the next clean batch boundary"
-PYTHONPATH = os.pathsep.join([str(REPO / "operator"), str(REPO / "jobs"), str(REPO),
-                              os.environ.get("PYTHONPATH", "")])
+PYTHONPATH = cluster.PYTHONPATH
 
 # The operator as a program, with two test-only switches applied from outside its code.
 OPERATOR_WRAPPER = r'''
@@ -66,95 +64,9 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 # --------------------------------------------------------------------- helpers
-class Kubectl:
-    def __init__(self, env: dict[str, str]):
-        self.bin = env["KUBECTL"]
-        self.env = {**os.environ, "KUBECONFIG": env["KUBECONFIG"]}
-
-    def run(self, *args: str, stdin: str | None = None, check: bool = True,
-            timeout: float = 120) -> subprocess.CompletedProcess:
-        proc = subprocess.run([self.bin, *args], input=stdin, capture_output=True, text=True, env=self.env,
-                              timeout=timeout)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
-        return proc
-
-    def json(self, *args: str) -> dict[str, Any]:
-        return json.loads(self.run(*args, "-o", "json").stdout)
-
-    def apply(self, doc: dict[str, Any], namespace: str, check: bool = True) -> subprocess.CompletedProcess:
-        return self.run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(doc), check=check)
-
-    def stream(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.json("get", "exactlyoncestream", name, "-n", namespace)
-
-    def status(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.stream(namespace, name).get("status") or {}
-
-    def pods(self, namespace: str) -> list[dict[str, Any]]:
-        return self.json("get", "pods", "-n", namespace)["items"]
-
-    def events(self, namespace: str, name: str) -> list[str]:
-        items = self.json("get", "events", "-n", namespace)["items"]
-        items = [e for e in items if e["involvedObject"].get("name") == name]
-        # Created once and never updated: the resourceVersion orders them (timestamps have 1 s resolution).
-        items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
-        return [e["reason"] for e in items]
-
-    def event_messages(self, namespace: str, name: str, reason: str) -> list[str]:
-        items = self.json("get", "events", "-n", namespace)["items"]
-        return [e["message"] for e in items if e["involvedObject"].get("name") == name and e["reason"] == reason]
-
-    def patch_spec(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        self.run("patch", "exactlyoncestream", name, "-n", namespace, "--type=merge", "-p",
-                 json.dumps({"spec": patch}))
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
-
-
-class OperatorProcess:
-    """``python -m eos_operator run`` for one namespace, as its own process (so it can be SIGKILLed)."""
-
-    def __init__(self, kubeconfig: str, namespace: str, log_path: Path, *, liveness_port: int | None = None,
-                 **switches: str):
-        self.kubeconfig, self.namespace, self.log_path, self.switches = kubeconfig, namespace, log_path, switches
-        self.liveness_port = liveness_port
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "OperatorProcess":
-        env = {**os.environ, "PYTHONPATH": PYTHONPATH, **self.switches}
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n===== operator start {time.strftime('%X')} {self.switches}\n".encode())
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", OPERATOR_WRAPPER, "run", "--namespace", self.namespace,
-                 "--kubeconfig", self.kubeconfig, "--interval", "1", "--resolution-timeout", "30",
-                 "--progress-interval", "2",
-                 *(["--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"] if self.liveness_port else [])],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        if self.alive():
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-
-    def tail(self, n: int = 60) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+class OperatorProcess(cluster.OperatorProcess):
+    """The operator through OPERATOR_WRAPPER, so the test-only switches apply."""
+    wrapper = OPERATOR_WRAPPER
 
 
 class Diagnostics:

@@ -358,7 +358,8 @@ def test_created_suspended_starts_nothing():
 # ----------------------------------------------------------------- spec change
 def test_spec_change_restarts_with_resolution():
     old = spec()
-    new = spec(job={"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "args": {"x": "1"}})
+    new = spec(job={"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "args": {"x": "1"}},
+               upgradeMode="last-state")   # the snapshot mode has its own tests (test_upgrades.py)
     p = plan(new, running_status(old), observed(pod("colors-driver-0")))
     assert p.status.lifecycle_state == "Upgrading"
     assert p.status.pending_launch.reason == "SpecChange"

@@ -1,0 +1,230 @@
+"""The snapshot upgrade on the real stack: operator, process kubelet, real runtime, real Kafka.
+
+The colors stream is upgraded three times in a row to a changed transformation
+(``job.args.version``: same key and count, one more JSON field) while events keep
+arriving. Each upgrade stops the driver at a clean batch boundary with a snapshot
+and starts the new spec in a new checkpoint location seeded from it. After the
+three, the output is exactly once (final counts, no count update twice), and the
+output gap of each upgrade is measured from the read_committed record timestamps.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from confluent_kafka import Producer
+
+REPO = Path(__file__).resolve().parents[2]
+for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from eos_job.verify import audit_counts, read_committed  # noqa: E402
+from eos_stack.cluster import PYTHONPATH, Kubectl, OperatorProcess, condition  # noqa: E402
+from examples.colors.generator import events  # noqa: E402
+from examples.colors.local_run import create_topics  # noqa: E402
+from tests.e2e.exactness import assert_exactly_once  # noqa: E402
+from tests.harness.kubelet import ProcessKubelet  # noqa: E402
+
+pytestmark = pytest.mark.stack
+
+NAME = "colors"
+UPGRADES = 3
+
+
+class Trickle(threading.Thread):
+    """Events keep arriving: a small chunk every ``period`` seconds; the expected counts follow."""
+
+    def __init__(self, bootstrap: str, topic: str, chunk: int = 10, period: float = 0.25, start_id: int = 0):
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 5})
+        self.topic, self.chunk, self.period, self.next_id = topic, chunk, period, start_id
+        self.expected: Counter = Counter()
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def send(self, n: int, seed: int) -> None:
+        for i, color in events(n, seed=seed, start_id=self.next_id):
+            self.producer.produce(self.topic, key=str(i).encode(), value=json.dumps({"id": i, "color": color}).encode())
+            if color != "orange":
+                self.expected[color] += 1
+        self.next_id += n
+        if self.producer.flush(30):
+            raise RuntimeError("events not delivered")
+
+    def run(self) -> None:
+        seed = 1000
+        try:
+            while not self.halt.wait(self.period):
+                seed += 1
+                self.send(self.chunk, seed)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def stop(self) -> dict[str, int]:
+        self.halt.set()
+        self.join(30)
+        assert self.error is None, self.error
+        return dict(sorted(self.expected.items()))
+
+
+def log_time(path: Path, text: str) -> float | None:
+    """Time of the first line of a driver log containing ``text`` (the logging format's local time)."""
+    from datetime import datetime
+    for line in path.read_text(errors="replace").splitlines():
+        if text in line:
+            try:
+                return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float, diagnostics: Callable[[], str],
+               interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
+                         f"{f' (last error: {last_exc})' if last_exc else ''}\n{diagnostics()}")
+
+
+@pytest.fixture
+def kubectl(stack_env) -> Kubectl:
+    k = Kubectl(stack_env)
+    k.apply_crds()
+    return k
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl):
+    ns = f"eos-up-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "namespace", ns)
+    yield ns
+    for s in kubectl.json("get", "exactlyoncestreams", "-n", ns)["items"]:
+        kubectl.run("patch", "exactlyoncestream", s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
+                    '{"metadata":{"finalizers":null}}', check=False)
+    kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_three_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kubectl, namespace, tmp_path):
+    bootstrap = stack_env["KAFKA_BOOTSTRAP"]
+    run_id = uuid.uuid4().hex[:8]
+    src, counts, dlq = f"up-colors-events-{run_id}", f"up-colors-counts-{run_id}", f"up-colors-dlq-{run_id}"
+    create_topics(bootstrap, {src: 3, counts: 3, dlq: 1})
+    ledger = f"{counts}.eos-ledger.{namespace}.{NAME}"
+    checkpoint = tmp_path / "checkpoint"
+    stream = {
+        "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream", "metadata": {"name": NAME},
+        "spec": {
+            "job": {"module": "examples.colors.job", "parallelism": 2,
+                    "sparkConf": {"spark.sql.streaming.minBatchesToRetain": "100"}},
+            "source": {"bootstrapServers": bootstrap, "topics": [src], "maxOffsetsPerTrigger": 2000},
+            "sink": {"bootstrapServers": bootstrap, "topic": counts, "deadLetterTopic": dlq},
+            "checkpoint": {"store": "local", "path": str(checkpoint)},
+            "triggerIntervalMs": 500,
+            "restartStrategy": {"type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 1}},
+            # upgradeMode: snapshot, the default
+        },
+    }
+    trickle = Trickle(bootstrap, src)
+    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
+                        extra_env={"PYTHONPATH": PYTHONPATH}) as kubelet:
+        operator = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log").start()
+
+        def diag() -> str:
+            parts = [json.dumps(kubectl.status(namespace, NAME), indent=1),
+                     kubectl.run("get", "events", "-n", namespace, check=False).stdout,
+                     "operator log:\n" + operator.tail()]
+            for log in sorted(kubelet.log_dir.glob(f"{namespace}_*.log"))[-2:]:
+                parts.append(f"{log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-25:]))
+            return "\n".join(parts)
+
+        try:
+            trickle.send(2000, seed=7)     # a backlog, then a steady trickle
+            kubectl.apply(stream, namespace)
+            wait_until(lambda: kubectl.status(namespace, NAME).get("lifecycleState") == "Running",
+                       "the stream to run", 120, diag)
+            wait_until(lambda: audit_counts(bootstrap, counts).final, "first output", 240, diag, 2)
+            trickle.start()
+            patched_at = []
+            for v in range(1, UPGRADES + 1):
+                time.sleep(3)    # output flows before each upgrade
+                patched_at.append(time.time())
+                kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": f"v{v}"}}})
+                status = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-{v}"
+                                             and s.get("lifecycleState") == "Running" else None)(
+                    kubectl.status(namespace, NAME)), f"upgrade {v} to run", 180, diag)
+                assert "upgrade" not in status
+                assert status["checkpointDir"] == f"{checkpoint}/ckpt-{v}"
+                assert status["restoreFrom"] == status["snapshots"][-1]["path"]
+                wait_until(lambda: any(json.loads(m.value()).get("version") == f"v{v}"
+                                       for m in read_committed(bootstrap, counts)),
+                           f"output of upgrade {v}", 120, diag, 1)
+            expected = trickle.stop()
+            wait_until(lambda: audit_counts(bootstrap, counts).final == expected, "the output to catch up",
+                       240, diag, 2)
+            assert_exactly_once(bootstrap, counts, ledger, expected, (dlq,))
+
+            status = kubectl.status(namespace, NAME)
+            assert [s["name"] for s in status["snapshots"]] == [
+                f"{NAME}-{kubectl.stream(namespace, NAME)['metadata']['uid'][:8]}-a{a}" for a in range(UPGRADES)]
+            assert all((Path(s["path"]) / "eos-snapshot.json").is_file() for s in status["snapshots"])
+            assert status["lastStableSpec"] == status["lastReconciledSpec"]
+            assert condition(status, "Ready")["status"] == "True"
+            reasons = kubectl.events(namespace, NAME)
+            assert reasons.count("SnapshotTaken") == UPGRADES and reasons.count("Upgraded") == UPGRADES
+            assert "SnapshotFallback" not in reasons and "DriverFailed" not in reasons
+            for a in range(UPGRADES):
+                log = kubelet.log_path(namespace, f"{NAME}-driver-{a}").read_text(errors="replace")
+                assert "snapshot written to" in log, log[-3000:]
+            for a in range(1, UPGRADES + 1):
+                log = kubelet.log_path(namespace, f"{NAME}-driver-{a}").read_text(errors="replace")
+                assert "seeded from snapshot" in log, log[-3000:]
+
+            # The output gap of each upgrade: the last record of the old spec to the first of the new one.
+            records = [(m.timestamp()[1] / 1000.0, json.loads(m.value()).get("version"))
+                       for m in read_committed(bootstrap, counts)]
+            gaps = []
+            print()
+            for v in range(1, UPGRADES + 1):
+                first_new = min(t for t, ver in records if ver == f"v{v}")
+                old = f"v{v - 1}" if v > 1 else None
+                last_old = max(t for t, ver in records if ver == old and t <= first_new)
+                gaps.append(first_new - last_old)
+                assert last_old >= patched_at[v - 1] - 5, "the old spec stopped writing long before the upgrade"
+                # Where the gap goes, from the drivers' logs (seconds after the last old record).
+                old_log = kubelet.log_path(namespace, f"{NAME}-driver-{v - 1}")
+                new_log = kubelet.log_path(namespace, f"{NAME}-driver-{v}")
+                marks = {"spec patched": patched_at[v - 1],
+                         "SIGTERM": log_time(old_log, "received SIGTERM"),
+                         "snapshot written": log_time(old_log, "snapshot written to"),
+                         "new driver restored": log_time(new_log, "seeded from snapshot"),
+                         "query started": log_time(new_log, "started (query id"),
+                         "first new output": first_new}
+                print(f"upgrade {v}: output gap {gaps[-1]:.1f}s; " + ", ".join(
+                    f"{k} {t - last_old:+.1f}" for k, t in marks.items() if t is not None))
+            print("upgrade output gaps (s): " + ", ".join(f"{g:.1f}" for g in gaps)
+                  + f"; mean {sum(gaps) / len(gaps):.1f}")
+            for g in gaps:
+                assert 0 < g < 300   # a sanity bound: Spark's cold start dominates on a shared machine
+        finally:
+            if trickle.is_alive():
+                trickle.halt.set()
+            kubectl.run("delete", "exactlyoncestream", NAME, "-n", namespace, "--timeout=120s", check=False)
+            operator.stop()

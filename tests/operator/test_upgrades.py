@@ -1,0 +1,326 @@
+"""Spec changes: field classification, and the upgrade modes as a write-ahead log in status."""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport
+from eos_operator import children
+from eos_operator.adapters import LocalCheckpointStore, StoreUnreadable
+from eos_operator.observed import SnapshotView
+from eos_operator.planner import (ApplyConfigMap, CreatePod, DeletePod, Resolve, plan, record_resolution)
+from eos_operator.reconciler import Deps, reconcile
+from eos_operator.upgrades import classify, plan_spec_change, run_affecting_changes
+
+from .fakes import Crash, FakeClock, FakeKube, FakeResolver, base_spec
+from .test_planner import UID, cond, observed, pod, reasons, running_status, spec
+
+REF = children.StreamRef("colors", "default", UID)
+SNAP0 = children.snapshot_path(REF, spec(), 0)
+
+
+# ------------------------------------------------------------- classification
+@pytest.mark.parametrize("path, expected", [
+    ("restartStrategy.type", "ignore"), ("restartNonce", "ignore"), ("upgradeMode", "ignore"),
+    ("job.state", "ignore"),
+    ("job.driver.memory", "restart"), ("job.executor.instances", "restart"), ("triggerIntervalMs", "restart"),
+    ("source.maxOffsetsPerTrigger", "restart"), ("source.options.kafka.x", "restart"),
+    ("sink.producerConfig.linger.ms", "restart"), ("sink.credentials", "restart"),
+    ("job.module", "upgrade"), ("job.function", "upgrade"), ("job.args.drop", "upgrade"),
+    ("job.sparkConf.spark.x", "upgrade"), ("job.image", "upgrade"), ("job.parallelism", "upgrade"),
+    ("job.outputMode", "upgrade"), ("source.topics", "upgrade"), ("sink.topic", "upgrade"),
+    ("sink.ledgerTopic", "upgrade"), ("checkpoint.path", "upgrade"), ("somethingNew", "upgrade"),
+    ("job.stateful", "upgrade"),   # a prefix of an ignored name is not that name
+])
+def test_every_field_has_a_class(path, expected):
+    assert classify(path) == expected
+
+
+def test_restart_only_changes_restart_and_mixed_changes_upgrade():
+    s = spec()
+    assert plan_spec_change(["triggerIntervalMs", "job.driver.cpu"], s).kind == "restart"
+    mixed = plan_spec_change(["triggerIntervalMs", "job.args.drop"], s)
+    assert mixed.kind == "upgrade" and mixed.mode == "snapshot" and not mixed.bump_tx_generation
+    assert plan_spec_change(["job.parallelism"], s).bump_tx_generation
+
+
+def test_operator_only_fields_are_not_changes():
+    old = spec()
+    new = spec(upgradeMode="stateless", restartNonce=3,
+               restartStrategy={"type": "exponential-delay"})
+    assert run_affecting_changes(running_status(old).last_reconciled_spec, new) == []
+
+
+# ------------------------------------------------------------ planner, snapshot
+def upgraded_spec(**kw) -> ExactlyOnceStreamSpec:
+    job = {"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "args": {"v": "2"}}
+    job.update(kw.pop("job", {}))
+    return spec(job=job, **kw)
+
+
+def running(s: ExactlyOnceStreamSpec, **kw) -> ExactlyOnceStreamStatus:
+    return running_status(s, snapshot_on_stop=SNAP0, checkpoint_dir="/tmp/eos-test/live", **kw)
+
+
+def snap(path: str = SNAP0, uid: str = UID, batch: int = 41) -> SnapshotView:
+    return SnapshotView(path=path, stream_uid=uid, batch=batch, time="2026-01-01T12:00:00Z", checkpoint_id="q")
+
+
+def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_restores():
+    old, new = spec(), upgraded_spec()
+    # 1. Decide: the write-ahead record, nothing done yet.
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    up = p.status.upgrade
+    assert p.actions == [] and p.again
+    assert p.status.lifecycle_state == "Upgrading"
+    assert (up.mode, up.step, up.from_pod) == ("snapshot", "Stopping", "colors-driver-0")
+    assert up.snapshot_path == SNAP0 and up.restore_from == SNAP0
+    assert up.snapshot_name == f"colors-{UID[:8]}-a0"
+    assert up.checkpoint_dir == "/tmp/eos-test/ckpt-1" and up.target_spec_hash == new.spec_hash()
+    # 2. Stop the driver gracefully (SIGTERM: a clean boundary, then the snapshot).
+    stop = plan(new, p.status, observed(pod("colors-driver-0")))
+    assert stop.actions == [DeletePod("colors-driver-0", 60)]
+    assert "writes snapshot" in cond(stop, "Progressing").message
+    # 3. Gone: read the snapshot back; recorded in the history.
+    taken = plan(new, stop.status, _with_snapshot(observed(), snap()))
+    assert reasons(taken) == ["SnapshotTaken"] and taken.actions == []
+    assert taken.status.upgrade.step == "Stopped"
+    assert [(s.name, s.batch) for s in taken.status.snapshots] == [(f"colors-{UID[:8]}-a0", 41)]
+    # 4. Resolution for the new location, seeded from the snapshot.
+    resolve = plan(new, taken.status, observed())
+    assert [type(a) for a in resolve.actions] == [Resolve]
+    cfg = resolve.actions[0].config
+    assert cfg.checkpoint_dir == "/tmp/eos-test/ckpt-1" and cfg.restore_from == SNAP0 and cfg.spec == new
+    st, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=UID, generation=0, slots=2),
+                              attempt=1, spec_hash=new.spec_hash(), observed=observed())
+    # 5. Submit: the same status write names the new checkpoint and closes the upgrade record.
+    submit = plan(new, st, observed())
+    assert [type(a) for a in submit.actions] == [ApplyConfigMap, CreatePod]
+    run = json.loads(submit.actions[0].body["data"]["run.json"])
+    assert run["checkpointDir"] == "/tmp/eos-test/ckpt-1" and run["restoreFrom"] == SNAP0
+    env = {e["name"]: e.get("value") for e in submit.actions[1].body["spec"]["containers"][0]["env"]}
+    assert env["EOS_SNAPSHOT_ON_STOP"] == f"/tmp/eos-test/snapshots/colors-{UID[:8]}-a1"
+    assert submit.status.upgrade is None
+    assert submit.status.checkpoint_dir == "/tmp/eos-test/ckpt-1" and submit.status.restore_from == SNAP0
+    assert "Upgraded" in reasons(submit)
+    # 6. Seen, then Running: the new spec is the stable one.
+    seen = plan(new, submit.status, observed(pod("colors-driver-1", "Pending")))
+    up_run = plan(new, seen.status, observed(pod("colors-driver-1")))
+    assert up_run.status.lifecycle_state == "Running"
+    assert up_run.status.last_stable_spec == up_run.status.last_reconciled_spec
+    # A later plain restart keeps the new location and its restore source.
+    failed = plan(new, up_run.status, observed(pod("colors-driver-1", "Failed", exit_code=137)))
+    assert failed.status.upgrade is None
+    relaunch = plan(new, failed.status, observed(at=100))
+    cfg = relaunch.actions[0].config
+    assert cfg.checkpoint_dir == "/tmp/eos-test/ckpt-1" and cfg.restore_from == SNAP0
+
+
+def _with_snapshot(obs, view=None, *, readable=True, state="unknown"):
+    from dataclasses import replace
+    return replace(obs, snapshot=view, store_readable=readable, checkpoint_state=state)
+
+
+def test_decisions_repeat_the_same_way_after_an_operator_restart():
+    """Each step decides from status and the world alone: replaying a step gives the same plan."""
+    old, new = spec(), upgraded_spec()
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    assert plan(new, running(old), observed(pod("colors-driver-0"))).status == p.status
+    gone = _with_snapshot(observed(), snap())
+    once, twice = plan(new, p.status, gone), plan(new, p.status, gone)
+    assert once.status == twice.status and once.actions == twice.actions
+    # Taken already: replaying the next step does not record the snapshot twice.
+    again = plan(new, once.status, gone)
+    assert len(again.status.snapshots) == 1 and [type(a) for a in again.actions] == [Resolve]
+
+
+def test_a_snapshot_of_another_stream_is_not_used():
+    old, new = spec(), upgraded_spec()
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    foreign = plan(new, p.status, _with_snapshot(observed(), snap(uid="someone-else"), state="intact"))
+    assert "SnapshotFallback" in reasons(foreign)
+    assert foreign.status.upgrade.restore_from is None
+
+
+def test_dead_driver_falls_back_to_last_state_on_an_intact_checkpoint_and_says_so():
+    old, new = spec(), upgraded_spec()
+    failed = running(old, lifecycle_state="Failed", restart_count=2)
+    p = plan(new, failed, observed(pod("colors-driver-0", "Failed")))
+    assert p.status.upgrade.step == "Stopping"
+    cleared = plan(new, p.status, observed(pod("colors-driver-0", "Failed")))
+    assert cleared.actions == [DeletePod("colors-driver-0", 0)]
+    fb = plan(new, cleared.status, _with_snapshot(observed(), None, state="intact"))
+    ev = [e for e in fb.events if e.reason == "SnapshotFallback"][0]
+    assert ev.type == "Warning" and "last-state" in ev.message and "not stopped gracefully" in ev.message
+    assert "last-state" in cond(fb, "Progressing").message
+    up = fb.status.upgrade
+    assert up.step == "Stopped" and up.restore_from is None and up.checkpoint_dir == "/tmp/eos-test/live"
+    resolve = plan(new, fb.status, observed())
+    assert resolve.actions[0].config.checkpoint_dir == "/tmp/eos-test/live"
+    assert resolve.actions[0].config.restore_from is None
+
+
+@pytest.mark.parametrize("state", ["damaged", "unknown"])
+def test_no_snapshot_and_no_intact_checkpoint_blocks_the_upgrade(state):
+    old, new = spec(), upgraded_spec()
+    p = plan(new, running(old, lifecycle_state="Failed"), observed(pod("colors-driver-0", "Failed")))
+    blocked = plan(new, p.status, _with_snapshot(observed(), None, state=state))
+    assert blocked.status.lifecycle_state == "Failed" and blocked.actions == []
+    assert blocked.status.pending_launch is None and blocked.status.upgrade.step == "Blocked"
+    assert "UpgradeBlocked" in reasons(blocked) and "never silently stateless" in cond(blocked, "Ready").message
+    # It stays blocked, quietly.
+    still = plan(new, blocked.status, observed(at=30))
+    assert still.actions == [] and still.events == [] and still.status.lifecycle_state == "Failed"
+    # Asking for last-state explicitly unblocks it.
+    explicit = spec(job=new.job.wire(), upgradeMode="last-state")
+    go = plan(explicit, still.status, observed(at=31))
+    assert go.status.upgrade.mode == "last-state" and go.status.pending_launch is not None
+    assert [type(a) for a in plan(explicit, go.status, observed(at=31)).actions] == [Resolve]
+
+
+def test_unreadable_store_proceeds_unverified_and_says_so():
+    old, new = spec(), upgraded_spec()
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    un = plan(new, p.status, _with_snapshot(observed(), None, readable=False))
+    assert "SnapshotUnverified" in reasons(un)
+    assert un.status.upgrade.step == "Stopped" and un.status.upgrade.restore_from == SNAP0
+
+
+def test_last_state_and_stateless_modes():
+    old = spec()
+    last = plan(upgraded_spec(upgradeMode="last-state"), running(old), observed(pod("colors-driver-0")))
+    assert (last.status.upgrade.step, last.status.upgrade.checkpoint_dir) == ("Stopped", "/tmp/eos-test/live")
+    assert last.status.upgrade.restore_from is None
+    less = plan(upgraded_spec(upgradeMode="stateless"), running(old), observed(pod("colors-driver-0")))
+    up = less.status.upgrade
+    assert (up.step, up.checkpoint_dir, up.restore_from) == ("Stopped", "/tmp/eos-test/ckpt-1", None)
+    assert "ledger skips nothing" in less.events[0].message
+
+
+def test_restart_only_change_restarts_on_the_live_checkpoint_even_in_snapshot_mode():
+    old = spec()
+    p = plan(spec(triggerIntervalMs=2000), running(old), observed(pod("colors-driver-0")))
+    assert p.status.pending_launch.reason == "SpecChange" and p.status.upgrade is None
+    stop = plan(spec(triggerIntervalMs=2000), p.status, observed(pod("colors-driver-0")))
+    resolve = plan(spec(triggerIntervalMs=2000), stop.status, observed())
+    assert resolve.actions[0].config.checkpoint_dir == "/tmp/eos-test/live"
+
+
+def test_parallelism_change_bumps_the_generation_once_and_an_abandoned_upgrade_restores_it():
+    old, new = spec(), upgraded_spec(job={"parallelism": 4})
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    assert p.status.tx_generation == 1 and "new transactional-id generation" in p.events[0].message
+    # The user asks for a restart mid-upgrade: the upgrade is decided again, not bumped twice.
+    nonce = spec(job=new.job.wire(), restartNonce=1)
+    r = plan(nonce, p.status, observed(pod("colors-driver-0")))
+    assert r.status.upgrade is None and r.status.tx_generation == 0
+    again = plan(nonce, r.status, observed(pod("colors-driver-0")))
+    assert again.status.upgrade is not None and again.status.tx_generation == 1
+
+
+def test_a_pending_restart_that_would_start_a_changed_spec_becomes_an_upgrade():
+    old, new = spec(), upgraded_spec()
+    failed = plan(old, running(old), observed(pod("colors-driver-0", "Failed")))
+    assert failed.status.pending_launch.reason == "Restart"
+    p = plan(new, failed.status, observed(pod("colors-driver-0", "Failed")))
+    assert p.status.pending_launch.reason == "SpecChange" and p.status.upgrade is not None
+    assert p.status.pending_launch.not_before == failed.status.pending_launch.not_before
+
+
+def test_a_partially_committed_batch_at_an_upgrade_is_named():
+    new = upgraded_spec()
+    st = ExactlyOnceStreamStatus(pending_launch=PendingLaunch(attempt=1, pod="colors-driver-1", reason="SpecChange"))
+    report = ResolutionReport(stream_uid=UID, generation=1, slots=2, replay_batch=7,
+                              replay_slots_already_committed=[0], partially_committed=True)
+    _, event = record_resolution(st, report, attempt=1, spec_hash=new.spec_hash(), observed=observed())
+    assert "partially committed" in event.message and "not implemented" in event.message
+
+
+# ------------------------------------------------------------- the store adapter
+def test_local_store_reads_manifests_and_checkpoint_states(tmp_path):
+    store, s = LocalCheckpointStore(), spec(checkpoint={"store": "local", "path": str(tmp_path)})
+    run = asyncio.run
+    assert run(store.read_snapshot(s, str(tmp_path / "none"))) is None
+    (tmp_path / "snap").mkdir()
+    (tmp_path / "snap" / "eos-snapshot.json").write_text(json.dumps(
+        {"stream": {"uid": UID}, "lastBatch": 3, "time": "t", "checkpointId": "q"}))
+    assert run(store.read_snapshot(s, str(tmp_path / "snap"))) == SnapshotView(str(tmp_path / "snap"), UID, 3, "t", "q")
+    ck = tmp_path / "ck"
+    assert run(store.checkpoint_state(s, str(ck))) == "empty"
+    ck.mkdir()
+    (ck / "metadata").write_text('{"id":"q"}\n')
+    assert run(store.checkpoint_state(s, str(ck))) == "damaged"
+    (ck / "offsets").mkdir()
+    (ck / "offsets" / "0").write_text("v1\n")
+    assert run(store.checkpoint_state(s, str(ck))) == "intact"
+    pvc = spec(checkpoint={"store": "pvc", "claimName": "c", "path": "/data"})
+    with pytest.raises(StoreUnreadable):
+        run(store.read_snapshot(pvc, "/data/snapshots/x"))
+
+
+# --------------------------------------------------- the reconcile loop, crashes
+@dataclass
+class FakeStore:
+    """Snapshots appear when a driver Pod with EOS_SNAPSHOT_ON_STOP is deleted gracefully (as the runtime does)."""
+    kube: FakeKube
+    written: dict[str, SnapshotView] = field(default_factory=dict)
+    reads: int = 0
+
+    def sync(self) -> None:
+        for pod_ in self.kube.pods.values():
+            if pod_["metadata"].get("deletionTimestamp"):
+                env = {e["name"]: e.get("value") for e in pod_["spec"]["containers"][0]["env"]}
+                path = env.get("EOS_SNAPSHOT_ON_STOP")
+                if path:
+                    uid = pod_["metadata"]["ownerReferences"][0]["uid"]
+                    self.written[path] = SnapshotView(path=path, stream_uid=uid, batch=len(self.written) + 5)
+
+    async def read_snapshot(self, spec_, path):
+        self.reads += 1
+        return self.written.get(path)
+
+    async def checkpoint_state(self, spec_, path):
+        return "intact"
+
+
+@pytest.mark.parametrize("crash", [None, "upgrade", "Stopped", "resolvedSpecHash", "create"])
+def test_killed_operator_finishes_the_upgrade_exactly_once(crash):
+    kube, clock = FakeKube(), FakeClock()
+    resolver = FakeResolver(kube=kube)
+    kube.add_stream("colors", base_spec())
+    store = FakeStore(kube)
+    deps = Deps(kube=kube, resolver=resolver, clock=clock, store=store)
+
+    def rec():
+        try:
+            asyncio.run(reconcile("default", "colors", deps))
+        except Crash:
+            pass
+
+    rec()
+    kube.set_pod_phase("colors-driver-0", "Running")
+    rec()
+    kube.update_spec("colors", lambda s: s["job"].update(args={"v": "2"}))
+    if crash == "create":
+        kube.crash_after_create_pod = True
+    elif crash:
+        kube.crash_after_status_patch_containing = crash
+    for _ in range(8):
+        rec()
+        store.sync()
+        kube.finish_deletions()
+        clock.advance(2)
+    status = kube.stream("colors")["status"]
+    assert kube.created_pods == ["colors-driver-0", "colors-driver-1"]
+    assert kube.max_alive_drivers == 1
+    assert "upgrade" not in status and "pendingLaunch" not in status
+    assert status["checkpointDir"] == "/tmp/eos-test/ckpt-1"
+    assert status["restoreFrom"] == status["snapshots"][0]["path"]
+    assert len(status["snapshots"]) == 1
+    # Events follow the status write: a crash right after the write may lose one, never repeat one.
+    expected = {"SnapshotTaken": 0 if crash == "Stopped" else 1, "Upgraded": 1}
+    assert {r: kube.reasons().count(r) for r in expected} == expected
+    assert resolver.calls[-1].restore_from == status["restoreFrom"]
