@@ -16,17 +16,25 @@ Phases:
    counts. Every output topic is read back with read_committed: ours must hold
    each key exactly once; the built-in sink may hold duplicates only after a
    failure.
-2. Breakdown (skip with ``--no-breakdown``): the exactly-once write path cut
-   after each step (shuffle, Arrow to Python, conversion, produce loop,
-   transaction), to say where the time goes; see ``benchmarks/sink_probes.py``.
+2. Breakdown (only with ``--breakdown``): the exactly-once write path cut
+   after each step (shuffle, Arrow to Python, produce loop, transaction; see
+   ``benchmarks/sink_probes.py``), the sink with candidate fixes
+   (``benchmarks/sink_patches.py``) in all three phases, and per-step timings
+   of the slot tasks. The default run stays well under 10 minutes; this one
+   takes about twice as long.
 3. Latency: a producer thread writes ``--rate`` records/s for ``--seconds``
    (after ``--latency-warmup`` seconds that are not counted), each stamped with
    its produce time; each sink runs as a continuous query with the same
    processingTime trigger; a read_committed consumer thread stamps the receive
    time. p50/p99 end-to-end latency per sink.
 
+Besides wall time, each run records the CPU time of the driver, the JVM, the
+Python workers and the broker (from /proc), Spark's stage timings (from the
+event log) and the failed tasks and re-fences seen on stderr.
+
 Results: a markdown table with the settings and machine, and the JSON of every
-measurement, in ``benchmarks/results/<date>-sink.md`` (or ``--out``).
+measurement, in ``benchmarks/results/<date>-sink.md`` (or ``--out``);
+``--render FILE --findings NOTES.md`` adds notes to a results file.
 
 Run: ``make bench``, or
 ``PYTHONPATH=stack:. .venv/bin/python benchmarks/sink_throughput.py --records 200000 --seconds 10``.
@@ -991,7 +999,7 @@ def settings(a) -> dict:
             "parallelism": a.parallelism, "input_partitions": 4, "output_partitions": a.parallelism,
             "max_offsets_per_trigger": a.max_offsets, "trigger_ms": a.trigger_ms, "rate": a.rate,
             "seconds": a.seconds, "latency_warmup_s": a.latency_warmup, "record_bytes": KEY_BYTES + VALUE_BYTES,
-            "spark_master": "local[2]"}
+            "spark_master": "?"}
 
 
 def markdown(res: dict) -> str:
@@ -1114,7 +1122,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="measured runs per sink (alternating order)")
     ap.add_argument("--warmup-records", type=int, default=300_000, help="records of each sink's warm-up run")
     ap.add_argument("--max-offsets", type=int, default=100_000, help="maxOffsetsPerTrigger of both sinks")
-    ap.add_argument("--parallelism", type=int, default=2, help="slots = output partitions (local[2])")
+    ap.add_argument("--parallelism", type=int, default=2, help="slots = output partitions (the session is local[*,4]: one task slot per core)")
     ap.add_argument("--rate", type=int, default=5000, help="latency phase: records/s")
     ap.add_argument("--seconds", type=float, default=30, help="latency phase: measured seconds per sink")
     ap.add_argument("--latency-warmup", type=float, default=5, help="latency phase: seconds not counted")
@@ -1150,9 +1158,10 @@ def main(argv=None) -> int:
     say(f"sink benchmark {bench.run_id}: Kafka at {bootstrap}, work dir {bench.work}")
     res: dict = {"date": date, "run_id": bench.run_id, "settings": settings(a)}
     try:
-        say("starting the SparkSession (local[2])")
+        say("starting the SparkSession")
         bench.session()
         res["machine"] = machine_info(bench)
+        res["settings"]["spark_master"] = bench.spark.sparkContext.master
         if "throughput" not in a.skip:
             res["throughput"] = phase_throughput(bench, tee)
             if a.breakdown:

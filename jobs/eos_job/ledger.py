@@ -174,17 +174,20 @@ def _scan(consumer: Consumer, topic: str, partition: int, start: int, end: int, 
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise SinkUnavailable(f"timed out reading ledger {topic}[{partition}] from offset {start}")
-        msgs = consumer.consume(num_messages=500, timeout=min(remaining, 1.0))
-        for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return found
-                raise SinkUnavailable(f"reading ledger {topic}[{partition}]: {err}")
-            if msg.offset() >= end:
+        # poll, not consume(n): consume waits for n messages or its timeout, and the last offset of a
+        # transactional partition is a commit marker that is never delivered.
+        msg = consumer.poll(min(remaining, 1.0))
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
                 return found
-            if msg.key() == want:
-                found = msg.value()
+            raise SinkUnavailable(f"reading ledger {topic}[{partition}]: {err}")
+        if msg.offset() >= end:
+            return found
+        if msg.key() == want:
+            found = msg.value()
 
 
 def idempotent_producer(bootstrap: str, extra: dict[str, str] | None = None) -> Producer:

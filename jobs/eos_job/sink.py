@@ -83,6 +83,8 @@ class _SlotClients:
             "partitioner": "murmur2_random",
             "transaction.timeout.ms": cfg.transaction_timeout_ms,
             "linger.ms": conf.get("linger.ms", 5),
+            # Only failures need a callback: it is what routes broker-refused records to dead letters.
+            "delivery.report.only.error": True,
         })
         self.producer = Producer(conf)
         t0 = time.monotonic()
@@ -90,6 +92,10 @@ class _SlotClients:
         self.producer.init_transactions(cfg.transaction_timeout_ms / 1000)
         log.debug("fenced %s in %.1f ms", self.txid, (time.monotonic() - t0) * 1000)
         self.consumer = ledger_consumer(cfg.bootstrap, _client_security(cfg.producer_config))
+        self.fresh = True
+        # (ledger topic, key, batch) of the last commit by this producer: if the ledger shows another
+        # record, another worker fenced this producer since, and it must fence again before writing.
+        self.last_commit: tuple[str, str, int] | None = None
 
     def close(self) -> None:
         try:
@@ -137,6 +143,14 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
         try:
             raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key)
             recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
+            if not clients.fresh and (recorded is None or clients.last_commit != (cfg.ledger_topic, key,
+                                                                                  recorded.batch)):
+                # The slot moved to another Python worker and back: that worker's fence made this
+                # producer useless. Fence again now (fence, then read) rather than fail mid-transaction.
+                clients = _slot_clients(cfg, slot, fresh=True)
+                raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key)
+                recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
+            clients.fresh = False
             decision = protocol.decide_slot(cfg.batch, recorded)
             if decision.action is SlotAction.SKIP:
                 nondet = recorded.batch == cfg.batch and (recorded.count, recorded.digest) != (count, digest)
@@ -150,6 +164,7 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
                 # Nothing to write, and a replay of this batch has nothing either: no transaction needed.
                 return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
             dead = _transaction(cfg, clients, slot, key, batches, count, digest)
+            clients.last_commit = (cfg.ledger_topic, key, cfg.batch)
             _maybe_inject_fault(cfg, slot)
             return SlotCommit(slot, cfg.batch, count, digest, skipped=False, dead_letters=dead, attempt=attempt)
         except KafkaException as exc:
@@ -225,6 +240,16 @@ def _record_errors() -> frozenset:
 _RECORD_ERRORS = _record_errors()
 
 
+def _producer_errors() -> frozenset:
+    from confluent_kafka import KafkaError
+    names = ("_FATAL", "_FENCED", "_STATE", "_TRANSPORT", "_ALL_BROKERS_DOWN", "PRODUCER_FENCED",
+             "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE")
+    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
+
+
+_PRODUCER_ERRORS = _producer_errors()
+
+
 def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int, on_delivery,
                    poison: dict[tuple, str]) -> int:
     from confluent_kafka import KafkaException
@@ -238,6 +263,22 @@ def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int
     errors = b.column(names.index("error")).to_pylist() if "error" in names else None
     produce = producer.produce
     default_topic = cfg.topic
+    if topics is None and parts is None and headers is None and errors is None and not poison:
+        # The common case, kept lean: key/value only, nothing to route.
+        dead = 0
+        for k, v in zip(keys, values):
+            try:
+                produce(default_topic, v, k, on_delivery=on_delivery)
+            except BufferError:
+                producer.poll(0.5)
+                produce(default_topic, v, k, on_delivery=on_delivery)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal() or err.code() in _PRODUCER_ERRORS:
+                    raise
+                dead += 1
+                _dead_letter(cfg, producer, default_topic, k, v, f"{type(exc).__name__}: {err}", slot)
+        return dead
     dead = 0
     for i in range(b.num_rows):
         topic = (topics[i] if topics is not None else None) or default_topic
@@ -260,7 +301,10 @@ def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int
                     produce(topic, value=v, key=k, headers=hdrs, partition=part, on_delivery=on_delivery)
                 continue
             except KafkaException as exc:  # refused before sending: too large, bad topic name, ...
-                why = f"{type(exc).__name__}: {exc.args[0]}"
+                err = exc.args[0]
+                if err.fatal() or err.code() in _PRODUCER_ERRORS:
+                    raise  # the producer, not the record, is broken: fence again (write_slot)
+                why = f"{type(exc).__name__}: {err}"
         dead += 1
         _dead_letter(cfg, producer, topic, k, v, why, slot)
     return dead
