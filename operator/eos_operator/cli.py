@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 
 ENV_INTERVAL = "EOS_OPERATOR_INTERVAL"
@@ -72,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
     config = OperatorConfig(interval=args.interval, resolution_timeout=args.resolution_timeout,
-                            progress_interval=args.progress_interval, kubeconfig=args.kubeconfig)
+                            progress_interval=args.progress_interval, kubeconfig=args.kubeconfig,
+                            exact_namespaces=bool(args.namespace) and all(
+                                re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) for ns in args.namespace))
     registry = build_registry(config)
     kopf.run(registry=registry,
              clusterwide=not args.namespace,

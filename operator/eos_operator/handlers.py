@@ -29,6 +29,7 @@ class OperatorConfig:
     resolution_timeout: float = 60.0
     progress_interval: float = 10.0   # seconds between reads of a stream's last committed batch
     kubeconfig: str | None = None
+    exact_namespaces: bool = False    # every watched namespace named exactly: no cluster-wide scanning
 
 
 def default_deps(config: OperatorConfig) -> Deps:
@@ -57,6 +58,10 @@ def build_registry(config: OperatorConfig,
         settings.posting.enabled = False
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
+        if config.exact_namespaces:
+            # Without this kopf lists namespaces and CRDs cluster-wide, which a namespaced install
+            # (Roles only) may not do: it would retry on 403 for about a minute before working.
+            settings.scanning.disabled = True
         memo.deps = deps_factory(config)
         memo.locks = {}
 
