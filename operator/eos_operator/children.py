@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity
+from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity, stream_uid
 
 MANAGED_BY = "eos-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -93,7 +93,8 @@ def selector_string(labels: dict[str, str]) -> str:
 
 def run_config(ref: StreamRef, spec: ExactlyOnceStreamSpec, tx_generation: int, *,
                checkpoint: str | None = None, restore_from: str | None = None) -> RunConfig:
-    return RunConfig(stream=StreamIdentity(name=ref.name, namespace=ref.namespace, uid=ref.uid,
+    return RunConfig(stream=StreamIdentity(name=ref.name, namespace=ref.namespace,
+                                           uid=stream_uid(ref.namespace, ref.name),
                                            generation=tx_generation),
                      spec=spec, checkpoint_dir=checkpoint or checkpoint_dir(spec), restore_from=restore_from)
 

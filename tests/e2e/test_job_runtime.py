@@ -181,3 +181,33 @@ def test_restoring_an_older_snapshot_writes_nothing_twice(stack_env, tmp_path):
     assert len(read_committed(run.bootstrap, run.counts)) == before
     assert "seeded from snapshot" in run.log_path.read_text()
     assert_exact(run, expected)
+
+
+def test_poison_records_go_to_the_dead_letter_topic_in_the_same_transaction(stack_env, tmp_path):
+    from confluent_kafka import Producer
+    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=None)
+    run.setup()
+    m = run.manifest()
+    m["spec"]["job"]["module"] = "tests.e2e.jobs.poison"
+    run.config_path.write_text(__import__("yaml").safe_dump(m))
+    p = Producer({"bootstrap.servers": run.bootstrap})
+    good, bad, big = 50, 5, 2
+    for i in range(good):
+        p.produce(run.events, key=f"g{i}".encode(), value=json.dumps({"id": i}).encode())
+    for i in range(bad):
+        p.produce(run.events, key=f"b{i}".encode(), value=b"not json {")
+    for i in range(big):
+        p.produce(run.events, key=f"x{i}".encode(), value=json.dumps({"id": 1000 + i, "big": True}).encode())
+    assert p.flush(30) == 0
+    run.start()
+    run.wait_for_batches(1)
+    assert run.stop() == 0, run.log_tail()
+    out = read_committed(run.bootstrap, run.counts)
+    dead = read_committed(run.bootstrap, run.dlq)
+    assert sorted(m.key().decode() for m in out) == sorted(f"g{i}" for i in range(good))
+    assert sorted(m.key().decode() for m in dead) == sorted([f"b{i}" for i in range(bad)] +
+                                                            [f"x{i}" for i in range(big)])
+    errors = {m.key().decode(): dict(m.headers())["eos.error"].decode() for m in dead}
+    assert all("JSONDecodeError" in errors[f"b{i}"] for i in range(bad))
+    assert all("MSG_SIZE_TOO_LARGE" in errors[f"x{i}"] for i in range(big))
+    assert f"{bad + big} dead letters" in run.log_path.read_text()

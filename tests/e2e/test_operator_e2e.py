@@ -8,6 +8,7 @@ EOS_RUN_CONFIG``, as local processes.
 """
 from __future__ import annotations
 
+from eos_job.spec import stream_uid  # noqa: E402
 import json
 import sys
 import time
@@ -231,7 +232,7 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
         kubectl.status(namespace, name)), "the stream to run", 120, diag)
     assert status["driverPod"] == "colors-driver-0"
     assert condition(status, "Ready")["status"] == "True"
-    assert status["resolution"]["streamUid"] == kubectl.stream(namespace, name)["metadata"]["uid"]
+    assert status["resolution"]["streamUid"] == stream_uid(namespace, name)
     run = kubectl.json("get", "configmap", "colors-run", "-n", namespace)
     run_cfg = json.loads(run["data"]["run.json"])
     assert run_cfg["checkpointDir"] == f"{checkpoint}/live" and run_cfg["stream"]["name"] == name

@@ -1,6 +1,7 @@
 """Pure builders of the child objects: run ConfigMap, driver Pod, Service, spark-submit arguments."""
 from __future__ import annotations
 
+from eos_job.spec import stream_uid  # noqa: E402
 import json
 import os
 import shlex
@@ -31,7 +32,7 @@ def test_run_config_map_holds_the_rendered_run_config():
     assert cm["metadata"]["ownerReferences"][0]["controller"] is True
     cfg = RunConfig.model_validate_json(cm["data"]["run.json"])
     assert cfg.stream.name == "colors" and cfg.stream.namespace == "team-a"
-    assert cfg.stream.uid == REF.uid and cfg.stream.generation == 3
+    assert cfg.stream.uid == stream_uid(REF.namespace, REF.name) and cfg.stream.generation == 3
     assert cfg.spec == s
     assert cfg.checkpoint_dir == "/tmp/eos-test/live"
     assert '"checkpointDir"' in cm["data"]["run.json"]         # camelCase, as the runtime reads it

@@ -1,6 +1,7 @@
 """Table tests of the pure planner: plan(spec, status, observed) -> Plan, no server."""
 from __future__ import annotations
 
+from eos_job.spec import stream_uid  # noqa: E402
 from datetime import timedelta
 
 import pytest
@@ -76,7 +77,7 @@ def test_launch_resolves_before_the_pod():
     p = plan(s, st, observed())
     assert len(p.actions) == 1 and isinstance(p.actions[0], Resolve)
     r = p.actions[0]
-    assert r.config.stream.uid == UID and r.config.stream.generation == 0
+    assert r.config.stream.uid == stream_uid(r.config.stream.namespace, r.config.stream.name) and r.config.stream.generation == 0
     assert r.config.checkpoint_dir == "/tmp/eos-test/live"
     assert r.spec_hash == s.spec_hash()
     assert cond(p, "Progressing").reason == "Resolving"

@@ -1,6 +1,7 @@
 """The reconcile loop over fake adapters: write-ahead status, idempotence, crashes at any step."""
 from __future__ import annotations
 
+from eos_job.spec import stream_uid  # noqa: E402
 import asyncio
 
 import pytest
@@ -34,7 +35,8 @@ def test_create_resolves_then_submits_one_driver():
     assert kube.created_pods == ["colors-driver-0"]
     assert len(resolver.calls) == 1
     cfg = resolver.calls[0]
-    assert cfg.stream.uid == kube.stream("colors")["metadata"]["uid"]
+    meta = kube.stream("colors")["metadata"]
+    assert cfg.stream.uid == stream_uid(meta.get("namespace", cfg.stream.namespace), "colors")
     assert ("default", "colors-run") in kube.config_maps
     assert kube.reasons() == ["Resolved", "Submitted"]
     s = status(kube)

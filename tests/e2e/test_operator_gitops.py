@@ -1,0 +1,99 @@
+"""The operator on the real stack, continued: five driver kills in one run, and GitOps behaviour
+(re-apply and server-side apply change nothing; delete and re-create on the same checkpoint resumes
+exactly once)."""
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from eos_job.verify import audit_counts
+from examples.colors.generator import produce
+from tests.e2e.exactness import assert_exactly_once
+from tests.e2e.test_operator_e2e import (ColorsTopics, Diagnostics, colors_stream, kubectl, kubelet,  # noqa: F401
+                                         namespace, operator, wait_until)
+
+pytestmark = pytest.mark.stack
+
+
+def running_as(kubectl, namespace, name, pod):
+    return lambda: (lambda s: s if s.get("driverPod") == pod and s.get("lifecycleState") == "Running"
+                    else None)(kubectl.status(namespace, name))
+
+
+def test_five_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, kubectl, namespace, kubelet,
+                                                                      operator, tmp_path):
+    diag = Diagnostics(kubectl, namespace, operator, kubelet)
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
+    name = "colors"
+    rng = random.Random(5)
+    expected = produce(topics.bootstrap, topics.events, 2000)
+    kubectl.apply(colors_stream(name, topics, tmp_path / "checkpoint", attempts=10, delay=1.0), namespace)
+    sent = 2000
+    for kill in range(5):
+        pod = f"colors-driver-{kill}"
+        wait_until(running_as(kubectl, namespace, name, pod), f"{pod} to run", 180, diag)
+        more = produce(topics.bootstrap, topics.events, 1000, seed=100 + kill, start_id=sent)
+        sent += 1000
+        expected = {c: expected.get(c, 0) + more.get(c, 0) for c in set(expected) | set(more)}
+        time.sleep(rng.uniform(2, 12))  # start-up, recovery or mid-batch: any moment
+        assert kubelet.kill9(namespace, pod), f"{pod} had no process to kill"
+    status = wait_until(running_as(kubectl, namespace, name, "colors-driver-5"), "the fifth restart", 180, diag)
+    assert status["restartCount"] == 5
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output to catch up",
+               420, diag, 2)
+    assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
+    reasons = kubectl.events(namespace, name)
+    assert reasons.count("DriverFailed") == 5 and reasons.count("Restarting") == 5
+    # Every start was preceded by its resolution.
+    starts = [i for i, r in enumerate(reasons) if r == "Submitted"]
+    assert len(starts) == 6
+    for i in starts:
+        assert "Resolved" in reasons[:i][-3:], reasons
+    print(f"five kills survived; final counts {expected}")
+
+
+def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, namespace, kubelet, operator, tmp_path):
+    diag = Diagnostics(kubectl, namespace, operator, kubelet)
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
+    name = "colors"
+    checkpoint = tmp_path / "checkpoint"
+    manifest = colors_stream(name, topics, checkpoint)
+    expected = produce(topics.bootstrap, topics.events, 3000)
+    kubectl.apply(manifest, namespace)
+    wait_until(running_as(kubectl, namespace, name, "colors-driver-0"), "the stream to run", 180, diag)
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final, "first output", 240, diag, 2)
+
+    before = kubectl.stream(namespace, name)
+    pod_uid = kubectl.json("get", "pod", "colors-driver-0", "-n", namespace)["metadata"]["uid"]
+    events_before = kubectl.events(namespace, name)
+    # The same manifest again, client-side and server-side: nothing changes, nothing restarts.
+    out = kubectl.apply(manifest, namespace).stdout
+    assert "unchanged" in out, out
+    import yaml
+    kubectl.run("apply", "--server-side", "--field-manager=gitops", "--force-conflicts", "-n", namespace, "-f", "-",
+                stdin=yaml.safe_dump(manifest))
+    time.sleep(15)  # several reconcile periods
+    after = kubectl.stream(namespace, name)
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]  # nobody wrote spec
+    assert after["spec"] == before["spec"]
+    assert kubectl.json("get", "pod", "colors-driver-0", "-n", namespace)["metadata"]["uid"] == pod_uid
+    new_events = kubectl.events(namespace, name)[len(events_before):]
+    assert not {"Submitted", "Restarting", "Resolved", "Upgrading"} & set(new_events), new_events
+    # The only writers of spec are the two appliers; the operator owns status and metadata only.
+    spec_writers = {f["manager"] for f in after["metadata"].get("managedFields", [])
+                    if "f:spec" in str(f.get("fieldsV1")) and f.get("subresource") != "status"}
+    assert spec_writers <= {"kubectl-client-side-apply", "kubectl", "gitops"}, spec_writers
+
+    # Delete (graceful stop, checkpoint kept), more input, re-create with the same name and checkpoint.
+    kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=120s")
+    wait_until(lambda: not kubectl.pods(namespace), "the driver to go", 120, diag)
+    more = produce(topics.bootstrap, topics.events, 2000, seed=21, start_id=3000)
+    expected = {c: expected.get(c, 0) + more.get(c, 0) for c in set(expected) | set(more)}
+    kubectl.apply(manifest, namespace)
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected,
+               "the re-created stream to catch up", 420, diag, 2)
+    status = kubectl.status(namespace, name)
+    assert status["resolution"]["checkpointLastCommittedBatch"] is not None  # it resumed, not restarted
+    assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
