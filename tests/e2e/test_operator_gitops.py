@@ -1,6 +1,6 @@
 """The operator on the real stack, continued: five driver kills in one run, and GitOps behaviour
 (re-apply and server-side apply change nothing; delete and re-create on the same checkpoint resumes
-exactly once)."""
+exactly once) with the operator installed by the Helm chart's RBAC and running as its ServiceAccount."""
 from __future__ import annotations
 
 import random
@@ -11,8 +11,9 @@ import pytest
 from eos_job.verify import audit_counts
 from examples.colors.generator import produce
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.test_operator_e2e import (ColorsTopics, Diagnostics, colors_stream, kubectl, kubelet,  # noqa: F401
-                                         namespace, operator, wait_until)
+from eos_stack.common import free_port
+from tests.e2e.test_operator_e2e import (ColorsTopics, Diagnostics, OperatorProcess, colors_stream,  # noqa: F401
+                                         kubectl, kubelet, namespace, operator, wait_until)
 
 pytestmark = pytest.mark.stack
 
@@ -54,8 +55,23 @@ def test_five_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, 
     print(f"five kills survived; final counts {expected}")
 
 
-def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, namespace, kubelet, operator, tmp_path):
+@pytest.fixture
+def chart_operator(stack_env, namespace, kubelet, tmp_path):
+    """`helm install` of the chart for this namespace; the operator runs with its ServiceAccount's token."""
+    from tests.chart.e2e_under_chart_identity import chart_identity
+    sa_kubeconfig = chart_identity(namespace, tmp_path)
+    op = OperatorProcess(str(sa_kubeconfig), namespace, tmp_path / "operator.log", liveness_port=free_port())
+    op.switches = {**op.switches, "KUBECONFIG": str(sa_kubeconfig)}
+    yield op.start()
+    op.stop()
+
+
+def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, namespace, kubelet, chart_operator,
+                                                       tmp_path):
+    operator = chart_operator
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
+    assert "system:serviceaccount" in kubectl.run("auth", "whoami", "--kubeconfig",
+                                                  str(operator.kubeconfig)).stdout
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     name = "colors"
     checkpoint = tmp_path / "checkpoint"
