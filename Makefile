@@ -29,16 +29,17 @@ stack-status: venv
 
 # Unit tests only: no servers.
 test-unit: venv
-	$(PY) -m pytest -m "not stack and not soak" tests
+	$(PY) -m pytest -m "not stack" tests/jobs tests/operator
 
 # Everything, against the real stack (started by the test session if not running).
 test: venv
 	$(PY) -m eos_stack up
-	$(PY) -m pytest -m "not soak" tests
+	$(PY) -m pytest tests
 
+# The chaos test with more kills (EOS_CHAOS_RUNS, default 100 here; `make test` runs 30).
 soak: venv
 	$(PY) -m eos_stack up
-	$(PY) -m pytest -m soak tests
+	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} $(PY) -m pytest -s tests/e2e/test_chaos.py
 
 demo: venv
 	$(PY) -m eos_stack up

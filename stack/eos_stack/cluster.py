@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -154,3 +154,20 @@ class OperatorProcess:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float, diagnostics: Callable[[], str] = lambda: "",
+               interval: float = 0.5) -> Any:
+    """Poll ``check()`` until truthy; on timeout fail with the last error and ``diagnostics()``."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
+                         f"{f' (last error: {last_exc})' if last_exc else ''}\n{diagnostics()}")

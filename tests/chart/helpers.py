@@ -13,9 +13,11 @@ from typing import Any, Callable
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-for extra in (REPO / "operator", REPO / "jobs"):
+for extra in (REPO / "operator", REPO / "jobs", REPO / "stack"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
+
+from eos_stack.cluster import wait_until  # noqa: E402,F401 - re-exported for the chart tests
 
 CHART = REPO / "charts" / "spark-eos-operator"
 HERE = Path(__file__).resolve().parent
@@ -103,20 +105,6 @@ def can_i(kubectl: Kubectl, user: str, call: Call, namespace: str | None) -> boo
     return answer == "yes"
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float, diagnostics: Callable[[], str] = lambda: "",
-               interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
-            last = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
-                         f"{f' (last error: {last})' if last else ''}\n{diagnostics()}")
 
 
 def install(helm: Helm, release: str, namespace: str, *args: str) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO):
 
 from eos_job.verify import audit_counts  # noqa: E402
 from eos_stack import cluster  # noqa: E402
-from eos_stack.cluster import Kubectl, condition  # noqa: E402
+from eos_stack.cluster import Kubectl, condition, wait_until  # noqa: E402
 from eos_stack.common import free_port  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
@@ -96,20 +96,6 @@ class Diagnostics:
         return "\n".join(parts)
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float, diagnostics: Callable[[], str],
-               interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
-            last_exc = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
-                         f"{f' (last error: {last_exc})' if last_exc else ''}\n{diagnostics()}")
 
 
 class ColorsTopics:

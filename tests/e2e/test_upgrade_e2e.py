@@ -27,7 +27,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
         sys.path.insert(0, str(extra))
 
 from eos_job.verify import audit_counts, read_committed  # noqa: E402
-from eos_stack.cluster import PYTHONPATH, Kubectl, OperatorProcess, condition  # noqa: E402
+from eos_stack.cluster import PYTHONPATH, Kubectl, OperatorProcess, condition, wait_until  # noqa: E402
 from examples.colors.generator import events  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
@@ -88,20 +88,6 @@ def log_time(path: Path, text: str) -> float | None:
     return None
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float, diagnostics: Callable[[], str],
-               interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
-            last_exc = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
-                         f"{f' (last error: {last_exc})' if last_exc else ''}\n{diagnostics()}")
 
 
 @pytest.fixture
