@@ -40,3 +40,19 @@ def stack_env() -> dict[str, str]:
             pytest.fail(f"the local stack started but .stack/env has no {key}", pytrace=False)
     os.environ.update(env)
     return env
+
+
+_RESULT_LINES: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def report_result():
+    """Tests that measure something (kills survived, gaps) report it here; printed after the run."""
+    return _RESULT_LINES.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _RESULT_LINES:
+        terminalreporter.section("results")
+        for line in _RESULT_LINES:
+            terminalreporter.write_line(line)

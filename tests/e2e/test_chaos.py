@@ -62,7 +62,7 @@ def _wait_exit(run: ColorsRun, timeout: float) -> int | None:
 
 
 @pytest.mark.timeout(2700)
-def test_chaos_exactly_once(stack_env, tmp_path):
+def test_chaos_exactly_once(stack_env, tmp_path, report_result):
     st = Stack()
     rng = random.Random(int(os.environ.get("EOS_CHAOS_SEED", "20261123")))
     run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, parallelism=2, max_offsets_per_trigger=3000,
@@ -133,7 +133,7 @@ def test_chaos_exactly_once(stack_env, tmp_path):
             kafka.up(st)
     assert_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
     total = sum(kills.values())
-    print(f"chaos: survived {total} SIGKILLs of the driver ({kills}), 1 broker restart, 1 sink outage longer "
+    report_result(f"chaos: survived {total} SIGKILLs of the driver ({kills}), 1 broker restart, 1 sink outage longer "
           f"than the transaction timeout ({failures_seen} job failure(s) from it); {feed.sent} events, "
           f"final counts exact: {expected}")
     assert total >= RUNS - 2

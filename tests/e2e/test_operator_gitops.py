@@ -24,7 +24,7 @@ def running_as(kubectl, namespace, name, pod):
 
 
 def test_five_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, kubectl, namespace, kubelet,
-                                                                      operator, tmp_path):
+                                                                      operator, tmp_path, report_result):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     name = "colors"
@@ -52,7 +52,7 @@ def test_five_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, 
     assert len(starts) == 6
     for i in starts:
         assert "Resolved" in reasons[:i][-3:], reasons
-    print(f"five kills survived; final counts {expected}")
+    report_result(f"operator: 5 driver SIGKILLs in one run, each resolved and restarted; final counts exact {expected}")
 
 
 @pytest.fixture

@@ -108,7 +108,8 @@ def namespace(kubectl: Kubectl):
     kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def test_three_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kubectl, namespace, tmp_path):
+def test_three_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kubectl, namespace, tmp_path,
+                                                                        report_result):
     bootstrap = stack_env["KAFKA_BOOTSTRAP"]
     run_id = uuid.uuid4().hex[:8]
     src, counts, dlq = f"up-colors-events-{run_id}", f"up-colors-counts-{run_id}", f"up-colors-dlq-{run_id}"
@@ -205,8 +206,8 @@ def test_three_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_en
                          "first new output": first_new}
                 print(f"upgrade {v}: output gap {gaps[-1]:.1f}s; " + ", ".join(
                     f"{k} {t - last_old:+.1f}" for k, t in marks.items() if t is not None))
-            print("upgrade output gaps (s): " + ", ".join(f"{g:.1f}" for g in gaps)
-                  + f"; mean {sum(gaps) / len(gaps):.1f}")
+            report_result("snapshot upgrades: output gaps (s) " + ", ".join(f"{g:.1f}" for g in gaps)
+                          + f"; mean {sum(gaps) / len(gaps):.1f}; output exactly once")
             for g in gaps:
                 assert 0 < g < 300   # a sanity bound: Spark's cold start dominates on a shared machine
         finally:
