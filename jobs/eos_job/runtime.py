@@ -320,6 +320,9 @@ def install_signal_handlers(stop_event: threading.Event) -> None:
 
 
 def termination_message_path() -> Path | None:
-    p = os.environ.get("EOS_TERMINATION_MESSAGE_PATH", "/dev/termination-log")
-    path = Path(p)
-    return path if path.parent.exists() and os.access(path.parent if not path.exists() else path, os.W_OK) else None
+    """Where the Pod's termination message goes: the variable if set, else Kubernetes' file if mounted."""
+    explicit = os.environ.get("EOS_TERMINATION_MESSAGE_PATH")
+    if explicit:
+        return Path(explicit)
+    default = Path("/dev/termination-log")
+    return default if default.exists() and os.access(default, os.W_OK) else None
