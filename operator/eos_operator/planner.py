@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Literal, Union
 
 from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport, RunConfig,
-                          SnapshotRecord, UpgradeProgress)
+                          SnapshotRecord, UpgradeProgress, stream_uid)
 
 from . import children
 from .conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
@@ -356,7 +356,8 @@ def _after_stop(step: _Step, spec: ExactlyOnceStreamSpec, up: UpgradeProgress, r
     st, obs = step.st, step.obs
     launch = st.pending_launch
     snap = obs.snapshot
-    if snap is not None and snap.stream_uid == obs.uid:
+    # The manifest carries the job runtime's stream id (eos_job.spec.stream_uid), not metadata.uid.
+    if snap is not None and snap.stream_uid == stream_uid(obs.namespace, obs.name):
         record = SnapshotRecord(name=up.snapshot_name or snap.path.rsplit("/", 1)[-1], path=snap.path,
                                 batch=snap.batch, time=snap.time)
         st.snapshots = ([s for s in st.snapshots if s.name != record.name] + [record])[-SNAPSHOT_HISTORY:]

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport
+from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport,
+                          stream_uid)
 from eos_operator import children
 from eos_operator.adapters import LocalCheckpointStore, StoreUnreadable
 from eos_operator.observed import SnapshotView
@@ -65,7 +66,7 @@ def running(s: ExactlyOnceStreamSpec, **kw) -> ExactlyOnceStreamStatus:
     return running_status(s, snapshot_on_stop=SNAP0, checkpoint_dir="/tmp/eos-test/live", **kw)
 
 
-def snap(path: str = SNAP0, uid: str = UID, batch: int = 41) -> SnapshotView:
+def snap(path: str = SNAP0, uid: str = stream_uid("default", "colors"), batch: int = 41) -> SnapshotView:
     return SnapshotView(path=path, stream_uid=uid, batch=batch, time="2026-01-01T12:00:00Z", checkpoint_id="q")
 
 
@@ -275,7 +276,8 @@ class FakeStore:
                 env = {e["name"]: e.get("value") for e in pod_["spec"]["containers"][0]["env"]}
                 path = env.get("EOS_SNAPSHOT_ON_STOP")
                 if path:
-                    uid = pod_["metadata"]["ownerReferences"][0]["uid"]
+                    # What the runtime writes: the stream id of its run config, not metadata.uid.
+                    uid = stream_uid(pod_["metadata"]["namespace"], pod_["metadata"]["ownerReferences"][0]["name"])
                     self.written[path] = SnapshotView(path=path, stream_uid=uid, batch=len(self.written) + 5)
 
     async def read_snapshot(self, spec_, path):
