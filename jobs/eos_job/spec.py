@@ -158,6 +158,20 @@ class RestartStrategy(Model):
         return self
 
 
+class SnapshotPolicy(Model):
+    interval_seconds: int | None = Field(None, ge=10, le=604800, description=(
+        "Take a periodic snapshot of the running stream this often (a consistent copy of a committed batch, "
+        "the query keeps running); unset = no periodic snapshots."))
+    max_count: int = Field(5, ge=1, le=1000, description=(
+        "Keep at most this many snapshots of the stream (the newest completed one and any a stream was "
+        "restored from are always kept)."))
+    max_age_seconds: int | None = Field(None, ge=60, description=(
+        "Delete snapshots older than this (same exceptions as maxCount); unset = no age limit."))
+    dispose_on_delete: bool = Field(True, description=(
+        "Snapshots created for this stream delete their files when their ExactlyOnceSnapshot is deleted."))
+    max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed snapshot before it is Failed.")
+
+
 class ExactlyOnceStreamSpec(Model):
     job: JobSpec
     source: SourceSpec
@@ -169,6 +183,19 @@ class ExactlyOnceStreamSpec(Model):
         "How a spec change is applied: snapshot (stop with a snapshot, start from it), last-state "
         "(restart on the live checkpoint), stateless (fresh checkpoint; only when asked)."))
     restart_nonce: int = Field(0, description="Change to restart the stream, also after RestartsExhausted.")
+    snapshots: SnapshotPolicy = Field(default_factory=SnapshotPolicy, description=(
+        "Periodic snapshots and how many are kept."))
+    snapshot_nonce: int = Field(0, description="Change to take a snapshot now (an ExactlyOnceSnapshot <name>-n<nonce>).")
+    restore_from: str | None = Field(None, min_length=1, description=(
+        "Start from a snapshot: the name of a Completed ExactlyOnceSnapshot in this namespace, or an absolute "
+        "snapshot path in the checkpoint store. Seeds a new checkpoint location; the snapshot is never changed. "
+        "Setting or changing it on a running stream restores it (an upgrade from that snapshot)."))
+    upgrade_pre_flight: bool = Field(True, description=(
+        "Before stopping the old driver for an upgrade, start the new spec on a scratch copy of the state "
+        "(writing nothing) and block the upgrade if Spark refuses it."))
+    upgrade_readiness_timeout_seconds: int = Field(300, ge=10, le=86400, description=(
+        "After an upgrade, the new driver must run and commit a batch within this time, else the stream "
+        "is rolled back to the last stable spec from the upgrade's snapshot."))
 
     def spec_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.wire(), sort_keys=True).encode()).hexdigest()[:16]
@@ -248,7 +275,7 @@ class PendingLaunch(Model):
     """
     attempt: int = Field(..., ge=0, description="Attempt counter n of the driver Pod <name>-driver-<n>.")
     pod: str = Field(..., description="Name of the driver Pod this launch creates.")
-    reason: Literal["Create", "Restart", "Resume", "SpecChange", "RestartRequested"] = Field(
+    reason: Literal["Create", "Restart", "Resume", "SpecChange", "RestartRequested", "Rollback"] = Field(
         ..., description="Why the driver is (re)launched.")
     requested_at: str | None = Field(None, description="When the launch was decided (RFC 3339).")
     not_before: str | None = Field(None, description="The restart delay: no Pod before this time (RFC 3339).")
@@ -272,9 +299,11 @@ class UpgradeProgress(Model):
     """
     mode: Literal["snapshot", "last-state", "stateless"] = Field(..., description=(
         "How this upgrade is carried out (a snapshot upgrade may fall back to last-state, see note)."))
-    step: Literal["Stopping", "Stopped", "Blocked"] = Field(..., description=(
+    step: Literal["PreFlight", "Stopping", "Stopped", "Draining", "Blocked"] = Field(..., description=(
+        "PreFlight: the new spec is tried on a scratch copy of the state while the old driver runs; "
         "Stopping: the old driver is being stopped (and writes its snapshot); Stopped: the old driver "
-        "is gone and where the new one starts from is decided; Blocked: no snapshot and no intact "
+        "is gone and where the new one starts from is decided; Draining: a partially committed batch is "
+        "finished with the old spec before the new one starts; Blocked: no snapshot and no intact "
         "checkpoint, nothing is started (see note)."))
     target_spec_hash: str = Field(..., description="Hash of the spec the upgrade was decided for.")
     from_pod: str | None = Field(None, description="The driver being replaced.")
@@ -284,8 +313,32 @@ class UpgradeProgress(Model):
     restore_from: str | None = Field(None, description="Snapshot that seeds checkpoint_dir (snapshot mode).")
     previous_tx_generation: int = Field(0, description=(
         "status.txGeneration before the upgrade (restored if the upgrade is abandoned before the new driver)."))
+    pre_flight_pod: str | None = Field(None, description="The pre-flight Pod of this upgrade (step PreFlight).")
+    drain_pod: str | None = Field(None, description="The Pod finishing a partially committed batch (step Draining).")
+    drained: bool = Field(False, description="The partially committed batch was finished with the old spec.")
+    rollback: bool = Field(False, description="This upgrade is a rollback to the last stable spec.")
     requested_at: str | None = None
     note: str = Field("", description="Why the upgrade deviates from its mode (e.g. no snapshot could be taken).")
+
+
+class UpgradeCheck(Model):
+    """An upgrade (or restore) whose new driver has not yet proven itself: Running and a batch committed."""
+    target_spec_hash: str
+    pod: str = Field(..., description="The new driver.")
+    deadline: str = Field(..., description="Roll back if the new driver is not ready by then (RFC 3339).")
+    baseline_batch: int | None = Field(None, description="A batch after this one must commit.")
+    rollback_snapshot: str | None = Field(None, description="Snapshot taken before the upgrade (rollback source).")
+    previous_spec: str | None = Field(None, description="JSON of the last stable spec (rollback target).")
+    previous_tx_generation: int = 0
+
+
+class RejectedSpec(Model):
+    """A spec the operator will not run (pre-flight refused it, or it was rolled back); the old one keeps running."""
+    spec_hash: str
+    reason: Literal["PreFlightFailed", "RolledBack"]
+    message: str = ""
+    time: str | None = None
+    run_spec: str | None = Field(None, description="JSON of the spec that runs instead (the last stable one).")
 
 
 class ExactlyOnceStreamStatus(Model):
@@ -318,6 +371,49 @@ class ExactlyOnceStreamStatus(Model):
     last_stable_spec: str | None = Field(None, description="JSON of the last spec whose driver reached Running.")
     snapshots: list[SnapshotRecord] = Field(default_factory=list, description=(
         "Snapshots taken by upgrades, newest last (bounded)."))
+    observed_snapshot_nonce: int | None = Field(None, description="spec.snapshotNonce a snapshot was last requested for.")
+    upgrade_check: UpgradeCheck | None = None
+    rejected_spec: RejectedSpec | None = Field(None, description=(
+        "The current spec is not run (pre-flight failed or rolled back); the last stable spec runs instead. "
+        "Change the spec to try again."))
+    restored_from_snapshot: str | None = Field(None, description="spec.restoreFrom the stream was last restored from.")
+
+
+# ------------------------------------------------------- ExactlyOnceSnapshot
+SNAPSHOT_KIND = "ExactlyOnceSnapshot"
+SNAPSHOT_PLURAL = "exactlyoncesnapshots"
+SNAPSHOT_SHORT_NAMES = ["eoss"]
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class SnapshotSpec(Model):
+    stream: str = Field(..., pattern=DNS_LABEL, max_length=63, description="The ExactlyOnceStream (same namespace).")
+    trigger: Literal["manual", "periodic", "nonce", "upgrade"] = Field("manual", description=(
+        "Who asked: manual (created by a user), periodic (snapshots.intervalSeconds), nonce (snapshotNonce), "
+        "upgrade (written by the driver when it stopped for an upgrade)."))
+    path: str | None = Field(None, min_length=1, description=(
+        "Snapshot directory; default <checkpoint.path>/snapshots/<name>. For trigger upgrade: the snapshot "
+        "the driver wrote (it is verified, not copied)."))
+    max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed attempt before the snapshot is Failed.")
+    dispose_on_delete: bool = Field(True, description="Delete the snapshot's files when this resource is deleted.")
+
+
+class ExactlyOnceSnapshotStatus(Model):
+    state: Literal["Pending", "InProgress", "Completed", "Failed"] = Field("Pending", description=(
+        "Pending: waiting to start (or to retry); InProgress: the copy runs; Completed; Failed: retries exhausted."))
+    path: str | None = Field(None, description="Snapshot directory in the checkpoint store.")
+    batch: int | None = Field(None, description="Last batch committed in the snapshot.")
+    checkpoint_id: str | None = None
+    stream_uid: str | None = Field(None, description="Stream id in the manifest (eos_job.spec.stream_uid).")
+    spec_hash: str | None = None
+    size_bytes: int | None = None
+    taken_at: str | None = Field(None, description="When the snapshot was written (RFC 3339, from the manifest).")
+    attempts: int = Field(0, description="Attempts started so far.")
+    pod: str | None = Field(None, description="The Pod of the current attempt.")
+    next_attempt_time: str | None = Field(None, description="A retry starts no earlier than this (RFC 3339).")
+    last_error: str | None = None
+    message: str = ""
+    observed_generation: int | None = None
 
 
 # ---------------------------------------------------------------- the job config

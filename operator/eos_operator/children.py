@@ -36,6 +36,9 @@ DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
 K8S_MASTER = "k8s://https://kubernetes.default.svc"
 CHECKPOINT_VOLUME = "checkpoint"
+LABEL_AUX = f"{API_GROUP}/aux"          # pre-flight and drain Pods (not drivers of the stream)
+PREFLIGHT = "preflight"
+DRAIN = "drain"
 
 
 def run_config_name(stream: str) -> str:
@@ -48,6 +51,23 @@ def driver_pod_name(stream: str, attempt: int) -> str:
 
 def driver_service_name(stream: str) -> str:
     return f"{stream}-driver"
+
+
+def aux_pod_name(stream: str, component: str, attempt: int) -> str:
+    """``<stream>-preflight-<n>`` / ``<stream>-drain-<n>``: one per launch attempt."""
+    return f"{stream}-{component}-{attempt}"
+
+
+def aux_config_name(stream: str, component: str) -> str:
+    return f"{stream}-{component}"
+
+
+def aux_selector(stream: str) -> dict[str, str]:
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: stream, LABEL_AUX: "true"}
+
+
+def preflight_scratch_dir(spec: ExactlyOnceStreamSpec, attempt: int) -> str:
+    return spec.checkpoint.path.rstrip("/") + f"/preflight-{attempt}"
 
 
 def checkpoint_dir(spec: ExactlyOnceStreamSpec) -> str:
@@ -108,11 +128,11 @@ def _meta(ref: StreamRef, name: str, labels: dict[str, str],
     return meta
 
 
-def run_config_map(ref: StreamRef, config: RunConfig) -> dict[str, Any]:
+def run_config_map(ref: StreamRef, config: RunConfig, name: str | None = None) -> dict[str, Any]:
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: ref.name,
               LABEL_GENERATION: str(config.stream.generation)}
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _meta(ref, run_config_name(ref.name), labels,
+            "metadata": _meta(ref, name or run_config_name(ref.name), labels,
                               {ANNOTATION_SPEC_HASH: config.spec.spec_hash()}),
             "data": {RUN_CONFIG_KEY: config.model_dump_json(by_alias=True)}}
 
@@ -223,3 +243,25 @@ def driver_service(ref: StreamRef) -> dict[str, Any]:
                      "ports": [{"name": "driver-rpc", "port": DRIVER_PORT, "targetPort": DRIVER_PORT},
                                {"name": "blockmanager", "port": BLOCK_MANAGER_PORT,
                                 "targetPort": BLOCK_MANAGER_PORT}]}}
+
+
+def aux_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, component: str, attempt: int, tx_generation: int,
+            args: list[str]) -> dict[str, Any]:
+    """A short-lived Pod of the stream that runs ``python -m eos_job <args>`` with the run config of
+    ConfigMap ``<stream>-<component>``: same image, identity, resources and checkpoint volume as the
+    driver, always Spark local mode (it writes no output of its own, or finishes one batch)."""
+    body = driver_pod(ref, spec, attempt=attempt, tx_generation=tx_generation)
+    name = aux_pod_name(ref.name, component, attempt)
+    body["metadata"]["name"] = name
+    body["metadata"]["labels"] = {**aux_selector(ref.name), LABEL_COMPONENT: component,
+                                  LABEL_GENERATION: str(tx_generation), LABEL_ATTEMPT: str(attempt)}
+    container = body["spec"]["containers"][0]
+    container["name"] = component
+    container["command"] = ["python", "-m", "eos_job", *args]
+    container.pop("ports", None)
+    env = [e for e in container["env"] if e["name"] not in ("PYSPARK_SUBMIT_ARGS", "EOS_DRIVER_POD")]
+    for e in env:
+        if e["name"] == RUN_CONFIG_ENV:
+            e["valueFrom"] = {"configMapKeyRef": {"name": aux_config_name(ref.name, component), "key": RUN_CONFIG_KEY}}
+    container["env"] = env
+    return body

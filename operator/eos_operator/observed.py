@@ -66,6 +66,29 @@ class SnapshotView:
     checkpoint_id: str | None = None
 
 
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """An ExactlyOnceSnapshot of the stream, as listed (newest last by creation)."""
+    name: str
+    trigger: str = "manual"
+    state: str = "Pending"
+    path: str | None = None
+    batch: int | None = None
+    stream_uid: str | None = None
+    created: str | None = None               # metadata.creationTimestamp
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class RestoreSource:
+    """``spec.restoreFrom`` resolved: a Completed snapshot resource or a path with a readable manifest."""
+    ref: str                                 # as written in the spec
+    path: str | None = None                  # None: not usable (see problem)
+    stream_uid: str | None = None            # None: unknown (store unreadable)
+    batch: int | None = None
+    problem: str | None = None               # why it cannot be used yet
+
+
 # What a checkpoint location holds: intact (metadata and offsets), empty (never started), damaged (anything
 # else), unknown (the operator cannot read the store).
 CheckpointState = str
@@ -91,6 +114,9 @@ class Observed:
     snapshot: SnapshotView | None = None
     store_readable: bool = True
     checkpoint_state: CheckpointState = "unknown"
+    snapshots: tuple[SnapshotInfo, ...] = ()  # the stream's ExactlyOnceSnapshots, oldest first
+    aux_pods: tuple[PodView, ...] = ()        # pre-flight and drain Pods of the stream
+    restore_source: RestoreSource | None = None  # spec.restoreFrom resolved (None when unset)
 
     def pod(self, name: str | None) -> PodView | None:
         if name is None:
@@ -99,6 +125,19 @@ class Observed:
 
     def others(self, name: str | None) -> tuple[PodView, ...]:
         return tuple(p for p in self.pods if p.name != name)
+
+    def aux_pod(self, name: str | None) -> PodView | None:
+        if name is None:
+            return None
+        return next((p for p in self.aux_pods if p.name == name), None)
+
+
+def snapshot_info(obj: dict[str, Any]) -> SnapshotInfo:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return SnapshotInfo(name=meta.get("name", ""), trigger=spec.get("trigger", "manual"),
+                        state=status.get("state", "Pending"), path=status.get("path") or spec.get("path"),
+                        batch=status.get("batch"), stream_uid=status.get("streamUid"),
+                        created=meta.get("creationTimestamp"), deleting=bool(meta.get("deletionTimestamp")))
 
 
 def pod_view(pod: dict[str, Any]) -> PodView:

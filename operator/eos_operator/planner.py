@@ -22,19 +22,21 @@ status write that names the new driver and its checkpoint location.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Literal, Union
 
-from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport, RunConfig,
-                          SnapshotRecord, UpgradeProgress, stream_uid)
+from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, RejectedSpec,
+                          ResolutionReport, RunConfig, SnapshotRecord, UpgradeCheck, UpgradeProgress, stream_uid)
 
 from . import children
 from .conditions import DEGRADED, PROGRESSING, READY, get_condition, set_condition
 from .observed import Observed, PodView
 from .restart import RestartMemory, decide, jitter_unit_for
 from .timeutil import fmt, fmt_ceil, parse, seconds_between, utc
-from .upgrades import classify, current_checkpoint_dir, plan_spec_change, run_affecting_changes, spec_json
+from .upgrades import (OPERATOR_ONLY_FIELDS, classify, current_checkpoint_dir, plan_spec_change,
+                       run_affecting_changes, spec_json)
 from .validation import InvalidSpec
 
 POLL_SECONDS = 2.0  # how soon to look again while waiting for a Pod to go or come
@@ -87,7 +89,18 @@ class DeleteService:
     name: str
 
 
-Action = Union[DeletePod, Resolve, ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeleteService]
+@dataclass(frozen=True)
+class CreateSnapshot:
+    body: dict
+
+
+@dataclass(frozen=True)
+class DeleteSnapshot:
+    name: str
+
+
+Action = Union[DeletePod, Resolve, ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeleteService,
+               CreateSnapshot, DeleteSnapshot]
 
 
 @dataclass
@@ -143,6 +156,10 @@ class _Step:
 
 
 def _degraded(st: ExactlyOnceStreamStatus) -> Cond:
+    rejected = st.rejected_spec
+    if rejected is not None:
+        reason = "UpgradeBlocked" if rejected.reason == "PreFlightFailed" else "UpgradeRolledBack"
+        return ("True", reason, rejected.message)
     return ("False", "AsExpected", "")
 
 
@@ -163,8 +180,28 @@ def plan(spec: ExactlyOnceStreamSpec | InvalidSpec, status: ExactlyOnceStreamSta
     elif st.observed_restart_nonce != spec.restart_nonce:
         return _nonce_changed(step, spec)
 
+    if st.rejected_spec is not None and st.rejected_spec.spec_hash != spec.spec_hash():
+        step.event("Normal", "SpecChanged", f"the spec changed since it was {_rejected_text(st.rejected_spec)}: "
+                                            "applying the new spec")
+        st.rejected_spec = None
+    if st.rejected_spec is not None:
+        spec = overlay_spec(st.rejected_spec.run_spec, spec)   # the last stable spec keeps running
+
+    _snapshot_housekeeping(step, spec)
+
     if spec.job.state == "suspended":
         return _suspend(step)
+
+    if st.upgrade_check is not None:
+        rolled = _check_upgrade(step, spec)
+        if rolled is not None:
+            return rolled
+
+    if st.upgrade is not None and st.upgrade.step == "PreFlight":
+        if spec.spec_hash() == st.upgrade.target_spec_hash:
+            return _pre_flight(step, spec)
+        _abandon_upgrade(st)   # the spec changed again while checking: decide afresh
+        st.pending_launch = None
 
     if st.upgrade is not None and st.upgrade.step == "Blocked":
         if spec.spec_hash() == st.upgrade.target_spec_hash:
@@ -305,21 +342,32 @@ def _failed(step: _Step) -> Plan:
 def _running(step: _Step, pod: PodView) -> Plan:
     st = step.st
     step.lifecycle("Running", ("Running", f"driver Pod {pod.name} is running"))
-    st.last_stable_spec = st.last_reconciled_spec
+    if st.upgrade_check is None:   # an upgraded spec is stable once it committed a batch (see _check_upgrade)
+        st.last_stable_spec = st.last_reconciled_spec
     if st.running_since is None:
         st.running_since = fmt(step.obs.now)
     if step.obs.last_committed_batch is not None:
         st.last_committed_batch = step.obs.last_committed_batch
     st.next_restart_time = None
-    step.conditions(("True", "Running", f"driver Pod {pod.name} is running"),
-                    ("False", "Running", "the driver runs the current spec"), ("False", "AsExpected", ""))
-    return step.done(requeue_after=None if not step.plan.actions else POLL_SECONDS)
+    progressing: Cond = ("False", "Running", "the driver runs the current spec")
+    if st.upgrade_check is not None:
+        progressing = ("True", "VerifyingUpgrade", f"waiting for {pod.name} to commit a batch after "
+                                                   f"{st.upgrade_check.baseline_batch} (rollback at "
+                                                   f"{st.upgrade_check.deadline})")
+    elif st.rejected_spec is not None:
+        progressing = ("False", "Running", "the driver runs the last stable spec; the current spec was "
+                                           + _rejected_text(st.rejected_spec))
+    step.conditions(("True", "Running", f"driver Pod {pod.name} is running"), progressing, _degraded(st))
+    return step.done(requeue_after=POLL_SECONDS if step.plan.actions or st.upgrade_check else None)
 
 
 def _spec_changed(step: _Step, spec: ExactlyOnceStreamSpec, changes: list[str], *,
                   not_before: str | None = None) -> Plan:
     """Record the launch and, for an upgrade, the upgrade's write-ahead record; nothing is stopped yet."""
     st, obs = step.st, step.obs
+    restoring = "restoreFrom" in changes and spec.restore_from is not None
+    if restoring and (obs.restore_source is None or obs.restore_source.path is None):
+        return _restore_source_missing(step, spec)
     change = plan_spec_change(changes, spec)
     previous_generation = st.tx_generation
     if change.bump_tx_generation:
@@ -336,6 +384,15 @@ def _spec_changed(step: _Step, spec: ExactlyOnceStreamSpec, changes: list[str], 
             snapshot_name=snapshot.rstrip("/").rsplit("/", 1)[-1] if snapshot else None, snapshot_path=snapshot,
             checkpoint_dir=current if change.mode == "last-state" else children.upgrade_checkpoint_dir(spec, attempt),
             restore_from=snapshot, previous_tx_generation=previous_generation, requested_at=fmt(obs.now))
+        if restoring:
+            # spec.restoreFrom changed: the new driver starts from that snapshot, not from the stop snapshot.
+            st.upgrade = st.upgrade.model_copy(update={
+                "checkpoint_dir": children.upgrade_checkpoint_dir(spec, attempt),
+                "restore_from": obs.restore_source.path, "step": "Stopping" if snapshot else "Stopped",
+                "note": f"restoring from {spec.restore_from}"})
+        if spec.upgrade_pre_flight and change.mode != "stateless" and st.last_reconciled_spec:
+            st.upgrade = st.upgrade.model_copy(update={
+                "step": "PreFlight", "pre_flight_pod": children.aux_pod_name(obs.name, children.PREFLIGHT, attempt)})
     st.lifecycle_state = "Upgrading"
     step.event("Normal", "Upgrading", f"{change.explanation}; new driver {st.pending_launch.pod}")
     step.conditions(("False", "Upgrading", change.explanation),
@@ -362,11 +419,16 @@ def _after_stop(step: _Step, spec: ExactlyOnceStreamSpec, up: UpgradeProgress, r
                                 batch=snap.batch, time=snap.time)
         st.snapshots = ([s for s in st.snapshots if s.name != record.name] + [record])[-SNAPSHOT_HISTORY:]
         st.upgrade = up.model_copy(update={"step": "Stopped"})
+        step.act(CreateSnapshot(_snapshot_resource(step, spec, record.name, "upgrade", path=record.path)))
         step.event("Normal", "SnapshotTaken",
                    f"{up.from_pod or 'the driver'} stopped with snapshot {record.name} at batch {record.batch} "
                    f"({record.path}); {launch.pod} starts from it in {up.checkpoint_dir}")
         return step.done(again=True)
     current = current_checkpoint_dir(st.checkpoint_dir, st.last_reconciled_spec, spec)
+    if up.restore_from and up.restore_from != up.snapshot_path:
+        # A restore (spec.restoreFrom): the new driver starts from that snapshot; a stop snapshot is a bonus.
+        st.upgrade = up.model_copy(update={"step": "Stopped"})
+        return step.done(again=True)
     if up.snapshot_path and not obs.store_readable:
         note = (f"checkpoint.store {spec.checkpoint.store} cannot be read by the operator: snapshot "
                 f"{up.snapshot_path} is not verified; {launch.pod} fails its start if it is missing")
@@ -528,6 +590,23 @@ def _continue_launch(step: _Step, spec: ExactlyOnceStreamSpec, launch: PendingLa
     if st.upgrade is not None and st.upgrade.step == "Stopping":
         return _after_stop(step, spec, st.upgrade, ready_reason, degraded_cond)
 
+    # 3c. A first start with spec.restoreFrom: a new checkpoint location seeded from that snapshot.
+    if st.upgrade is None and spec.restore_from and st.last_reconciled_spec is None:
+        src = obs.restore_source
+        if src is None or src.path is None:
+            return _restore_source_missing(step, spec)
+        st.upgrade = UpgradeProgress(mode="snapshot", step="Stopped", target_spec_hash=spec.spec_hash(),
+                                     checkpoint_dir=children.upgrade_checkpoint_dir(spec, launch.attempt),
+                                     restore_from=src.path, previous_tx_generation=st.tx_generation,
+                                     requested_at=fmt(obs.now), note=f"restoring from {spec.restore_from}")
+        return step.done(again=True)
+
+    # 3d. An upgrade that does not start from a clean-boundary snapshot first finishes, with the old
+    # spec, any batch the old driver left uncommitted (a partially committed batch must not be
+    # re-run under another slot count or another job).
+    if st.upgrade is not None and _needs_drain(st, st.upgrade):
+        return _drain(step, spec, st.upgrade, launch, ready_reason, degraded_cond)
+
     # 4. Resolution, before every start, for exactly this spec.
     ref = children.StreamRef(obs.name, obs.namespace, obs.uid)
     spec_hash = spec.spec_hash()
@@ -547,6 +626,18 @@ def _continue_launch(step: _Step, spec: ExactlyOnceStreamSpec, launch: PendingLa
     st.checkpoint_dir = config.checkpoint_dir
     st.restore_from = config.restore_from
     st.snapshot_on_stop = children.snapshot_path(ref, spec, launch.attempt)
+    if st.upgrade is not None and st.upgrade.note.startswith("restoring from") and spec.restore_from:
+        step.event("Normal", "Restored", _restore_text(step, spec, st.upgrade))
+        st.restored_from_snapshot = spec.restore_from
+    if (st.upgrade is not None and not st.upgrade.rollback and st.upgrade.restore_from
+            and st.upgrade.restore_from == st.upgrade.snapshot_path):
+        up = st.upgrade
+        snap = next((r for r in st.snapshots if r.path == up.snapshot_path), None)
+        st.upgrade_check = UpgradeCheck(
+            target_spec_hash=spec_hash, pod=launch.pod,
+            deadline=fmt_ceil(obs.now + timedelta(seconds=spec.upgrade_readiness_timeout_seconds)),
+            baseline_batch=snap.batch if snap else None, rollback_snapshot=up.snapshot_path,
+            previous_spec=st.last_stable_spec, previous_tx_generation=up.previous_tx_generation)
     if st.upgrade is not None:
         up = st.upgrade
         how = (f"from snapshot {up.snapshot_name} in the new checkpoint location {up.checkpoint_dir}"
@@ -578,6 +669,287 @@ def launch_config(ref: children.StreamRef, spec: ExactlyOnceStreamSpec, st: Exac
                                restore_from=st.restore_from)
 
 
+# ------------------------------------------- upgrade safety: pre-flight, drain, rollback
+def overlay_spec(run_spec: str | None, spec: ExactlyOnceStreamSpec) -> ExactlyOnceStreamSpec:
+    """``run_spec`` (a stable spec's JSON) with the operator-only fields of the current ``spec``.
+
+    While a spec is rejected the last stable one keeps running, but suspend, restartNonce, the restart
+    strategy and the snapshot settings of the current spec still apply.
+    """
+    if not run_spec:
+        return spec
+    try:
+        doc = json.loads(run_spec)
+    except ValueError:
+        return spec
+    current = spec.wire()
+    for path in OPERATOR_ONLY_FIELDS:
+        src, dst = current, doc
+        for key in path[:-1]:
+            src, dst = src.get(key) or {}, dst.setdefault(key, {})
+        if path[-1] in src:
+            dst[path[-1]] = src[path[-1]]
+        else:
+            dst.pop(path[-1], None)
+    try:
+        return ExactlyOnceStreamSpec.model_validate(doc)
+    except ValueError:
+        return spec
+
+
+def _rejected_text(rejected: RejectedSpec) -> str:
+    what = "blocked by pre-flight" if rejected.reason == "PreFlightFailed" else "rolled back"
+    return f"{what}: {rejected.message}" if rejected.message else what
+
+
+def _pre_flight(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan:
+    """The new spec runs on a scratch copy of the state, writing nothing, while the old driver keeps running."""
+    st, obs = step.st, step.obs
+    up, launch = st.upgrade, st.pending_launch
+    assert up is not None and launch is not None and up.pre_flight_pod
+    ref = children.StreamRef(obs.name, obs.namespace, obs.uid)
+    pod = obs.aux_pod(up.pre_flight_pod)
+    running: Cond = ("True", "Running", f"driver Pod {st.driver_pod} runs the current spec meanwhile")
+    driver = obs.pod(st.driver_pod)
+    if driver is None or driver.phase != "Running":
+        running = ("False", "Upgrading", "pre-flight of the new spec")
+    if pod is None:
+        source = (up.restore_from + "/checkpoint" if up.restore_from and up.restore_from != up.snapshot_path
+                  else current_checkpoint_dir(st.checkpoint_dir, st.last_reconciled_spec, spec))
+        config = children.run_config(ref, spec, st.tx_generation, checkpoint=source)
+        step.act(ApplyConfigMap(children.run_config_map(ref, config, children.aux_config_name(obs.name,
+                                                                                              children.PREFLIGHT))))
+        step.act(CreatePod(children.aux_pod(
+            ref, spec, component=children.PREFLIGHT, attempt=launch.attempt, tx_generation=st.tx_generation,
+            args=["preflight", "--config-env", children.RUN_CONFIG_ENV, "--from-checkpoint", source,
+                  "--scratch", children.preflight_scratch_dir(spec, launch.attempt)])))
+        step.event("Normal", "PreFlight", f"trying the new spec on a scratch copy of {source} "
+                                          f"({up.pre_flight_pod}, writes nothing) before stopping {st.driver_pod}")
+        step.conditions(running, ("True", "PreFlight", f"{up.pre_flight_pod} checks the new spec"), _degraded(st))
+        return step.done(requeue_after=POLL_SECONDS)
+    if pod.phase == "Succeeded":
+        if not pod.deleting:
+            step.act(DeletePod(pod.name, 0))
+        st.upgrade = up.model_copy(update={"step": "Stopping" if up.snapshot_path else "Stopped"})
+        step.event("Normal", "PreFlightPassed", f"the new spec starts from the current state "
+                                                f"({pod.message or 'ok'}); proceeding with the upgrade")
+        return step.done(again=True)
+    if pod.phase == "Failed":
+        if not pod.deleting:
+            step.act(DeletePod(pod.name, 0))
+        reason = pod.failure_text()
+        message = (f"pre-flight of the new spec failed, the old spec keeps running: {reason}. "
+                   "Fix the spec (or set upgradeMode: stateless to start without the state)")[:1024]
+        _abandon_upgrade(st)
+        st.pending_launch = None
+        st.rejected_spec = RejectedSpec(spec_hash=up.target_spec_hash, reason="PreFlightFailed", message=message,
+                                        time=fmt(obs.now), run_spec=st.last_reconciled_spec)
+        st.lifecycle_state = "Running" if driver is not None and driver.phase == "Running" else st.lifecycle_state
+        step.event("Warning", "UpgradeBlocked", message)
+        return step.done(again=True)
+    step.conditions(running, ("True", "PreFlight", f"{pod.name} is {pod.phase}"), _degraded(st))
+    return step.done(requeue_after=POLL_SECONDS)
+
+
+def _needs_drain(st: ExactlyOnceStreamStatus, up: UpgradeProgress) -> bool:
+    return (up.step in ("Stopped", "Draining") and not up.drained and not up.rollback and up.restore_from is None
+            and up.mode != "stateless" and st.last_reconciled_spec is not None)
+
+
+def _drain(step: _Step, spec: ExactlyOnceStreamSpec, up: UpgradeProgress, launch: PendingLaunch,
+           ready_reason: str, degraded_cond: Cond) -> Plan:
+    st, obs = step.st, step.obs
+    ref = children.StreamRef(obs.name, obs.namespace, obs.uid)
+    name = children.aux_pod_name(obs.name, children.DRAIN, launch.attempt)
+    if up.step != "Draining":
+        st.upgrade = up.model_copy(update={"step": "Draining", "drain_pod": name})
+        return step.done(again=True)
+    pod = obs.aux_pod(name)
+    if pod is None:
+        old = overlay_spec(st.last_reconciled_spec, spec)
+        config = children.run_config(ref, old, up.previous_tx_generation, checkpoint=up.checkpoint_dir)
+        step.act(ApplyConfigMap(children.run_config_map(ref, config, children.aux_config_name(obs.name,
+                                                                                              children.DRAIN))))
+        step.act(CreatePod(children.aux_pod(ref, old, component=children.DRAIN, attempt=launch.attempt,
+                                            tx_generation=up.previous_tx_generation,
+                                            args=["run", "--config-env", children.RUN_CONFIG_ENV, "--drain"])))
+        step.event("Normal", "Draining", f"{name} finishes any batch left uncommitted in {up.checkpoint_dir} with "
+                                         f"the old spec (generation {up.previous_tx_generation}) before "
+                                         f"{launch.pod} starts the new one")
+        step.conditions(("False", ready_reason, f"draining with {name}"),
+                        ("True", "Draining", f"{name} finishes the old spec's last batch"), degraded_cond)
+        return step.done(requeue_after=POLL_SECONDS)
+    if pod.deleting:
+        return step.done(requeue_after=POLL_SECONDS)
+    if pod.phase == "Succeeded":
+        step.act(DeletePod(pod.name, 0))
+        st.upgrade = up.model_copy(update={"step": "Stopped", "drained": True})
+        step.event("Normal", "Drained", f"{name}: {pod.message or 'no batch was left uncommitted'}")
+        return step.done(again=True)
+    if pod.phase == "Failed":
+        step.act(DeletePod(pod.name, 0))
+        restart, delay, explanation = _apply_failure(step, spec, pod.failure_text(), attempt=launch.attempt,
+                                                     failed_reason="DrainFailed")
+        if not restart:
+            return _exhausted(step, explanation)
+        not_before = fmt_ceil(obs.now + timedelta(seconds=delay))
+        st.pending_launch = launch.model_copy(update={"not_before": not_before})
+        st.next_restart_time = not_before
+        step.conditions(("False", ready_reason, st.last_error or "drain failed"),
+                        ("True", "Draining", f"{explanation}: the drain runs again"), ("True", "DrainFailed",
+                                                                                         st.last_error or ""))
+        return step.done(requeue_after=max(delay, POLL_SECONDS))
+    step.conditions(("False", ready_reason, f"draining with {name}"),
+                    ("True", "Draining", f"{name} is {pod.phase}"), degraded_cond)
+    return step.done(requeue_after=POLL_SECONDS)
+
+
+def _check_upgrade(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan | None:
+    """An upgraded driver must run and commit a batch within the readiness timeout, else roll back."""
+    st, obs = step.st, step.obs
+    chk = st.upgrade_check
+    assert chk is not None
+    if spec.spec_hash() != chk.target_spec_hash:
+        st.upgrade_check = None   # the spec moved on (a newer upgrade is decided below)
+        return None
+    driver = obs.pod(st.driver_pod)
+    batch = obs.last_committed_batch
+    if (st.pending_launch is None and driver is not None and driver.phase == "Running" and batch is not None
+            and (chk.baseline_batch is None or batch > chk.baseline_batch)):
+        st.upgrade_check = None
+        st.last_stable_spec = st.last_reconciled_spec
+        step.event("Normal", "UpgradeVerified", f"{driver.name} runs the new spec and committed batch {batch}")
+        return None
+    deadline = parse(chk.deadline)
+    if deadline is None or obs.now < deadline:
+        return None
+    st.upgrade_check = None
+    why = (f"the upgraded stream did not run and commit a batch after {chk.baseline_batch} within "
+           f"{spec.upgrade_readiness_timeout_seconds}s (last error: {st.last_error or 'none'})")
+    previous = overlay_spec(chk.previous_spec, spec) if chk.previous_spec else None
+    if previous is None or chk.rollback_snapshot is None:
+        step.event("Warning", "UpgradeNotReady", f"{why}; no stable spec and snapshot to roll back to")
+        return None
+    if previous.job.parallelism != spec.job.parallelism:
+        # The ledger skips batches per transactional-id generation; across a slot-count change a restore of
+        # the older snapshot could write a batch the new driver partly committed again. Never risk that.
+        step.event("Warning", "UpgradeNotReady", f"{why}; not rolled back automatically across a job.parallelism "
+                   f"change: to roll back, apply the previous spec with restoreFrom: {chk.rollback_snapshot}")
+        return None
+    message = f"{why}: rolled back to the last stable spec from snapshot {chk.rollback_snapshot}"
+    st.rejected_spec = RejectedSpec(spec_hash=chk.target_spec_hash, reason="RolledBack", message=message,
+                                    time=fmt(obs.now), run_spec=chk.previous_spec)
+    st.pending_launch = None
+    _start_launch(step, "Rollback")
+    attempt = st.pending_launch.attempt
+    st.upgrade = UpgradeProgress(mode="snapshot", step="Stopped", target_spec_hash=previous.spec_hash(),
+                                 from_pod=st.driver_pod, snapshot_name=chk.rollback_snapshot.rsplit("/", 1)[-1],
+                                 checkpoint_dir=children.upgrade_checkpoint_dir(previous, attempt),
+                                 restore_from=chk.rollback_snapshot, previous_tx_generation=st.tx_generation,
+                                 rollback=True, requested_at=fmt(obs.now), note="rollback")
+    st.lifecycle_state = "Upgrading"
+    step.event("Warning", "UpgradeRolledBack", f"{message}; new driver {st.pending_launch.pod}")
+    step.conditions(("False", "RollingBack", message), ("True", "RollingBack", f"launching {st.pending_launch.pod}"),
+                    ("True", "UpgradeRolledBack", message))
+    return step.done(again=True)
+
+
+def _restore_source_missing(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan:
+    src = step.obs.restore_source
+    problem = (src.problem if src is not None and src.problem else f"snapshot {spec.restore_from} not found")
+    message = (f"spec.restoreFrom: {problem}; name a Completed ExactlyOnceSnapshot of this namespace or an "
+               "absolute snapshot path")
+    ready = get_condition(step.st.conditions, READY)
+    if ready is None or ready.reason != "RestoreSourceNotReady" or ready.message != message:
+        step.event("Warning", "RestoreSourceNotReady", message)
+    step.conditions(("False", "RestoreSourceNotReady", message),
+                    ("True", "RestoreSourceNotReady", "waiting for the snapshot to restore from"),
+                    ("True", "RestoreSourceNotReady", message))
+    return step.done(requeue_after=5.0)
+
+
+def _restore_text(step: _Step, spec: ExactlyOnceStreamSpec, up: UpgradeProgress) -> str:
+    obs = step.obs
+    src = obs.restore_source
+    head = f"restored from {spec.restore_from} ({up.restore_from}) into the new checkpoint location {up.checkpoint_dir}"
+    if src is None or src.stream_uid is None:
+        return head + "; the snapshot's stream id could not be read, so whether batches are skipped is unknown"
+    if src.stream_uid == stream_uid(obs.namespace, obs.name):
+        return (head + f": the same stream, so batches already in the sink (after batch {src.batch}) are skipped "
+                       "by the ledger: exactly once with respect to what consumers saw")
+    return (head + f": a snapshot of another stream (a fork): this stream has its own id, so everything after "
+                   f"batch {src.batch} is written again; point a fork at another sink topic")
+
+
+# ----------------------------------------------------------- snapshot resources
+def _snapshot_resource(step: _Step, spec: ExactlyOnceStreamSpec, name: str, trigger: str,
+                       path: str | None = None) -> dict:
+    from .snapshots import snapshot_resource
+
+    return snapshot_resource(step.obs.namespace, step.obs.name, name, trigger, path=path,
+                             max_retries=spec.snapshots.max_retries,
+                             dispose_on_delete=spec.snapshots.dispose_on_delete)
+
+
+def _snapshot_housekeeping(step: _Step, spec: ExactlyOnceStreamSpec) -> None:
+    """Snapshots asked for by snapshotNonce or snapshots.intervalSeconds, and retention."""
+    st, obs = step.st, step.obs
+    names = {s.name for s in obs.snapshots}
+    if st.observed_snapshot_nonce is None:
+        st.observed_snapshot_nonce = spec.snapshot_nonce
+    elif st.observed_snapshot_nonce != spec.snapshot_nonce:
+        st.observed_snapshot_nonce = spec.snapshot_nonce
+        name = f"{obs.name}-n{spec.snapshot_nonce}".replace("--", "-m")
+        if name not in names:
+            step.act(CreateSnapshot(_snapshot_resource(step, spec, name, "nonce")))
+            step.event("Normal", "SnapshotRequested", f"snapshotNonce changed: snapshot {name} requested")
+    interval = spec.snapshots.interval_seconds
+    driver = obs.pod(st.driver_pod)
+    if (interval and driver is not None and driver.phase == "Running" and st.pending_launch is None
+            and st.upgrade is None and spec.job.state == "running"):
+        periodic = [s for s in obs.snapshots if s.trigger == "periodic" and parse(s.created) is not None]
+        newest = max((parse(s.created) for s in periodic), default=None)
+        since = parse(st.running_since)
+        due_from = max([t for t in (newest, since) if t is not None], default=None)
+        if due_from is not None and seconds_between(due_from, obs.now) >= interval:
+            name = f"{obs.name}-p{int(utc(obs.now).timestamp()) // interval}"
+            if name not in names:
+                step.act(CreateSnapshot(_snapshot_resource(step, spec, name, "periodic")))
+                step.event("Normal", "SnapshotRequested", f"periodic snapshot {name} requested "
+                                                          f"(every {interval}s)")
+    for name in retention(obs.snapshots, spec, st, obs.now):
+        step.act(DeleteSnapshot(name))
+        step.event("Normal", "SnapshotPruned", f"snapshot {name} deleted by retention (maxCount "
+                                               f"{spec.snapshots.max_count}, maxAgeSeconds "
+                                               f"{spec.snapshots.max_age_seconds})")
+
+
+def retention(snapshots, spec: ExactlyOnceStreamSpec, st: ExactlyOnceStreamStatus, now: datetime) -> list[str]:
+    """Snapshots to delete: beyond snapshots.maxCount or older than maxAgeSeconds, newest first kept.
+
+    Never deleted: one that is not finished (Pending, InProgress), the newest Completed one, one the
+    stream was restored from or would roll back to, or the one spec.restoreFrom names.
+    """
+    policy = spec.snapshots
+    finished = [s for s in snapshots if s.state in ("Completed", "Failed") and not s.deleting]
+    finished.sort(key=lambda s: (parse(s.created) or now, s.name), reverse=True)
+    completed = [s for s in finished if s.state == "Completed"]
+    protected_paths = {p for p in (st.restore_from, st.upgrade.restore_from if st.upgrade else None,
+                                   st.upgrade_check.rollback_snapshot if st.upgrade_check else None) if p}
+    protected = {completed[0].name} if completed else set()
+    protected |= {s.name for s in finished if s.path in protected_paths or s.name == spec.restore_from}
+    out = []
+    for i, s in enumerate(finished):
+        if s.name in protected:
+            continue
+        created = parse(s.created)
+        too_old = (policy.max_age_seconds is not None and created is not None
+                   and seconds_between(created, now) > policy.max_age_seconds)
+        if i >= policy.max_count or too_old:
+            out.append(s.name)
+    return sorted(out)
+
+
 # ------------------------------------------------- results of the Resolve action
 def record_resolution(status: ExactlyOnceStreamStatus, report: ResolutionReport, *, attempt: int,
                       spec_hash: str, observed: Observed) -> tuple[ExactlyOnceStreamStatus, Event | None]:
@@ -591,10 +963,6 @@ def record_resolution(status: ExactlyOnceStreamStatus, report: ResolutionReport,
     if report.last_complete_batch is not None:
         st.last_committed_batch = report.last_complete_batch
     summary = report.summary or _summarise(report)
-    if report.partially_committed and launch.reason == "SpecChange":
-        # Draining the partial batch under the old slot count before an upgrade is not implemented.
-        summary += ("; the upgrade starts with a partially committed batch: draining it first is not "
-                    "implemented, the new driver replays it")
     return st, Event("Normal", "Resolved", f"before starting {launch.pod}: {summary}")
 
 
@@ -651,6 +1019,8 @@ def plan_deletion(status: ExactlyOnceStreamStatus, observed: Observed) -> Plan:
         step.plan.finished = False
         return step.done(requeue_after=POLL_SECONDS)
     step.act(DeleteConfigMap(children.run_config_name(observed.name)))
+    for component in (children.PREFLIGHT, children.DRAIN):
+        step.act(DeleteConfigMap(children.aux_config_name(observed.name, component)))
     step.act(DeleteService(children.driver_service_name(observed.name)))
     step.plan.finished = True
     return step.done()

@@ -21,9 +21,9 @@ from eos_job.spec import API_GROUP, ExactlyOnceStreamSpec, ExactlyOnceStreamStat
 from . import children, planner
 from .adapters import CheckpointStore, Clock, Conflict, Kube, Progress, Resolver, StoreUnreadable
 from .children import StreamRef
-from .observed import Observed, SnapshotView, pod_view
-from .planner import (ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeletePod, DeleteService, Plan,
-                      Resolve)
+from .observed import Observed, RestoreSource, SnapshotView, pod_view, snapshot_info
+from .planner import (ApplyConfigMap, ApplyService, CreatePod, CreateSnapshot, DeleteConfigMap, DeletePod,
+                      DeleteService, DeleteSnapshot, Plan, Resolve)
 from .upgrades import current_checkpoint_dir
 from .validation import InvalidSpec, validate_spec
 
@@ -82,10 +82,40 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
         ref = children.StreamRef(name, namespace, meta["uid"])
         batch = await deps.progress.last_committed_batch(children.run_config(ref, spec, status.tx_generation))
     snapshot, readable, ckpt_state = await _read_store(status, spec, deps)
+    aux = await deps.kube.list_pods(namespace, children.aux_selector(name))
+    aux_pods = tuple(sorted((pod_view(p) for p in aux), key=lambda p: p.name))
+    snaps = [snapshot_info(s) for s in await deps.kube.list_snapshots(namespace, name)]
+    snaps.sort(key=lambda s: (s.created or "", s.name))
+    restore = await _restore_source(namespace, spec, deps) if isinstance(spec, ExactlyOnceStreamSpec) else None
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
                     last_committed_batch=batch, snapshot=snapshot, store_readable=readable,
-                    checkpoint_state=ckpt_state)
+                    checkpoint_state=ckpt_state, snapshots=tuple(snaps), aux_pods=aux_pods,
+                    restore_source=restore)
+
+
+async def _restore_source(namespace: str, spec: ExactlyOnceStreamSpec, deps: Deps) -> RestoreSource | None:
+    """spec.restoreFrom resolved: a snapshot resource by name, or a snapshot path (its manifest read if possible)."""
+    ref = spec.restore_from
+    if not ref:
+        return None
+    if ref.startswith("/") or ref.startswith("file://"):
+        if deps.store is None:
+            return RestoreSource(ref=ref, path=ref)
+        try:
+            view = await deps.store.read_snapshot(spec, ref)
+        except StoreUnreadable:
+            return RestoreSource(ref=ref, path=ref)  # the driver fails its start if it is missing
+        if view is None:
+            return RestoreSource(ref=ref, problem=f"{ref} holds no snapshot manifest (eos-snapshot.json)")
+        return RestoreSource(ref=ref, path=ref, stream_uid=view.stream_uid, batch=view.batch)
+    obj = await deps.kube.get_snapshot(namespace, ref)
+    if obj is None:
+        return RestoreSource(ref=ref, problem=f"ExactlyOnceSnapshot {ref} not found in namespace {namespace}")
+    info = snapshot_info(obj)
+    if info.state != "Completed" or not info.path:
+        return RestoreSource(ref=ref, problem=f"ExactlyOnceSnapshot {ref} is {info.state}, not Completed")
+    return RestoreSource(ref=ref, path=info.path, stream_uid=info.stream_uid, batch=info.batch)
 
 
 async def _read_store(status: ExactlyOnceStreamStatus, spec: ExactlyOnceStreamSpec | InvalidSpec,
@@ -223,6 +253,10 @@ async def _act(deps: Deps, namespace: str, action: planner.Action) -> None:
         await kube.delete_config_map(namespace, action.name)
     elif isinstance(action, DeleteService):
         await kube.delete_service(namespace, action.name)
+    elif isinstance(action, CreateSnapshot):
+        await kube.create_snapshot(namespace, action.body)
+    elif isinstance(action, DeleteSnapshot):
+        await kube.delete_snapshot(namespace, action.name)
     else:  # pragma: no cover - a new action type without an executor is a bug
         raise TypeError(f"no executor for {action!r}")
 

@@ -57,7 +57,9 @@ from eos_job.spec import ExactlyOnceStreamSpec
 ChangeClass = Literal["ignore", "restart", "upgrade"]
 
 # Fields whose change needs no new driver: the operator acts on them itself.
-OPERATOR_ONLY_FIELDS = (("job", "state"), ("restartNonce",), ("restartStrategy",), ("upgradeMode",))
+OPERATOR_ONLY_FIELDS = (("job", "state"), ("restartNonce",), ("restartStrategy",), ("upgradeMode",),
+                        ("snapshots",), ("snapshotNonce",), ("upgradePreFlight",),
+                        ("upgradeReadinessTimeoutSeconds",))
 
 # Fields whose change needs a new driver but keeps its state: a restart on the live checkpoint.
 RESTART_ONLY_FIELDS = (

@@ -360,14 +360,16 @@ def test_created_suspended_starts_nothing():
 def test_spec_change_restarts_with_resolution():
     old = spec()
     new = spec(job={"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "args": {"x": "1"}},
-               upgradeMode="last-state")   # the snapshot mode has its own tests (test_upgrades.py)
+               upgradeMode="last-state", upgradePreFlight=False)   # snapshot mode, pre-flight: own tests
     p = plan(new, running_status(old), observed(pod("colors-driver-0")))
     assert p.status.lifecycle_state == "Upgrading"
     assert p.status.pending_launch.reason == "SpecChange"
     assert "job.args" in p.events[0].message
     stop = plan(new, p.status, observed(pod("colors-driver-0")))
     assert stop.actions == [DeletePod("colors-driver-0", 60)]     # graceful: a clean batch boundary
-    resolve = plan(new, stop.status, observed())
+    from .test_upgrades import through_drain
+    drained, _, _ = through_drain(new, stop.status)               # last-state: the old spec finishes its batch
+    resolve = plan(new, drained, observed())
     assert [type(a) for a in resolve.actions] == [Resolve]
     assert resolve.actions[0].config.spec == new
 
@@ -427,7 +429,8 @@ def test_deletion_stops_drivers_then_removes_children():
     p = plan(s, running_status(s), observed(pod("colors-driver-0"), deleting=True))
     assert p.actions == [DeletePod("colors-driver-0", 60)] and not p.finished
     done = plan(s, running_status(s), observed(deleting=True))
-    assert done.actions == [DeleteConfigMap("colors-run"), DeleteService("colors-driver")]
+    assert done.actions == [DeleteConfigMap("colors-run"), DeleteConfigMap("colors-preflight"),
+                            DeleteConfigMap("colors-drain"), DeleteService("colors-driver")]
     assert done.finished
 
 

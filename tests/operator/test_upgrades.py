@@ -11,8 +11,10 @@ from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, Pendin
                           stream_uid)
 from eos_operator import children
 from eos_operator.adapters import LocalCheckpointStore, StoreUnreadable
-from eos_operator.observed import SnapshotView
-from eos_operator.planner import (ApplyConfigMap, CreatePod, DeletePod, Resolve, plan, record_resolution)
+from eos_operator.observed import PodView, SnapshotView
+from eos_operator.planner import (ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, Resolve, plan,
+                                  record_resolution)
+from eos_operator.timeutil import parse
 from eos_operator.reconciler import Deps, reconcile
 from eos_operator.upgrades import classify, plan_spec_change, run_affecting_changes
 
@@ -57,8 +59,10 @@ def test_operator_only_fields_are_not_changes():
 
 # ------------------------------------------------------------ planner, snapshot
 def upgraded_spec(**kw) -> ExactlyOnceStreamSpec:
+    """The changed spec; pre-flight off unless asked (it has its own tests in test_upgrade_safety.py)."""
     job = {"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "args": {"v": "2"}}
     job.update(kw.pop("job", {}))
+    kw.setdefault("upgradePreFlight", False)
     return spec(job=job, **kw)
 
 
@@ -87,7 +91,10 @@ def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_
     assert "writes snapshot" in cond(stop, "Progressing").message
     # 3. Gone: read the snapshot back; recorded in the history.
     taken = plan(new, stop.status, _with_snapshot(observed(), snap()))
-    assert reasons(taken) == ["SnapshotTaken"] and taken.actions == []
+    assert reasons(taken) == ["SnapshotTaken"] and [type(a) for a in taken.actions] == [CreateSnapshot]
+    resource = taken.actions[0].body
+    assert resource["kind"] == "ExactlyOnceSnapshot" and resource["spec"]["trigger"] == "upgrade"
+    assert resource["spec"]["path"] == SNAP0 and resource["metadata"]["name"] == f"colors-{UID[:8]}-a0"
     assert taken.status.upgrade.step == "Stopped"
     assert [(s.name, s.batch) for s in taken.status.snapshots] == [(f"colors-{UID[:8]}-a0", 41)]
     # 4. Resolution for the new location, seeded from the snapshot.
@@ -125,6 +132,22 @@ def _with_snapshot(obs, view=None, *, readable=True, state="unknown"):
     return replace(obs, snapshot=view, store_readable=readable, checkpoint_state=state)
 
 
+def through_drain(new: ExactlyOnceStreamSpec, status: ExactlyOnceStreamStatus, at: float = 0.0):
+    """An upgrade that does not start from a snapshot first runs the drain Pod with the old spec."""
+    from dataclasses import replace
+    mark = plan(new, status, observed(at=at))
+    assert mark.status.upgrade.step == "Draining" and mark.again
+    name = mark.status.upgrade.drain_pod
+    start = plan(new, mark.status, observed(at=at))
+    assert [type(a) for a in start.actions] == [ApplyConfigMap, CreatePod] and "Draining" in reasons(start)
+    drain_pod = start.actions[1].body
+    assert drain_pod["metadata"]["name"] == name
+    assert drain_pod["spec"]["containers"][0]["command"][-1] == "--drain"
+    done = plan(new, start.status, replace(observed(at=at), aux_pods=(PodView(name, "Succeeded", attempt=1),)))
+    assert done.status.upgrade.drained and done.status.upgrade.step == "Stopped" and "Drained" in reasons(done)
+    return done.status, drain_pod, start.actions[0].body
+
+
 def test_decisions_repeat_the_same_way_after_an_operator_restart():
     """Each step decides from status and the world alone: replaying a step gives the same plan."""
     old, new = spec(), upgraded_spec()
@@ -136,6 +159,7 @@ def test_decisions_repeat_the_same_way_after_an_operator_restart():
     # Taken already: replaying the next step does not record the snapshot twice.
     again = plan(new, once.status, gone)
     assert len(again.status.snapshots) == 1 and [type(a) for a in again.actions] == [Resolve]
+    assert [type(a) for a in once.actions] == [CreateSnapshot]   # its ExactlyOnceSnapshot (409 if repeated)
 
 
 def test_a_snapshot_of_another_stream_is_not_used():
@@ -159,7 +183,12 @@ def test_dead_driver_falls_back_to_last_state_on_an_intact_checkpoint_and_says_s
     assert "last-state" in cond(fb, "Progressing").message
     up = fb.status.upgrade
     assert up.step == "Stopped" and up.restore_from is None and up.checkpoint_dir == "/tmp/eos-test/live"
-    resolve = plan(new, fb.status, observed())
+    # No clean boundary: the old spec first finishes whatever batch the dead driver left uncommitted.
+    drained, drain_pod, drain_cm = through_drain(new, fb.status)
+    drain_run = json.loads(drain_cm["data"]["run.json"])
+    assert drain_run["spec"]["job"]["args"] == json.loads(drained.last_reconciled_spec)["job"]["args"] != {"v": "2"}
+    assert drain_run["checkpointDir"] == "/tmp/eos-test/live" and drain_run["stream"]["generation"] == 0
+    resolve = plan(new, drained, observed())
     assert resolve.actions[0].config.checkpoint_dir == "/tmp/eos-test/live"
     assert resolve.actions[0].config.restore_from is None
 
@@ -176,10 +205,11 @@ def test_no_snapshot_and_no_intact_checkpoint_blocks_the_upgrade(state):
     still = plan(new, blocked.status, observed(at=30))
     assert still.actions == [] and still.events == [] and still.status.lifecycle_state == "Failed"
     # Asking for last-state explicitly unblocks it.
-    explicit = spec(job=new.job.wire(), upgradeMode="last-state")
+    explicit = spec(job=new.job.wire(), upgradeMode="last-state", upgradePreFlight=False)
     go = plan(explicit, still.status, observed(at=31))
     assert go.status.upgrade.mode == "last-state" and go.status.pending_launch is not None
-    assert [type(a) for a in plan(explicit, go.status, observed(at=31)).actions] == [Resolve]
+    drained, _, _ = through_drain(explicit, go.status, at=31)
+    assert [type(a) for a in plan(explicit, drained, observed(at=31)).actions] == [Resolve]
 
 
 def test_unreadable_store_proceeds_unverified_and_says_so():
@@ -231,13 +261,37 @@ def test_a_pending_restart_that_would_start_a_changed_spec_becomes_an_upgrade():
     assert p.status.pending_launch.not_before == failed.status.pending_launch.not_before
 
 
-def test_a_partially_committed_batch_at_an_upgrade_is_named():
-    new = upgraded_spec()
-    st = ExactlyOnceStreamStatus(pending_launch=PendingLaunch(attempt=1, pod="colors-driver-1", reason="SpecChange"))
-    report = ResolutionReport(stream_uid=UID, generation=1, slots=2, replay_batch=7,
-                              replay_slots_already_committed=[0], partially_committed=True)
-    _, event = record_resolution(st, report, attempt=1, spec_hash=new.spec_hash(), observed=observed())
-    assert "partially committed" in event.message and "not implemented" in event.message
+def test_a_parallelism_change_on_the_live_checkpoint_drains_under_the_old_generation_first():
+    old, new = spec(), upgraded_spec(job={"parallelism": 4}, upgradeMode="last-state")
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    assert p.status.tx_generation == 1 and p.status.upgrade.step == "Stopped"
+    stop = plan(new, p.status, observed(pod("colors-driver-0")))
+    assert stop.actions == [DeletePod("colors-driver-0", 60)]
+    drained, drain_pod, drain_cm = through_drain(new, stop.status)
+    run = json.loads(drain_cm["data"]["run.json"])
+    assert run["spec"]["job"]["parallelism"] == 2 and run["stream"]["generation"] == 0   # old slots, old ids
+    labels = drain_pod["metadata"]["labels"]
+    assert labels["app.kubernetes.io/component"] == "drain" and "app.kubernetes.io/component=driver" not in labels
+    resolve = plan(new, drained, observed())
+    cfg = resolve.actions[0].config
+    assert cfg.spec.job.parallelism == 4 and cfg.stream.generation == 1
+
+
+def test_a_failed_drain_is_a_failed_start_and_runs_again_after_the_delay():
+    from dataclasses import replace
+    old, new = spec(), upgraded_spec(upgradeMode="last-state")
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    stop = plan(new, p.status, observed())
+    start = plan(new, stop.status, observed())
+    name = start.status.upgrade.drain_pod
+    failed = plan(new, start.status, replace(observed(), aux_pods=(PodView(name, "Failed", exit_code=3,
+                                                                                   attempt=1),)))
+    assert DeletePod(name, 0) in failed.actions and "DrainFailed" in reasons(failed)
+    assert failed.status.upgrade.step == "Draining" and not failed.status.upgrade.drained
+    assert failed.status.pending_launch.not_before is not None
+    later = parse(failed.status.pending_launch.not_before)
+    again = plan(new, failed.status, observed(at=(later - observed().now).total_seconds() + 1))
+    assert [type(a) for a in again.actions] == [ApplyConfigMap, CreatePod]
 
 
 # ------------------------------------------------------------- the store adapter
@@ -305,7 +359,7 @@ def test_killed_operator_finishes_the_upgrade_exactly_once(crash):
     rec()
     kube.set_pod_phase("colors-driver-0", "Running")
     rec()
-    kube.update_spec("colors", lambda s: s["job"].update(args={"v": "2"}))
+    kube.update_spec("colors", lambda s: (s["job"].update(args={"v": "2"}), s.update(upgradePreFlight=False)))
     if crash == "create":
         kube.crash_after_create_pod = True
     elif crash:

@@ -1,0 +1,296 @@
+"""Pre-flight, rollback, restore and snapshot requests/retention in the pure planner."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from eos_job.spec import ExactlyOnceStreamStatus, stream_uid
+from eos_operator import children
+from eos_operator.observed import PodView, RestoreSource, SnapshotInfo
+from eos_operator.planner import (ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, DeleteSnapshot, Resolve,
+                                  plan, record_resolution, retention)
+from eos_operator.timeutil import fmt
+
+from eos_job.spec import ResolutionReport
+
+from .fakes import T0
+from .test_planner import UID, cond, observed, pod, reasons, spec
+from .test_upgrades import SNAP0, _with_snapshot, running, snap, upgraded_spec
+
+OWN_UID = stream_uid("default", "colors")
+
+
+def with_aux(obs, *pods: PodView):
+    return replace(obs, aux_pods=tuple(pods))
+
+
+def aux(name: str, phase: str, **kw) -> PodView:
+    return PodView(name=name, phase=phase, attempt=1, **kw)
+
+
+def go_to_running(new, status, at: float = 0.0):
+    """From a recorded snapshot upgrade (step Stopping) to the new driver Running."""
+    stop = plan(new, status, observed(pod("colors-driver-0"), at=at))
+    taken = plan(new, stop.status, _with_snapshot(observed(at=at), snap(batch=41)))
+    resolve = plan(new, taken.status, observed(at=at))
+    st, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=OWN_UID, generation=0, slots=2),
+                              attempt=1, spec_hash=new.spec_hash(), observed=observed(at=at))
+    submit = plan(new, st, observed(at=at))
+    assert [type(a) for a in submit.actions] == [ApplyConfigMap, CreatePod]
+    seen = plan(new, submit.status, observed(pod("colors-driver-1", "Pending"), at=at))
+    return plan(new, seen.status, observed(pod("colors-driver-1"), at=at))
+
+
+# ------------------------------------------------------------------ pre-flight
+def test_pre_flight_runs_the_new_spec_on_a_scratch_copy_before_anything_is_stopped():
+    old, new = spec(), upgraded_spec(upgradePreFlight=True)
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    up = p.status.upgrade
+    assert up.step == "PreFlight" and up.pre_flight_pod == "colors-preflight-1" and p.actions == []
+    check = plan(new, p.status, observed(pod("colors-driver-0")))
+    assert [type(a) for a in check.actions] == [ApplyConfigMap, CreatePod]   # no DeletePod: the old one runs
+    cm, body = check.actions[0].body, check.actions[1].body
+    assert cm["metadata"]["name"] == "colors-preflight"
+    run = json.loads(cm["data"]["run.json"])
+    assert run["spec"]["job"]["args"] == {"v": "2"}                          # the NEW spec
+    command = body["spec"]["containers"][0]["command"]
+    assert command[:4] == ["python", "-m", "eos_job", "preflight"]
+    assert command[command.index("--from-checkpoint") + 1] == "/tmp/eos-test/live"
+    assert command[command.index("--scratch") + 1] == "/tmp/eos-test/preflight-1"
+    assert body["metadata"]["labels"]["app.kubernetes.io/component"] == "preflight"
+    assert "EOS_SNAPSHOT_ON_STOP" not in {e["name"] for e in body["spec"]["containers"][0]["env"]}
+    assert cond(check, "Ready").status == "True"                              # the old driver keeps serving
+    # Running: wait, still nothing stopped.
+    wait = plan(new, check.status, with_aux(observed(pod("colors-driver-0")), aux("colors-preflight-1", "Running")))
+    assert wait.actions == [] and wait.status.upgrade.step == "PreFlight"
+    # Passed: then (and only then) the old driver is stopped with its snapshot.
+    ok = plan(new, wait.status, with_aux(observed(pod("colors-driver-0")), aux("colors-preflight-1", "Succeeded")))
+    assert ok.actions == [DeletePod("colors-preflight-1", 0)] and "PreFlightPassed" in reasons(ok)
+    assert ok.status.upgrade.step == "Stopping"
+    stop = plan(new, ok.status, observed(pod("colors-driver-0")))
+    assert stop.actions == [DeletePod("colors-driver-0", 60)]
+
+
+def test_failed_pre_flight_blocks_the_upgrade_and_keeps_the_old_job_running():
+    old, new = spec(), upgraded_spec(upgradePreFlight=True)
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    check = plan(new, p.status, observed(pod("colors-driver-0")))
+    failed = plan(new, check.status, with_aux(
+        observed(pod("colors-driver-0")),
+        aux("colors-preflight-1", "Failed", exit_code=4,
+            message='{"reason": "PreFlightFailed", "error": "StateSchemaNotCompatible: key schema changed"}')))
+    assert DeletePod("colors-preflight-1", 0) in failed.actions
+    assert not any(isinstance(a, DeletePod) and a.name == "colors-driver-0" for a in failed.actions)
+    st = failed.status
+    assert st.upgrade is None and st.pending_launch is None and st.tx_generation == 0
+    assert st.rejected_spec.reason == "PreFlightFailed" and "key schema changed" in st.rejected_spec.message
+    assert "UpgradeBlocked" in reasons(failed)
+    # Next look: Ready (old spec runs), Degraded UpgradeBlocked, and no new upgrade attempt.
+    steady = plan(new, st, observed(pod("colors-driver-0")))
+    assert steady.actions == [] and steady.status.lifecycle_state == "Running"
+    assert cond(steady, "Ready").status == "True"
+    assert (cond(steady, "Degraded").status, cond(steady, "Degraded").reason) == ("True", "UpgradeBlocked")
+    assert plan(new, steady.status, observed(pod("colors-driver-0"), at=60)).actions == []
+    # A driver failure restarts the OLD spec, never the refused one.
+    crash = plan(new, steady.status, observed(pod("colors-driver-0", "Failed", exit_code=137)))
+    relaunch = plan(new, crash.status, observed(at=100))
+    assert [type(a) for a in relaunch.actions] == [Resolve]
+    assert relaunch.actions[0].config.spec.job.args == old.job.args
+    # Changing the spec again tries again.
+    newer = upgraded_spec(upgradePreFlight=True, job={"args": {"v": "3"}})
+    retry = plan(newer, steady.status, observed(pod("colors-driver-0")))
+    assert retry.status.rejected_spec is None and retry.status.upgrade.step == "PreFlight"
+    assert "SpecChanged" in reasons(retry)
+
+
+def test_stateless_upgrades_skip_pre_flight():
+    p = plan(upgraded_spec(upgradeMode="stateless", upgradePreFlight=True), running(spec()),
+             observed(pod("colors-driver-0")))
+    assert p.status.upgrade.step == "Stopped"
+
+
+# -------------------------------------------------------------------- rollback
+def test_an_upgrade_that_commits_a_batch_in_time_is_verified():
+    old, new = spec(), upgraded_spec()
+    p = plan(new, running(old, last_stable_spec=running(old).last_reconciled_spec), observed(pod("colors-driver-0")))
+    up = go_to_running(new, p.status)
+    chk = up.status.upgrade_check
+    assert chk is not None and chk.baseline_batch == 41 and chk.rollback_snapshot == SNAP0
+    assert json.loads(chk.previous_spec)["job"] == json.loads(running(old).last_reconciled_spec)["job"]
+    assert up.status.last_stable_spec != up.status.last_reconciled_spec   # not stable until verified
+    assert cond(up, "Progressing").reason == "VerifyingUpgrade"
+    same = plan(new, up.status, observed(pod("colors-driver-1"), batch=41))
+    assert same.status.upgrade_check is not None
+    ok = plan(new, same.status, observed(pod("colors-driver-1"), batch=42))
+    assert ok.status.upgrade_check is None and "UpgradeVerified" in reasons(ok)
+    assert ok.status.last_stable_spec == ok.status.last_reconciled_spec
+
+
+def test_an_upgrade_not_ready_by_the_deadline_rolls_back_from_its_snapshot():
+    old, new = spec(), upgraded_spec(upgradeReadinessTimeoutSeconds=60)
+    stable = running(old).last_reconciled_spec
+    p = plan(new, running(old, last_stable_spec=stable), observed(pod("colors-driver-0")))
+    up = go_to_running(new, p.status)
+    # Running but never commits a batch after 41.
+    late = plan(new, up.status, observed(pod("colors-driver-1"), batch=41, at=61))
+    assert "UpgradeRolledBack" in reasons(late)
+    st = late.status
+    assert st.rejected_spec.reason == "RolledBack" and st.upgrade.rollback and st.upgrade.restore_from == SNAP0
+    assert st.pending_launch.reason == "Rollback"
+    assert (cond(late, "Degraded").status, cond(late, "Degraded").reason) == ("True", "UpgradeRolledBack")
+    stop = plan(new, st, observed(pod("colors-driver-1"), at=61))
+    assert stop.actions == [DeletePod("colors-driver-1", 60)]
+    resolve = plan(new, stop.status, observed(at=62))
+    cfg = resolve.actions[0].config
+    assert cfg.restore_from == SNAP0 and cfg.spec.job.args == old.job.args   # the old spec, the old state
+    assert cfg.checkpoint_dir == "/tmp/eos-test/ckpt-2"
+    st2, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=OWN_UID, generation=0, slots=2),
+                               attempt=2, spec_hash=cfg.spec.spec_hash(), observed=observed(at=62))
+    submit = plan(new, st2, observed(at=62))
+    assert [type(a) for a in submit.actions] == [ApplyConfigMap, CreatePod]
+    assert submit.status.upgrade_check is None           # a rollback is not verified again
+    running_old = plan(new, submit.status, observed(pod("colors-driver-2"), at=63))
+    assert running_old.status.lifecycle_state == "Running"
+    assert cond(running_old, "Ready").status == "True" and cond(running_old, "Degraded").status == "True"
+    assert plan(new, running_old.status, observed(pod("colors-driver-2"), at=500)).actions == []
+
+
+def test_no_automatic_rollback_across_a_parallelism_change():
+    old, new = spec(), upgraded_spec(job={"parallelism": 4}, upgradeReadinessTimeoutSeconds=60)
+    p = plan(new, running(old, last_stable_spec=running(old).last_reconciled_spec), observed(pod("colors-driver-0")))
+    up = go_to_running(new, p.status)
+    late = plan(new, up.status, observed(pod("colors-driver-1"), at=61))
+    assert "UpgradeNotReady" in reasons(late) and "restoreFrom" in late.events[-1].message
+    assert late.status.pending_launch is None and late.status.rejected_spec is None
+
+
+# --------------------------------------------------------------------- restore
+def test_a_new_stream_with_restore_from_starts_from_that_snapshot():
+    s = spec(restoreFrom="colors-p1")
+    src = RestoreSource(ref="colors-p1", path="/tmp/eos-test/snapshots/colors-p1", stream_uid=OWN_UID, batch=9)
+    create = plan(s, ExactlyOnceStreamStatus(), observed())
+    wait = plan(s, create.status, observed())
+    assert wait.actions == [] and cond(wait, "Ready").reason == "RestoreSourceNotReady"
+    assert "not found" in cond(wait, "Ready").message and wait.requeue_after
+    obs = replace(observed(), restore_source=src)
+    rec = plan(s, wait.status, obs)
+    assert rec.status.upgrade.restore_from == src.path and rec.status.upgrade.checkpoint_dir == "/tmp/eos-test/ckpt-0"
+    resolve = plan(s, rec.status, obs)
+    cfg = resolve.actions[0].config
+    assert cfg.restore_from == src.path and cfg.checkpoint_dir == "/tmp/eos-test/ckpt-0"
+    st, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=OWN_UID, generation=0, slots=2),
+                              attempt=0, spec_hash=s.spec_hash(), observed=obs)
+    submit = plan(s, st, obs)
+    restored = [e for e in submit.events if e.reason == "Restored"][0]
+    assert "the same stream" in restored.message and "skipped" in restored.message
+    assert submit.status.restored_from_snapshot == "colors-p1" and submit.status.upgrade_check is None
+
+
+def test_restoring_a_snapshot_of_another_stream_says_it_is_a_fork():
+    s = spec(restoreFrom="/tmp/other/snapshots/x")
+    src = RestoreSource(ref=s.restore_from, path=s.restore_from, stream_uid="another", batch=3)
+    obs = replace(observed(), restore_source=src)
+    st = plan(s, ExactlyOnceStreamStatus(), obs).status
+    st = plan(s, st, obs).status
+    resolve = plan(s, st, obs)
+    st, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=OWN_UID, generation=0, slots=2),
+                              attempt=0, spec_hash=s.spec_hash(), observed=obs)
+    restored = [e for e in plan(s, st, obs).events if e.reason == "Restored"][0]
+    assert "fork" in restored.message and "another sink topic" in restored.message
+
+
+def test_changing_restore_from_on_a_running_stream_restores_it():
+    old = spec()
+    new = spec(restoreFrom="colors-p1", upgradePreFlight=False)
+    src = RestoreSource(ref="colors-p1", path="/tmp/eos-test/snapshots/colors-p1", stream_uid=OWN_UID, batch=9)
+    missing = plan(new, running(old), observed(pod("colors-driver-0")))
+    assert missing.actions == [] and cond(missing, "Ready").reason == "RestoreSourceNotReady"
+    obs = replace(observed(pod("colors-driver-0")), restore_source=src)
+    p = plan(new, running(old), obs)
+    up = p.status.upgrade
+    assert up.restore_from == src.path and up.snapshot_path == SNAP0 and up.step == "Stopping"
+    stop = plan(new, p.status, obs)
+    assert stop.actions == [DeletePod("colors-driver-0", 60)]
+    gone = replace(_with_snapshot(observed(), snap()), restore_source=src)
+    after = plan(new, stop.status, gone)
+    assert after.status.upgrade.step == "Stopped" and after.status.upgrade.restore_from == src.path
+    resolve = plan(new, after.status, gone)
+    assert resolve.actions[0].config.restore_from == src.path   # not the stop snapshot, and no drain
+
+
+# ------------------------------------------------------------ snapshot requests
+def test_snapshot_nonce_requests_one_snapshot_resource():
+    s0, s1 = spec(), spec(snapshotNonce=1)
+    first = plan(s0, running(s0), observed(pod("colors-driver-0")))
+    assert first.status.observed_snapshot_nonce == 0 and not any(isinstance(a, CreateSnapshot) for a in first.actions)
+    p = plan(s1, first.status, observed(pod("colors-driver-0")))
+    created = [a for a in p.actions if isinstance(a, CreateSnapshot)]
+    assert len(created) == 1 and "SnapshotRequested" in reasons(p)
+    body = created[0].body
+    assert body["metadata"]["name"] == "colors-n1" and body["spec"] == {
+        "stream": "colors", "trigger": "nonce", "maxRetries": 3, "disposeOnDelete": True}
+    assert "ownerReferences" not in body["metadata"]          # a snapshot outlives its stream
+    assert not any(isinstance(a, CreateSnapshot) for a in plan(s1, p.status, observed(pod("colors-driver-0"))).actions)
+
+
+def test_periodic_snapshots_while_running_with_deterministic_names():
+    s = spec(snapshots={"intervalSeconds": 60})
+    st = running(s, running_since=fmt(T0))
+    early = plan(s, st, observed(pod("colors-driver-0"), at=30))
+    assert not any(isinstance(a, CreateSnapshot) for a in early.actions)
+    due = plan(s, st, observed(pod("colors-driver-0"), at=61))
+    created = [a for a in due.actions if isinstance(a, CreateSnapshot)]
+    assert len(created) == 1 and created[0].body["spec"]["trigger"] == "periodic"
+    name = created[0].body["metadata"]["name"]
+    assert plan(s, st, observed(pod("colors-driver-0"), at=61)).actions == due.actions   # a replay: same name
+    taken = replace(observed(pod("colors-driver-0"), at=62), snapshots=(
+        SnapshotInfo(name, "periodic", "InProgress", created=fmt(T0 + timedelta(seconds=61))),))
+    assert not any(isinstance(a, CreateSnapshot) for a in plan(s, st, taken).actions)
+    # Not while the stream is not running.
+    stopped = plan(s, running(s, lifecycle_state="Failed", driver_pod=None), observed(at=200))
+    assert not any(isinstance(a, CreateSnapshot) for a in stopped.actions)
+
+
+# -------------------------------------------------------------------- retention
+def info(name: str, age: float, state: str = "Completed", path: str | None = None) -> SnapshotInfo:
+    return SnapshotInfo(name=name, trigger="periodic", state=state, path=path or f"/s/{name}",
+                        created=fmt(T0 - timedelta(seconds=age)))
+
+
+def test_retention_keeps_the_newest_max_count():
+    s = spec(snapshots={"maxCount": 2})
+    snaps = [info(f"s{i}", age=100 - i) for i in range(5)]   # s4 newest
+    assert retention(snaps, s, ExactlyOnceStreamStatus(), T0) == ["s0", "s1", "s2"]
+
+
+def test_retention_never_deletes_unfinished_the_newest_completed_or_a_restore_source():
+    s = spec(snapshots={"maxCount": 1, "maxAgeSeconds": 60}, restoreFrom="s1")
+    snaps = [info("s0", 500, path="/s/restored"), info("s1", 400), info("s2", 300), info("s3", 200, "Failed"),
+             info("s4", 100, "InProgress"), info("s5", 90, "Pending")]
+    st = ExactlyOnceStreamStatus(restore_from="/s/restored")
+    # s2 is the newest Completed one; s0 the stream was restored from; s1 is named by restoreFrom.
+    assert retention(snaps, s, st, T0) == ["s3"]
+
+
+def test_retention_by_age():
+    s = spec(snapshots={"maxCount": 10, "maxAgeSeconds": 3600})
+    snaps = [info("old", 7200), info("older", 9000), info("new", 60)]
+    assert retention(snaps, s, ExactlyOnceStreamStatus(), T0) == ["old", "older"]
+
+
+def test_housekeeping_deletes_what_retention_selects():
+    s = spec(snapshots={"maxCount": 1})
+    obs = replace(observed(pod("colors-driver-0")), snapshots=(info("a", 200), info("b", 100)))
+    p = plan(s, running(s), obs)
+    assert DeleteSnapshot("a") in p.actions and "SnapshotPruned" in reasons(p)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+def test_retention_never_leaves_zero_completed_snapshots(count):
+    s = spec(snapshots={"maxCount": count, "maxAgeSeconds": 60})
+    snaps = [info(f"s{i}", age=1000 + i) for i in range(10)]   # all too old
+    kept = {x.name for x in snaps} - set(retention(snaps, s, ExactlyOnceStreamStatus(), T0))
+    assert kept == {"s0"}   # the newest completed one survives any policy
