@@ -163,9 +163,11 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
             if rows == 0:
                 # Nothing to write, and a replay of this batch has nothing either: no transaction needed.
                 return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
+            _maybe_hold_for_partial_fault(cfg, slot)
             dead = _transaction(cfg, clients, slot, key, batches, count, digest)
             clients.last_commit = (cfg.ledger_topic, key, cfg.batch)
             _maybe_inject_fault(cfg, slot)
+            _maybe_partial_fault(cfg, slot)
             return SlotCommit(slot, cfg.batch, count, digest, skipped=False, dead_letters=dead, attempt=attempt)
         except KafkaException as exc:
             err = exc.args[0]
@@ -332,6 +334,33 @@ def _maybe_inject_fault(cfg: SlotWriterConfig, slot: int) -> None:
     if rng.random() < cfg.fault_kill_after_commit:
         log.warning("fault injection: killing the driver after slot %d of batch %d committed", slot, cfg.batch)
         # Python workers run in their own process group: kill the driver's, as a crashed node would.
+        os.killpg(int(os.environ.get("EOS_DRIVER_PGID", os.getpgrp())), signal.SIGKILL)
+
+
+PARTIAL_FAULT_ENV = "EOS_FAULT_PARTIAL_BATCH"   # "<batch>:<slot>", test-only
+
+
+def _partial_fault() -> tuple[int, int] | None:
+    raw = os.environ.get(PARTIAL_FAULT_ENV, "")
+    if not raw:
+        return None
+    batch, slot = raw.split(":")
+    return int(batch), int(slot)
+
+
+def _maybe_hold_for_partial_fault(cfg: SlotWriterConfig, slot: int) -> None:
+    """Test-only: in the faulted batch every other slot waits, so only the chosen slot commits."""
+    fault = _partial_fault()
+    if fault is not None and cfg.batch >= fault[0] and slot != fault[1]:
+        time.sleep(120)   # the driver is killed meanwhile
+
+
+def _maybe_partial_fault(cfg: SlotWriterConfig, slot: int) -> None:
+    """Test-only: leave a partially committed batch: kill the driver once the chosen slot committed."""
+    fault = _partial_fault()
+    if fault is not None and cfg.batch >= fault[0] and slot == fault[1]:
+        log.warning("fault injection: killing the driver after slot %d of batch %d committed (partial batch)",
+                    slot, cfg.batch)
         os.killpg(int(os.environ.get("EOS_DRIVER_PGID", os.getpgrp())), signal.SIGKILL)
 
 

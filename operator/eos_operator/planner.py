@@ -638,6 +638,11 @@ def _continue_launch(step: _Step, spec: ExactlyOnceStreamSpec, launch: PendingLa
             deadline=fmt_ceil(obs.now + timedelta(seconds=spec.upgrade_readiness_timeout_seconds)),
             baseline_batch=snap.batch if snap else None, rollback_snapshot=up.snapshot_path,
             previous_spec=st.last_stable_spec, previous_tx_generation=up.previous_tx_generation)
+    if st.upgrade is not None and st.upgrade.snapshot_path and st.upgrade.restore_from == st.upgrade.snapshot_path:
+        # Also here (409 if it exists): an operator killed right after step Stopped did not create it.
+        step.act(CreateSnapshot(_snapshot_resource(step, spec, st.upgrade.snapshot_name
+                                                   or st.upgrade.snapshot_path.rsplit("/", 1)[-1], "upgrade",
+                                                   path=st.upgrade.snapshot_path)))
     if st.upgrade is not None:
         up = st.upgrade
         how = (f"from snapshot {up.snapshot_name} in the new checkpoint location {up.checkpoint_dir}"

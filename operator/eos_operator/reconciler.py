@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from eos_job.spec import API_GROUP, ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
 
 from . import children, planner
-from .adapters import CheckpointStore, Clock, Conflict, Kube, Progress, Resolver, StoreUnreadable
+from .adapters import CheckpointStore, Clock, Conflict, Kube, KubeError, Progress, Resolver, StoreUnreadable
 from .children import StreamRef
 from .observed import Observed, RestoreSource, SnapshotView, pod_view, snapshot_info
 from .planner import (ApplyConfigMap, ApplyService, CreatePod, CreateSnapshot, DeleteConfigMap, DeletePod,
@@ -84,7 +84,7 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
     snapshot, readable, ckpt_state = await _read_store(status, spec, deps)
     aux = await deps.kube.list_pods(namespace, children.aux_selector(name))
     aux_pods = tuple(sorted((pod_view(p) for p in aux), key=lambda p: p.name))
-    snaps = [snapshot_info(s) for s in await deps.kube.list_snapshots(namespace, name)]
+    snaps = [snapshot_info(s) for s in await _list_snapshots(deps, namespace, name)]
     snaps.sort(key=lambda s: (s.created or "", s.name))
     restore = await _restore_source(namespace, spec, deps) if isinstance(spec, ExactlyOnceStreamSpec) else None
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
@@ -92,6 +92,16 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
                     last_committed_batch=batch, snapshot=snapshot, store_readable=readable,
                     checkpoint_state=ckpt_state, snapshots=tuple(snaps), aux_pods=aux_pods,
                     restore_source=restore)
+
+
+async def _list_snapshots(deps: Deps, namespace: str, name: str) -> list[dict[str, Any]]:
+    try:
+        return await deps.kube.list_snapshots(namespace, name)
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        log.warning("the ExactlyOnceSnapshot CRD is not installed (apply crds/): snapshots are not listed")
+        return []
 
 
 async def _restore_source(namespace: str, spec: ExactlyOnceStreamSpec, deps: Deps) -> RestoreSource | None:
@@ -254,7 +264,13 @@ async def _act(deps: Deps, namespace: str, action: planner.Action) -> None:
     elif isinstance(action, DeleteService):
         await kube.delete_service(namespace, action.name)
     elif isinstance(action, CreateSnapshot):
-        await kube.create_snapshot(namespace, action.body)
+        try:
+            await kube.create_snapshot(namespace, action.body)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            log.warning("the ExactlyOnceSnapshot CRD is not installed (apply crds/): snapshot %s is kept in "
+                        "status only", action.body["metadata"]["name"])
     elif isinstance(action, DeleteSnapshot):
         await kube.delete_snapshot(namespace, action.name)
     else:  # pragma: no cover - a new action type without an executor is a bug

@@ -43,7 +43,8 @@ INVALID = sorted((REPO / "tests" / "operator" / "invalid").glob("*.yaml"))
 GRACEFUL = "received SIGTERM: stopping at the next clean batch boundary"
 PYTHONPATH = cluster.PYTHONPATH
 
-# The operator as a program, with two test-only switches applied from outside its code.
+# The operator as a program, with test-only switches applied from outside its code: slow resolution,
+# die right after a Pod create, die right after a status write containing a marker.
 OPERATOR_WRAPPER = r'''
 import asyncio, os, sys
 from eos_operator import adapters, cli
@@ -60,6 +61,16 @@ if os.environ.get("EOS_TEST_CRASH_AFTER_CREATE"):
         await _create(self, namespace, body)
         os._exit(137)
     adapters.KubernetesApi.create_pod = create_then_die
+marker = os.environ.get("EOS_TEST_CRASH_AFTER_STATUS")
+if marker:
+    import json
+    _patch = adapters.KubernetesApi.patch_stream_status
+    async def patch_then_die(self, namespace, name, status, resource_version):
+        result = await _patch(self, namespace, name, status, resource_version)
+        if marker in json.dumps(status, separators=(",", ":")):
+            os._exit(137)
+        return result
+    adapters.KubernetesApi.patch_stream_status = patch_then_die
 sys.exit(cli.main(sys.argv[1:]))
 '''
 

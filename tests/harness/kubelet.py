@@ -123,7 +123,8 @@ class ProcessKubelet:
     def __init__(self, kubeconfig: str | os.PathLike | None = None, *, namespace: str | None = None,
                  label_selector: str | None = None, node_name: str = DEFAULT_NODE,
                  log_dir: str | os.PathLike | None = None, workdir: str | os.PathLike | None = None,
-                 inherit_env: bool = True, extra_env: dict[str, str] | None = None):
+                 inherit_env: bool = True, extra_env: dict[str, str] | None = None,
+                 env_for: "Callable[[str], dict[str, str]] | None" = None):
         self.kubeconfig = str(kubeconfig or os.environ.get("KUBECONFIG") or "")
         if not self.kubeconfig:
             raise ValueError("no kubeconfig given and KUBECONFIG is not set")
@@ -136,6 +137,7 @@ class ProcessKubelet:
         self.workdir = Path(workdir) if workdir else REPO
         self.inherit_env = inherit_env
         self.extra_env = dict(extra_env or {})
+        self.env_for = env_for   # per-Pod extra environment by Pod name (fault injection into one Pod)
         self._msg_dir = Path(tempfile.mkdtemp(prefix="eos-kubelet-msg-"))
         self._api_client = None
         self.v1: client.CoreV1Api | None = None
@@ -506,6 +508,8 @@ class ProcessKubelet:
                              "are not known here)")
         env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         env.update(self.extra_env)
+        if self.env_for is not None:
+            env.update(self.env_for(run.name) or {})
         env["HOSTNAME"] = run.name
         ns = run.namespace
         for src in c.get("envFrom") or []:

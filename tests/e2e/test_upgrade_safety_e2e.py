@@ -1,0 +1,292 @@
+"""Upgrade safety on the real stack: pre-flight, rollback, drain, operator kills mid-upgrade,
+periodic snapshots with retention, and a restore from an older snapshot into a new stream.
+
+Each test runs its own namespace, operator process and process kubelet; the driver,
+pre-flight, drain and snapshot Pods run their real commands. Output is checked with
+read_committed consumers (tests/e2e/exactness.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from eos_job.verify import audit_counts
+from eos_stack.cluster import Kubectl, condition, wait_until
+from tests.e2e.exactness import assert_exactly_once
+from tests.e2e.test_operator_e2e import PYTHONPATH, ColorsTopics, Diagnostics, OperatorProcess, colors_stream
+from tests.e2e.test_upgrade_e2e import Trickle
+from tests.harness.kubelet import ProcessKubelet
+
+pytestmark = pytest.mark.stack
+NAME = "colors"
+
+
+@pytest.fixture
+def kubectl(stack_env) -> Kubectl:
+    k = Kubectl(stack_env)
+    k.apply_crds()
+    return k
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl):
+    ns = f"eos-safe-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "namespace", ns)
+    yield ns
+    for kind in ("exactlyoncestreams", "exactlyoncesnapshots"):
+        for s in kubectl.json("get", kind, "-n", ns)["items"]:
+            kubectl.run("patch", kind, s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}', check=False)
+    kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
+
+
+class Rig:
+    """Topics, a process kubelet and a (restartable) operator for one namespace."""
+
+    def __init__(self, stack_env: dict[str, str], kubectl: Kubectl, namespace: str, tmp_path: Path,
+                 kubelet: ProcessKubelet):
+        self.env, self.kubectl, self.ns, self.tmp = stack_env, kubectl, namespace, tmp_path
+        self.bootstrap = stack_env["KAFKA_BOOTSTRAP"]
+        self.topics = ColorsTopics(self.bootstrap)
+        self.kubelet = kubelet
+        self.operator: OperatorProcess | None = None
+        self.diag = Diagnostics(kubectl, namespace, None, kubelet)
+
+    def start_operator(self, **switches: str) -> OperatorProcess:
+        self.operator = OperatorProcess(self.env["KUBECONFIG"], self.ns, self.tmp / "operator.log",
+                                        **switches).start()
+        self.diag.operator = self.operator
+        return self.operator
+
+    def status(self, name: str = NAME) -> dict[str, Any]:
+        return self.kubectl.status(self.ns, name)
+
+    def wait_status(self, pred: Callable[[dict[str, Any]], bool], what: str, timeout: float = 240,
+                    name: str = NAME) -> dict[str, Any]:
+        return wait_until(lambda: (lambda s: s if pred(s) else None)(self.status(name)), what, timeout,
+                          self.diag, 0.5)
+
+    def pod_phase(self, pod: str) -> str | None:
+        for p in self.kubectl.pods(self.ns):
+            if p["metadata"]["name"] == pod:
+                return (p.get("status") or {}).get("phase")
+        return None
+
+    def counts_total(self, topic: str | None = None) -> int:
+        return sum(audit_counts(self.bootstrap, topic or self.topics.counts).final.values())
+
+    def stream(self, **spec_changes: Any) -> dict[str, Any]:
+        doc = colors_stream(NAME, self.topics, self.tmp / "checkpoint", attempts=10, delay=2)
+        del doc["spec"]["upgradeMode"]          # snapshot, the default
+        doc["spec"].update(spec_changes)
+        return doc
+
+
+@contextlib.contextmanager
+def rig(stack_env, kubectl, namespace, tmp_path, env_for=None) -> Iterator[Rig]:
+    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
+                        extra_env={"PYTHONPATH": PYTHONPATH}, env_for=env_for) as kubelet:
+        r = Rig(stack_env, kubectl, namespace, tmp_path, kubelet)
+        try:
+            yield r
+        finally:
+            kubectl.run("delete", "exactlyoncestream", "--all", "-n", namespace, "--timeout=120s", check=False)
+            if r.operator is not None:
+                r.operator.stop()
+
+
+def finish_exact(r: Rig, trickle: Trickle, name: str = NAME, counts: str | None = None) -> dict[str, int]:
+    expected = trickle.stop()
+    counts = counts or r.topics.counts
+    wait_until(lambda: audit_counts(r.bootstrap, counts).final == expected, "the output to catch up", 300,
+               r.diag, 2)
+    assert_exactly_once(r.bootstrap, counts, f"{counts}.eos-ledger.{r.ns}.{name}", expected, (r.topics.dlq,))
+    return expected
+
+
+# -------------------------------------------------------------------------- tests
+def test_pre_flight_blocks_an_incompatible_upgrade_and_a_broken_upgrade_rolls_back(
+        stack_env, kubectl, namespace, tmp_path, report_result):
+    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+        r.start_operator()
+        trickle = Trickle(r.bootstrap, r.topics.events)
+        trickle.send(1000, seed=3)
+        kubectl.apply(r.stream(upgradeReadinessTimeoutSeconds=45), namespace)
+        r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
+        wait_until(lambda: r.counts_total() > 0, "first output", 240, r.diag, 2)
+        trickle.start()
+
+        # 1. The new job's state is incompatible: pre-flight refuses it, nothing is stopped.
+        kubectl.patch_spec(namespace, NAME, {"job": {"module": "tests.e2e.jobs.colors_incompatible"}})
+        st = r.wait_status(lambda s: (s.get("rejectedSpec") or {}).get("reason") == "PreFlightFailed",
+                           "pre-flight to block the upgrade", 300)
+        assert st["driverPod"] == f"{NAME}-driver-0" and r.pod_phase(f"{NAME}-driver-0") == "Running"
+        assert "upgrade" not in st and "pendingLaunch" not in st
+        assert condition(st, "Ready")["status"] == "True"
+        degraded = condition(st, "Degraded")
+        assert (degraded["status"], degraded["reason"]) == ("True", "UpgradeBlocked"), degraded
+        blocked_msg = r.kubectl.event_messages(namespace, NAME, "UpgradeBlocked")
+        assert blocked_msg and "pre-flight" in blocked_msg[0], blocked_msg
+        before = r.counts_total()
+        wait_until(lambda: r.counts_total() > before, "the old job to keep writing", 120, r.diag, 2)
+        reasons = kubectl.events(namespace, NAME)
+        assert "PreFlight" in reasons and "SnapshotTaken" not in reasons and "Upgraded" not in reasons
+
+        # 2. A job that cannot start at all (pre-flight off): upgraded from a snapshot, never ready,
+        #    rolled back to the last stable spec from that snapshot.
+        kubectl.patch_spec(namespace, NAME, {"job": {"module": "tests.e2e.jobs.no_such_module"},
+                                             "upgradePreFlight": False})
+        st = r.wait_status(lambda s: (s.get("rejectedSpec") or {}).get("reason") == "RolledBack"
+                           and s.get("lifecycleState") == "Running" and "upgrade" not in s,
+                           "the broken upgrade to be rolled back", 420)
+        rolled_pod = st["driverPod"]
+        assert json.loads(st["lastReconciledSpec"])["job"]["module"] == "examples.colors.job"
+        assert condition(st, "Ready")["status"] == "True"
+        assert condition(st, "Degraded")["reason"] == "UpgradeRolledBack"
+        reasons = kubectl.events(namespace, NAME)
+        assert reasons.count("SnapshotTaken") == 1 and reasons.count("UpgradeRolledBack") == 1
+        assert "DriverFailed" in reasons                        # the broken spec did run, and failed
+        log = r.kubelet.log_path(namespace, rolled_pod).read_text(errors="replace")
+        assert "seeded from snapshot" in log, log[-2000:]
+        finish_exact(r, trickle)
+        report_result(f"upgrade safety: pre-flight blocked an incompatible state change with the old driver "
+                      f"running; a broken upgrade rolled back to the last stable spec as {rolled_pod}; "
+                      "output exactly once")
+
+
+@pytest.mark.parametrize("kills", [("\"step\":\"Stopping\"", "\"step\":\"Stopped\"", "\"resolvedSpecHash\":\"")])
+def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
+        stack_env, kubectl, namespace, tmp_path, kills, report_result):
+    """Three upgrades; in each the operator dies right after writing one step of the upgrade to status
+    (after intent, after the snapshot, after resolution) and a new operator finishes it."""
+    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+        r.start_operator()
+        trickle = Trickle(r.bootstrap, r.topics.events)
+        trickle.send(1000, seed=5)
+        kubectl.apply(r.stream(upgradePreFlight=False), namespace)
+        r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
+        wait_until(lambda: r.counts_total() > 0, "first output", 240, r.diag, 2)
+        trickle.start()
+        for v, marker in enumerate(kills, start=1):
+            r.operator.stop()
+            crashing = r.start_operator(EOS_TEST_CRASH_AFTER_STATUS=marker)
+            kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": f"v{v}"}}})
+            wait_until(lambda: not crashing.alive(), f"the operator to die after writing {marker}", 240, r.diag)
+            assert crashing.proc.returncode == 137, crashing.tail()
+            r.start_operator()
+            st = r.wait_status(lambda s: s.get("driverPod") == f"{NAME}-driver-{v}"
+                               and s.get("lifecycleState") == "Running" and "upgrade" not in s,
+                               f"upgrade {v} to finish", 300)
+            assert st["checkpointDir"].endswith(f"/ckpt-{v}")
+        finish_exact(r, trickle)
+        reasons = kubectl.events(namespace, NAME)
+        assert reasons.count("Upgraded") == 3 and reasons.count("Submitted") == 4, reasons
+        assert reasons.count("SnapshotTaken") == 3 - 1   # the kill right after "Stopped" loses that one event
+        runs = sorted(p.name for p in r.kubelet.log_dir.glob(f"{namespace}_{NAME}-driver-*.log"))
+        assert runs == [f"{namespace}_{NAME}-driver-{a}.log" for a in range(4)], runs   # one process each
+        status = r.status()
+        assert len(status["snapshots"]) == 3
+        report_result("operator SIGKILLed after intent, after snapshot and after resolution of three upgrades: "
+                      "each finished once (4 drivers in all), output exactly once")
+
+
+def test_parallelism_change_over_a_partially_committed_batch_drains_first(
+        stack_env, kubectl, namespace, tmp_path, report_result):
+    """driver-0 dies after slot 0 of a batch committed and before slot 1 did; while it waits to be
+    restarted, job.parallelism goes 2 -> 3. The old spec finishes that batch first (drain, generation 0),
+    then the new one starts under generation 1."""
+    def env_for(pod: str) -> dict[str, str]:
+        return {"EOS_FAULT_PARTIAL_BATCH": "1:0"} if pod == f"{NAME}-driver-0" else {}
+
+    with rig(stack_env, kubectl, namespace, tmp_path, env_for=env_for) as r:
+        r.start_operator()
+        trickle = Trickle(r.bootstrap, r.topics.events)
+        trickle.send(1000, seed=9)
+        doc = r.stream(upgradePreFlight=False)
+        doc["spec"]["restartStrategy"] = {"type": "fixed-delay", "fixedDelay": {"attempts": 3, "delaySeconds": 60}}
+        kubectl.apply(doc, namespace)
+        r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
+        trickle.start()
+        r.wait_status(lambda s: s.get("lifecycleState") == "Restarting", "driver-0 to die mid-batch", 300)
+        log0 = r.kubelet.log_path(namespace, f"{NAME}-driver-0").read_text(errors="replace")
+        assert "(partial batch)" in log0, log0[-3000:]
+        kubectl.patch_spec(namespace, NAME, {"job": {"parallelism": 3}})
+        st = r.wait_status(lambda s: s.get("lifecycleState") == "Running" and "upgrade" not in s
+                           and s.get("driverPod") == f"{NAME}-driver-1", "the upgrade to run", 420)
+        assert st["txGeneration"] == 1
+        reasons = kubectl.events(namespace, NAME)
+        assert "SnapshotFallback" in reasons and "Draining" in reasons and "Drained" in reasons, reasons
+        drained = " ".join(kubectl.event_messages(namespace, NAME, "Drained"))
+        drain_log = r.kubelet.log_path(namespace, f"{NAME}-drain-1").read_text(errors="replace")
+        assert "1/2 slots skipped as already committed" in drain_log, drain_log[-3000:]
+        finish_exact(r, trickle)
+        report_result(f"drain: a batch partially committed by 2 slots was finished by the old spec ({drained[:120]}), "
+                      "then 3 slots under generation 1; output exactly once")
+
+
+def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
+        stack_env, kubectl, namespace, tmp_path, report_result):
+    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+        r.start_operator()
+        trickle = Trickle(r.bootstrap, r.topics.events)
+        trickle.send(1000, seed=11)
+        kubectl.apply(r.stream(snapshots={"intervalSeconds": 10, "maxCount": 2}), namespace)
+        r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
+        trickle.start()
+        seen: dict[str, dict[str, Any]] = {}
+
+        def snapshots() -> list[dict[str, Any]]:
+            items = kubectl.json("get", "exactlyoncesnapshots", "-n", namespace)["items"]
+            for s in items:
+                seen[s["metadata"]["name"]] = s
+            return items
+
+        def pruned() -> bool:
+            items = snapshots()
+            done = [s for s in items if (s.get("status") or {}).get("state") == "Completed"]
+            return len(seen) >= 4 and 1 <= len(done) <= 2 and len(items) < len(seen)
+
+        wait_until(pruned, "periodic snapshots and retention", 300, r.diag, 1)
+        items = snapshots()
+        assert all(s["spec"]["trigger"] == "periodic" for s in items)
+        gone = [s for n, s in seen.items() if n not in {i["metadata"]["name"] for i in items}]
+        for s in gone:     # disposeOnDelete: the files of pruned snapshots are removed
+            path = (s.get("status") or {}).get("path")
+            if path:
+                wait_until(lambda: not Path(path).exists(), f"{path} to be disposed", 60, r.diag, 1)
+        completed = sorted((s for s in items if s["status"]["state"] == "Completed"),
+                           key=lambda s: s["status"]["batch"])
+        older = completed[0]
+        time.sleep(10)     # more output after the snapshot the fork starts from
+        expected = trickle.stop()
+        wait_until(lambda: audit_counts(r.bootstrap, r.topics.counts).final == expected, "the output", 300,
+                   r.diag, 2)
+        assert_exactly_once(r.bootstrap, r.topics.counts, r.topics.ledger(namespace, NAME), expected,
+                            (r.topics.dlq,))
+
+        # Restore the older snapshot into a new stream (a fork, with its own sink topic).
+        fork_counts = f"{r.topics.counts}-fork"
+        from examples.colors.local_run import create_topics
+        create_topics(r.bootstrap, {fork_counts: 3})
+        fork = colors_stream("colors-fork", r.topics, tmp_path / "fork", attempts=3, delay=2)
+        fork["spec"]["sink"]["topic"] = fork_counts
+        fork["spec"]["restoreFrom"] = older["metadata"]["name"]
+        kubectl.apply(fork, namespace)
+        st = r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the fork to run", 240,
+                           name="colors-fork")
+        assert st["restoreFrom"] == older["status"]["path"] and st["checkpointDir"].endswith("/ckpt-0")
+        restored = kubectl.event_messages(namespace, "colors-fork", "Restored")
+        assert restored and "fork" in restored[0], restored
+        wait_until(lambda: audit_counts(r.bootstrap, fork_counts).final == expected, "the fork's output", 300,
+                   r.diag, 2)
+        assert_exactly_once(r.bootstrap, fork_counts, f"{fork_counts}.eos-ledger.{namespace}.colors-fork",
+                            expected, (r.topics.dlq,))
+        report_result(f"periodic snapshots: {len(seen)} taken every 10s, retention kept {len(items)}; "
+                      f"restore of {older['metadata']['name']} (batch {older['status']['batch']}) into a new "
+                      "stream: output exactly once")
