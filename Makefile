@@ -7,7 +7,7 @@ export EOS_CACHE ?= $(HOME)/.cache/eos
 export PIP_CACHE_DIR ?= $(EOS_CACHE)/pip
 export PYTHONPATH := $(CURDIR)/stack:$(CURDIR)
 
-.PHONY: venv stack-up stack-down stack-status test test-unit demo soak bench crds clean
+.PHONY: venv stack-up stack-down stack-status test test-unit demo soak bench bench-upgrade crds clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install python3.11 (or set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -48,6 +48,11 @@ demo: venv
 bench: venv
 	$(PY) -m eos_stack up
 	$(PY) benchmarks/sink_throughput.py
+
+# Output gap of a snapshot upgrade vs a plain restart, same run (results in benchmarks/results/).
+bench-upgrade: venv
+	$(PY) -m eos_stack up
+	$(PY) benchmarks/upgrade_gap.py --rounds $${ROUNDS:-2}
 
 clean:
 	rm -rf $(VENV) .pytest_cache
