@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from eos_job.spec import API_GROUP, API_VERSION, PLURAL, ExactlyOnceStreamSpec, ResolutionReport, RunConfig
+from eos_job.spec import (API_GROUP, API_VERSION, KIND, PLURAL, SNAPSHOT_PLURAL, ExactlyOnceStreamSpec,
+                          ResolutionReport, RunConfig)
 
-from .children import StreamRef, selector_string, stream_selector
+from .children import LABEL_STREAM, StreamRef, selector_string, stream_selector
 from .observed import CheckpointState, SnapshotView
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,14 @@ class Conflict(KubeError):
     """The object changed since it was read (optimistic concurrency): observe again."""
 
 
+class ObjectRef(Protocol):
+    """What an event is about: a StreamRef (kind ExactlyOnceStream) or anything with name, namespace, uid and
+    optionally ``kind`` (e.g. snapshots.SnapshotRef)."""
+    name: str
+    namespace: str
+    uid: str
+
+
 class Kube(Protocol):
     async def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any],
@@ -52,7 +61,16 @@ class Kube(Protocol):
     async def apply_service(self, namespace: str, body: dict[str, Any]) -> None: ...
     async def delete_config_map(self, namespace: str, name: str) -> None: ...
     async def delete_service(self, namespace: str, name: str) -> None: ...
-    async def post_event(self, ref: StreamRef, type_: str, reason: str, message: str) -> None: ...
+    async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str, *,
+                         kind: str | None = None) -> None: ...
+    # -- ExactlyOnceSnapshot resources and their Pods ---------------------------
+    async def list_snapshots(self, namespace: str, stream: str) -> list[dict[str, Any]]: ...
+    async def get_snapshot(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    async def create_snapshot(self, namespace: str, body: dict[str, Any]) -> None: ...
+    async def delete_snapshot(self, namespace: str, name: str) -> None: ...
+    async def patch_snapshot_status(self, namespace: str, name: str, status: dict[str, Any],
+                                    resource_version: str | None) -> dict[str, Any]: ...
+    async def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]: ...
 
 
 class Resolver(Protocol):
@@ -231,18 +249,59 @@ class KubernetesApi:
 
     async def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any],
                                   resource_version: str | None) -> dict[str, Any]:
+        return await self._patch_status(self._stream_path(namespace, name), status, resource_version)
+
+    async def _patch_status(self, path: str, status: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {"status": status}
         if resource_version:
             # A merge patch carrying resourceVersion is refused (409) if the object moved on.
             body["metadata"] = {"resourceVersion": resource_version}
-        result = await self._request("PATCH", self._stream_path(namespace, name) + "/status", body,
+        result = await self._request("PATCH", path + "/status", body,
                                      {"fieldManager": FIELD_MANAGER}, "application/merge-patch+json")
         return result or {}
 
+    # -- snapshots ------------------------------------------------------------
+    def _snapshots_path(self, namespace: str) -> str:
+        return f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{SNAPSHOT_PLURAL}"
+
+    async def list_snapshots(self, namespace: str, stream: str) -> list[dict[str, Any]]:
+        """The ExactlyOnceSnapshots labelled as the stream's (snapshots.snapshot_resource sets the label)."""
+        result = await self._request("GET", self._snapshots_path(namespace),
+                                     query={"labelSelector": selector_string({LABEL_STREAM: stream})})
+        return list((result or {}).get("items") or [])
+
+    async def get_snapshot(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._request("GET", f"{self._snapshots_path(namespace)}/{quote(name)}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create_snapshot(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            await self._request("POST", self._snapshots_path(namespace), body, {"fieldManager": FIELD_MANAGER})
+        except KubeError as exc:
+            if exc.status != 409:  # already there: a deterministic name makes this success
+                raise
+
+    async def delete_snapshot(self, namespace: str, name: str) -> None:
+        # Background: the snapshot goes first (after its finalizer disposed the files), its Pods after it.
+        await self._delete(f"{self._snapshots_path(namespace)}/{quote(name)}")
+
+    async def patch_snapshot_status(self, namespace: str, name: str, status: dict[str, Any],
+                                    resource_version: str | None) -> dict[str, Any]:
+        return await self._patch_status(f"{self._snapshots_path(namespace)}/{quote(name)}", status,
+                                        resource_version)
+
     # -- pods -----------------------------------------------------------------
     async def list_driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]:
+        return await self.list_pods(namespace, stream_selector(stream))
+
+    async def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """Pods carrying every one of ``labels`` (equality selector)."""
         result = await self._request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods",
-                                     query={"labelSelector": selector_string(stream_selector(stream))})
+                                     query={"labelSelector": selector_string(labels)})
         return list((result or {}).get("items") or [])
 
     async def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
@@ -295,12 +354,14 @@ class KubernetesApi:
         await self._delete(f"/api/v1/namespaces/{quote(namespace)}/services/{quote(name)}")
 
     # -- events ---------------------------------------------------------------
-    async def post_event(self, ref: StreamRef, type_: str, reason: str, message: str) -> None:
+    async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str, *,
+                         kind: str | None = None) -> None:
+        """An event on the stream (a StreamRef) or on another of our objects: ``kind``, else ``ref.kind``."""
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
-            "involvedObject": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "ExactlyOnceStream",
+            "involvedObject": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": event_kind(ref, kind),
                                "name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
             "type": type_, "reason": reason, "message": message[:1024],
             "source": {"component": FIELD_MANAGER},
@@ -310,6 +371,11 @@ class KubernetesApi:
             await self._request("POST", f"/api/v1/namespaces/{quote(ref.namespace)}/events", body)
         except KubeError as exc:  # an event is never worth failing a reconcile for
             log.warning("could not post event %s for %s/%s: %s", reason, ref.namespace, ref.name, exc)
+
+
+def event_kind(ref: Any, kind: str | None = None) -> str:
+    """The involvedObject kind of an event about ``ref``: explicit, else the ref's own, else a stream."""
+    return kind or getattr(ref, "kind", None) or KIND
 
 
 def _message(text: str) -> str:

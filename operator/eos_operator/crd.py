@@ -1,7 +1,8 @@
-"""The CustomResourceDefinition, generated from the pydantic models in ``eos_job.spec``.
+"""The CustomResourceDefinitions, generated from the pydantic models in ``eos_job.spec``.
 
-``python -m eos_operator.crd`` rewrites ``crds/exactlyoncestreams.streaming.eos.dev.yaml``;
-``python -m eos_operator.crd --check`` exits 1 when the committed file drifts
+``python -m eos_operator.crd`` rewrites ``crds/exactlyoncestreams.streaming.eos.dev.yaml``
+and ``crds/exactlyoncesnapshots.streaming.eos.dev.yaml``;
+``python -m eos_operator.crd --check`` exits 1 when either committed file drifts
 from the models (the unit tests do the same).
 
 Kubernetes wants a *structural* OpenAPI v3 schema: every node typed, no
@@ -23,12 +24,16 @@ from typing import Any
 
 import yaml
 
-from eos_job.spec import (API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAMES, ExactlyOnceStreamSpec,
-                          ExactlyOnceStreamStatus)
+from eos_job.spec import (API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAMES, SNAPSHOT_KIND, SNAPSHOT_PLURAL,
+                          SNAPSHOT_SHORT_NAMES, ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec,
+                          ExactlyOnceStreamStatus, SnapshotSpec)
 
 REPO = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO / "crds"
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
-CRD_PATH = REPO / "crds" / f"{CRD_NAME}.yaml"
+CRD_PATH = CRD_DIR / f"{CRD_NAME}.yaml"
+SNAPSHOT_CRD_NAME = f"{SNAPSHOT_PLURAL}.{API_GROUP}"
+SNAPSHOT_CRD_PATH = CRD_DIR / f"{SNAPSHOT_CRD_NAME}.yaml"
 
 # Keywords a structural schema may carry through from pydantic's output.
 _KEEP = ("type", "description", "enum", "default", "pattern", "minLength", "maxLength", "minimum",
@@ -150,11 +155,28 @@ def status_schema() -> dict[str, Any]:
     conditions["description"] = "Ready, Progressing and Degraded, per the Kubernetes API conventions."
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
+    return _with_kopf(schema)
+
+
+def _with_kopf(schema: dict[str, Any]) -> dict[str, Any]:
     # kopf may park its own bookkeeping under status.kopf; keep it from being pruned.
     schema["properties"]["kopf"] = {
         "type": "object", "x-kubernetes-preserve-unknown-fields": True,
         "description": "Bookkeeping of the operator framework (kopf)."}
     return schema
+
+
+def snapshot_spec_schema() -> dict[str, Any]:
+    schema = structural(SnapshotSpec.model_json_schema(by_alias=True, mode="validation"))
+    schema["description"] = "Which stream to snapshot, who asked, and what happens to the files on deletion."
+    return schema
+
+
+def snapshot_status_schema() -> dict[str, Any]:
+    schema = structural(ExactlyOnceSnapshotStatus.model_json_schema(by_alias=True, mode="serialization"),
+                        keep_defaults=False)
+    schema["description"] = "Observed state, written by the operator (and its write-ahead log)."
+    return _with_kopf(schema)
 
 
 PRINTER_COLUMNS = [
@@ -170,32 +192,45 @@ PRINTER_COLUMNS = [
 ]
 
 
-def build_crd() -> dict[str, Any]:
+SNAPSHOT_PRINTER_COLUMNS = [
+    {"name": "Stream", "type": "string", "jsonPath": ".spec.stream", "description": "The snapshotted stream."},
+    {"name": "Batch", "type": "integer", "jsonPath": ".status.batch",
+     "description": "Last batch committed in the snapshot."},
+    {"name": "Path", "type": "string", "jsonPath": ".status.path",
+     "description": "Snapshot directory in the checkpoint store."},
+    {"name": "State", "type": "string", "jsonPath": ".status.state",
+     "description": "Pending, InProgress, Completed or Failed."},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _crd(*, kind: str, plural: str, short_names: list[str], description: str, spec: dict[str, Any],
+         status: dict[str, Any], columns: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/part-of": "spark-eos-operator"}},
+        "metadata": {"name": f"{plural}.{API_GROUP}", "labels": {"app.kubernetes.io/part-of": "spark-eos-operator"}},
         "spec": {
             "group": API_GROUP,
             "scope": "Namespaced",
-            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL,
-                      "singular": KIND.lower(), "shortNames": list(SHORT_NAMES)},
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural,
+                      "singular": kind.lower(), "shortNames": list(short_names)},
             "versions": [{
                 "name": API_VERSION,
                 "served": True,
                 "storage": True,
                 "subresources": {"status": {}},
-                "additionalPrinterColumns": PRINTER_COLUMNS,
+                "additionalPrinterColumns": columns,
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
-                    "description": "An exactly-once Spark Structured Streaming job from Kafka to Kafka.",
+                    "description": description,
                     "required": ["spec"],
                     "properties": {
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},
                         "metadata": {"type": "object"},
-                        "spec": spec_schema(),
-                        "status": status_schema(),
+                        "spec": spec,
+                        "status": status,
                     },
                 }},
             }],
@@ -203,34 +238,64 @@ def build_crd() -> dict[str, Any]:
     }
 
 
+def build_crd() -> dict[str, Any]:
+    return _crd(kind=KIND, plural=PLURAL, short_names=SHORT_NAMES,
+                description="An exactly-once Spark Structured Streaming job from Kafka to Kafka.",
+                spec=spec_schema(), status=status_schema(), columns=PRINTER_COLUMNS)
+
+
+def build_snapshot_crd() -> dict[str, Any]:
+    return _crd(kind=SNAPSHOT_KIND, plural=SNAPSHOT_PLURAL, short_names=SNAPSHOT_SHORT_NAMES,
+                description=("A snapshot of an ExactlyOnceStream: a copy of its checkpoint at a committed batch "
+                             "with a manifest, taken by the operator; it outlives the stream."),
+                spec=snapshot_spec_schema(), status=snapshot_status_schema(), columns=SNAPSHOT_PRINTER_COLUMNS)
+
+
 HEADER = ("# Generated by `python -m eos_operator.crd` from jobs/eos_job/spec.py. Do not edit by hand;\n"
           "# tests/operator/test_crd.py fails when this file drifts from the models.\n")
 
 
+def _render(crd: dict[str, Any]) -> str:
+    return HEADER + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
+
+
 def render() -> str:
-    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+    """The ExactlyOnceStream CRD file."""
+    return _render(build_crd())
+
+
+def render_snapshot() -> str:
+    """The ExactlyOnceSnapshot CRD file."""
+    return _render(build_snapshot_crd())
+
+
+def rendered() -> dict[str, str]:
+    """Every generated CRD file: {file name: text}."""
+    return {CRD_PATH.name: render(), SNAPSHOT_CRD_PATH.name: render_snapshot()}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eos_operator.crd",
-                                 description="Generate the ExactlyOnceStream CRD from the pydantic models.")
-    ap.add_argument("--check", action="store_true", help="exit 1 if the committed file differs")
-    ap.add_argument("--stdout", action="store_true", help="print instead of writing the file")
-    ap.add_argument("--output", type=Path, default=CRD_PATH)
+                                 description="Generate the ExactlyOnceStream and ExactlyOnceSnapshot CRDs from "
+                                             "the pydantic models.")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a committed file differs")
+    ap.add_argument("--stdout", action="store_true", help="print instead of writing the files")
+    ap.add_argument("--dir", type=Path, default=CRD_DIR, help="folder of the CRD files (default: crds/)")
     args = ap.parse_args(argv)
-    text = render()
+    files = rendered()
     if args.stdout:
-        sys.stdout.write(text)
+        sys.stdout.write("---\n".join(files.values()))
         return 0
     if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date; run `python -m eos_operator.crd`", file=sys.stderr)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print(f"wrote {args.output}")
+        stale = [name for name, text in files.items()
+                 if not (args.dir / name).exists() or (args.dir / name).read_text() != text]
+        for name in stale:
+            print(f"{args.dir / name} is out of date; run `python -m eos_operator.crd`", file=sys.stderr)
+        return 1 if stale else 0
+    args.dir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (args.dir / name).write_text(text)
+        print(f"wrote {args.dir / name}")
     return 0
 
 

@@ -6,6 +6,12 @@ failing and restart delays running out. A per-stream lock keeps the timer and
 the event handlers from planning on top of each other. Deletion stops the
 driver gracefully behind a finalizer and retries with ``TemporaryError`` until
 every driver Pod is gone.
+
+ExactlyOnceSnapshot resources get the same treatment through
+:func:`eos_operator.snapshot_reconciler.reconcile_snapshot`: create, update,
+resume, a timer while a snapshot is Pending or InProgress, and a deletion
+handler behind the same finalizer that waits until the snapshot's files are
+disposed (or left, with an event saying where).
 """
 from __future__ import annotations
 
@@ -15,12 +21,20 @@ from typing import Any, Callable
 
 import kopf
 
-from eos_job.spec import API_GROUP, API_VERSION, PLURAL
+from eos_job.spec import API_GROUP, API_VERSION, PLURAL, SNAPSHOT_PLURAL
 
 from .adapters import JobResolver, KubernetesApi, LedgerProgress, LocalCheckpointStore, SystemClock
 from .reconciler import Deps, StatusUnreadable, reconcile
+from .snapshot_reconciler import reconcile_snapshot
+from .snapshots import TERMINAL_STATES, SnapshotStatusUnreadable
 
 RESOURCE = {"group": API_GROUP, "version": API_VERSION, "plural": PLURAL}
+SNAPSHOT_RESOURCE = {"group": API_GROUP, "version": API_VERSION, "plural": SNAPSHOT_PLURAL}
+
+
+def snapshot_unfinished(status: Any, **_: Any) -> bool:
+    """The timer runs only while a snapshot can still change by itself (Pending or InProgress)."""
+    return (status or {}).get("state") not in TERMINAL_STATES
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,50 @@ def build_registry(config: OperatorConfig,
         if outcome.exists and not outcome.finished:
             raise kopf.TemporaryError(f"{namespace}/{name} is being deleted: waiting for its driver to stop "
                                       "at a clean batch boundary (not an error)", delay=2)
+        memo.locks.pop(uid, None)
+
+    # ------------------------------------------------------------ snapshots
+    async def run_snapshot(namespace: str, name: str, uid: str, memo: kopf.Memo):
+        lock = memo.locks.setdefault(uid, asyncio.Lock())
+        async with lock:
+            return await reconcile_snapshot(namespace, name, memo.deps)
+
+    @kopf.on.create(**SNAPSHOT_RESOURCE, id="snapshot-on-create", registry=registry)
+    @kopf.on.update(**SNAPSHOT_RESOURCE, id="snapshot-on-update", field="spec", registry=registry)
+    @kopf.on.resume(**SNAPSHOT_RESOURCE, id="snapshot-on-resume", registry=registry)
+    async def reconcile_snapshot_now(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
+                                     **_: Any) -> None:
+        try:
+            await run_snapshot(namespace, name, uid, memo)
+        except SnapshotStatusUnreadable as exc:
+            raise kopf.PermanentError(str(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - the timer or a retry picks it up again
+            logger.warning("snapshot reconcile failed, retrying: %s", exc)
+            raise kopf.TemporaryError(str(exc), delay=5) from exc
+
+    @kopf.timer(**SNAPSHOT_RESOURCE, id="snapshot-periodically", interval=config.interval,
+                initial_delay=config.interval, when=snapshot_unfinished, registry=registry)
+    async def reconcile_snapshot_periodically(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
+                                              **_: Any) -> None:
+        try:
+            await run_snapshot(namespace, name, uid, memo)
+        except Exception as exc:  # noqa: BLE001 - next tick tries again
+            logger.warning("periodic snapshot reconcile failed: %s", exc)
+
+    @kopf.on.delete(**SNAPSHOT_RESOURCE, id="dispose", registry=registry)
+    async def dispose_snapshot(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
+                               **_: Any) -> None:
+        try:
+            outcome = await run_snapshot(namespace, name, uid, memo)
+        except SnapshotStatusUnreadable as exc:
+            # Never guess which files to remove: keep them and let the resource go.
+            logger.warning("snapshot %s/%s: %s; its files are kept", namespace, name, exc)
+            memo.locks.pop(uid, None)
+            return
+        if outcome.exists and not outcome.finished:
+            raise kopf.TemporaryError(f"{namespace}/{name} is being deleted: waiting for its attempt to stop and "
+                                      "its files to be disposed (not an error)",
+                                      delay=min(max(outcome.requeue_after or 2.0, 1.0), 60.0))
         memo.locks.pop(uid, None)
 
     return registry

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 GROUP = "streaming.eos.dev"
 PLURAL = "exactlyoncestreams"
+SNAPSHOTS = "exactlyoncesnapshots"
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ ADAPTER_CALLS: dict[Call, str] = {
     Call("update", "", "services"): "adapters.apply_service: on 409 replace it",
     Call("delete", "", "services"): "adapters.delete_service",
     Call("create", "", "events"): "adapters.post_event",
+    Call("list", GROUP, SNAPSHOTS): "adapters.list_snapshots: a stream's snapshots by label (retention)",
+    Call("get", GROUP, SNAPSHOTS): "adapters.get_snapshot: the snapshot reconciler reads it afresh on every pass",
+    Call("create", GROUP, SNAPSHOTS): "adapters.create_snapshot: periodic, nonce and upgrade snapshots",
+    Call("delete", GROUP, SNAPSHOTS): "adapters.delete_snapshot: retention (maxCount, maxAgeSeconds)",
+    Call("patch", GROUP, SNAPSHOTS, "status"): "adapters.patch_snapshot_status: the snapshot's write-ahead log",
 }
 KOPF_CALLS: dict[Call, str] = {
     Call("list", GROUP, PLURAL): "kopf: the watch stream starts with a list",
@@ -58,6 +64,9 @@ KOPF_CALLS: dict[Call, str] = {
     # Owner references with blockOwnerDeletion on every child: required by clusters with
     # the OwnerReferencesPermissionEnforcement admission plugin (not enabled locally).
     Call("update", GROUP, PLURAL, "finalizers"): "children: ownerReferences.blockOwnerDeletion",
+    Call("list", GROUP, SNAPSHOTS): "kopf: the snapshots' watch stream starts with a list",
+    Call("watch", GROUP, SNAPSHOTS): "kopf: the snapshots' watch stream",
+    Call("patch", GROUP, SNAPSHOTS): "kopf: the snapshots' finalizer (disposal) and annotation-stored progress",
 }
 # Cluster-wide installs only: kopf's resource observer watches CRDs (read-only).
 KOPF_CLUSTER_CALLS: dict[Call, str] = {
@@ -81,6 +90,10 @@ FORBIDDEN = [
     Call("patch", "", "events"), Call("update", "", "events"), Call("delete", "", "events"),
     Call("create", GROUP, PLURAL), Call("update", GROUP, PLURAL), Call("delete", GROUP, PLURAL),
     Call("update", GROUP, PLURAL, "status"),
+    # Snapshot Pods' owner references say blockOwnerDeletion: false (snapshots.SnapshotRef), so no
+    # permission on the snapshots' finalizers subresource; a snapshot is never changed but by its status.
+    Call("update", GROUP, SNAPSHOTS), Call("update", GROUP, SNAPSHOTS, "status"),
+    Call("update", GROUP, SNAPSHOTS, "finalizers"), Call("deletecollection", GROUP, SNAPSHOTS),
     Call("create", "", "serviceaccounts", "token"), Call("create", "", "persistentvolumeclaims"),
     Call("create", "apps", "deployments"), Call("create", "rbac.authorization.k8s.io", "rolebindings"),
     Call("list", "", "namespaces", cluster_scoped=True),

@@ -16,6 +16,7 @@ from .helpers import CHART, Helm, Kubectl, can_i, install, one, sa_user, token_k
 from .rbac_model import ALL_CALLS, NAMESPACED_CALLS
 
 CRD_NAME = "exactlyoncestreams.streaming.eos.dev"
+SNAPSHOT_CRD_NAME = "exactlyoncesnapshots.streaming.eos.dev"
 
 
 def bumped_chart(tmp: Path, version: str) -> Path:
@@ -56,6 +57,7 @@ def test_install_upgrade_uninstall(helm: Helm, kubectl: Kubectl, namespaces, rel
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
     assert role["rules"] == one(manifest, "ClusterRole")["rules"]
     assert kubectl.exists("crd", CRD_NAME), "the chart's crds/ installs the CRD (or finds it installed)"
+    assert kubectl.exists("crd", SNAPSHOT_CRD_NAME), "the chart's crds/ installs the snapshot CRD too"
 
     user = sa_user(ns, name)
     wait_until(lambda: can_i(kubectl, user, NAMESPACED_CALLS[0], ns), "the binding to take effect", 30)
@@ -100,4 +102,4 @@ def test_install_upgrade_uninstall(helm: Helm, kubectl: Kubectl, namespaces, rel
         assert not kubectl.exists(kind, name, "-n", ns), kind
     assert not kubectl.exists("clusterrole", cluster_name)
     assert not kubectl.exists("clusterrolebinding", cluster_name)
-    assert kubectl.exists("crd", CRD_NAME)
+    assert kubectl.exists("crd", CRD_NAME) and kubectl.exists("crd", SNAPSHOT_CRD_NAME)

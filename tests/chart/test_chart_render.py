@@ -205,6 +205,7 @@ def test_notes_say_what_to_apply_next(helm: Helm):
     notes = out.split("NOTES:", 1)[1]
     assert "kubectl apply -n default -f examples/colors.yaml" in notes
     assert "rollout status deployment/eos-spark-eos-operator" in notes
+    assert "kind: ExactlyOnceSnapshot" in notes and "kubectl get eoss -n default" in notes
     out = helm.run("install", "eos", str(CHART), "--dry-run=client", "--namespace", "ops",
                    "--set", "watchNamespaces={team-a}", "--set", "jobRbac.create=true").stdout
     notes = out.split("NOTES:", 1)[1]

@@ -69,7 +69,8 @@ class RecordingApiClient:
 
     def call_api(self, method, url, header_params=None, body=None, post_params=None, **_):
         self.requests.append((method, url))
-        if method == "POST" and self.conflict_on_create and ("/configmaps" in url or "/services" in url):
+        if method == "POST" and self.conflict_on_create and ("/configmaps" in url or "/services" in url
+                                                               or "/exactlyoncesnapshots" in url):
             return _Response(409, {"message": "already exists"})
         return _Response(200, {"metadata": {"resourceVersion": "7"}, "spec": {"clusterIP": "None"}, "items": []})
 
@@ -77,9 +78,12 @@ class RecordingApiClient:
 def test_the_adapter_makes_exactly_the_listed_requests():
     from eos_operator.adapters import Kube, KubernetesApi
     from eos_operator.children import StreamRef
+    from eos_operator.snapshots import SnapshotRef, snapshot_resource, snapshot_selector
 
     exercised = {"get_stream", "patch_stream_status", "list_driver_pods", "create_pod", "delete_pod",
-                 "apply_config_map", "apply_service", "delete_config_map", "delete_service", "post_event"}
+                 "apply_config_map", "apply_service", "delete_config_map", "delete_service", "post_event",
+                 "list_snapshots", "get_snapshot", "create_snapshot", "delete_snapshot", "patch_snapshot_status",
+                 "list_pods"}
     protocol = {n for n, v in vars(Kube).items() if callable(v) and not n.startswith("_")}
     assert protocol == exercised, (
         f"the Kube protocol changed ({sorted(protocol ^ exercised)}): record the new calls here, "
@@ -101,6 +105,14 @@ def test_the_adapter_makes_exactly_the_listed_requests():
             await api.delete_config_map("ns", "s-run")
             await api.delete_service("ns", "s-driver")
             await api.post_event(StreamRef("s", "ns", "uid-1"), "Normal", "Started", "started")
+            await api.list_snapshots("ns", "s")
+            await api.get_snapshot("ns", "s-n1")
+            await api.create_snapshot("ns", snapshot_resource("ns", "s", "s-n1", "nonce", max_retries=3,
+                                                              dispose_on_delete=True))
+            await api.patch_snapshot_status("ns", "s-n1", {"state": "InProgress"}, "7")
+            await api.delete_snapshot("ns", "s-n1")
+            await api.list_pods("ns", snapshot_selector("s-n1"))
+            await api.post_event(SnapshotRef("s-n1", "ns", "uid-2"), "Normal", "SnapshotStarted", "started")
 
         asyncio.run(drive())
         requests += client.requests

@@ -1,10 +1,12 @@
 """In-memory fakes of the operator's adapters, with switches that inject faults.
 
-``FakeKube`` keeps streams, Pods, ConfigMaps, Services and events in dicts and
-behaves like the API server where the operator depends on it: resourceVersion
-preconditions on status patches (409), AlreadyExists on create (409), deletion
-with a grace period (a Pod with a deletionTimestamp lingers until the test
-"kubelet" finishes it), label selection of driver Pods.
+``FakeKube`` keeps streams, snapshots, Pods, ConfigMaps, Services and events in
+dicts and behaves like the API server where the operator depends on it:
+resourceVersion preconditions on status patches (409), AlreadyExists on create
+(409), deletion with a grace period (a Pod with a deletionTimestamp lingers until
+the test "kubelet" finishes it), finalizers holding a deleted object, label
+selection of Pods and snapshots, and the garbage collector removing the Pods an
+object owns once it is gone (``collect_garbage``).
 """
 from __future__ import annotations
 
@@ -16,8 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from eos_job.spec import ResolutionReport, RunConfig
-from eos_operator.adapters import Conflict, KubeError
-from eos_operator.children import StreamRef
+from eos_operator.adapters import Conflict, KubeError, event_kind
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -76,15 +77,18 @@ class FakeProgress:
 class FakeKube:
     def __init__(self) -> None:
         self.streams: dict[tuple[str, str], dict[str, Any]] = {}
+        self.snapshots: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
-        self.events: list[tuple[str, str, str, str]] = []   # (stream, type, reason, message)
+        self.events: list[tuple[str, str, str, str]] = []   # (object name, type, reason, message)
+        self.event_kinds: list[str] = []                      # involvedObject kind of each of self.events
         self.created_pods: list[str] = []
         self.deleted_pods: list[tuple[str, int]] = []
         self._rv = itertools.count(1)
         # fault switches
         self.conflict_next_status_patch = 0
+        self.conflict_next_snapshot_patch = 0
         self.fail_create_pod = 0
         self.crash_after_create_pod = False
         self.crash_after_status_patch_containing: str | None = None
@@ -135,8 +139,10 @@ class FakeKube:
             del self.pods[key]
 
     def driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]:
+        # As children.stream_selector: the stream's *driver* Pods (its snapshot Pods carry the stream label too).
         return [p for (ns, _), p in self.pods.items() if ns == namespace
-                and p["metadata"].get("labels", {}).get("streaming.eos.dev/stream") == stream]
+                and p["metadata"].get("labels", {}).get("streaming.eos.dev/stream") == stream
+                and p["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "driver"]
 
     def alive_drivers(self, namespace: str, stream: str) -> list[str]:
         return [p["metadata"]["name"] for p in self.driver_pods(namespace, stream)
@@ -144,6 +150,65 @@ class FakeKube:
 
     def reasons(self) -> list[str]:
         return [r for (_, _, r, _) in self.events]
+
+    def reasons_for(self, kind: str, name: str | None = None) -> list[str]:
+        return [r for k, (n, _, r, _) in zip(self.event_kinds, self.events) if k == kind and name in (None, n)]
+
+    def messages_for(self, kind: str, reason: str) -> list[str]:
+        return [m for k, (_, _, r, m) in zip(self.event_kinds, self.events) if k == kind and r == reason]
+
+    # -- snapshots, test side -------------------------------------------------
+    def add_snapshot(self, body: dict[str, Any], *, finalizer: bool = True) -> dict[str, Any]:
+        """As kubectl apply, then kopf adding its finalizer."""
+        obj = copy.deepcopy(body)
+        meta = obj["metadata"]
+        meta.setdefault("namespace", "default")
+        meta.update(uid=str(uuid.uuid4()), generation=1)
+        if finalizer:
+            meta["finalizers"] = ["streaming.eos.dev/finalizer"]
+        self._bump(obj)
+        self.snapshots[(meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def snapshot(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.snapshots[(namespace, name)]
+
+    def snapshot_status(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return self.snapshots[(namespace, name)].get("status") or {}
+
+    def release_finalizers(self, name: str, namespace: str = "default") -> None:
+        """kopf removes its finalizer: a deleted snapshot goes, and the Pods it owns after it."""
+        obj = self.snapshots[(namespace, name)]
+        obj["metadata"]["finalizers"] = []
+        if obj["metadata"].get("deletionTimestamp"):
+            del self.snapshots[(namespace, name)]
+            self.collect_garbage()
+
+    def collect_garbage(self) -> None:
+        """The garbage collector: Pods whose controlling owner no longer exists go."""
+        alive = {o["metadata"]["uid"] for o in [*self.streams.values(), *self.snapshots.values()]}
+        for key, pod in list(self.pods.items()):
+            owners = [o["uid"] for o in pod["metadata"].get("ownerReferences") or []]
+            if owners and not any(uid in alive for uid in owners):
+                del self.pods[key]
+
+    def set_snapshot_pod(self, name: str, phase: str, *, exit_code: int | None = None, message: str | None = None,
+                         finished_at: str = "2026-01-01T12:00:00Z", namespace: str = "default") -> None:
+        """The kubelet's view of a snapshot Pod (container "snapshot")."""
+        pod = self.pods[(namespace, name)]
+        status: dict[str, Any] = {"phase": phase}
+        if phase in ("Failed", "Succeeded"):
+            term = {"exitCode": exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1),
+                    "reason": "Completed" if phase == "Succeeded" else "Error", "finishedAt": finished_at}
+            if message is not None:
+                term["message"] = message
+            status["containerStatuses"] = [{"name": "snapshot", "state": {"terminated": term}}]
+        pod["status"] = status
+        self._bump(pod)
+
+    def pods_labelled(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        return [p for (ns, _), p in self.pods.items() if ns == namespace
+                and all(p["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())]
 
     # -- the Kube protocol ----------------------------------------------------
     async def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -177,6 +242,54 @@ class FakeKube:
 
     async def list_driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self.driver_pods(namespace, stream))
+
+    async def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.pods_labelled(namespace, labels))
+
+    async def list_snapshots(self, namespace: str, stream: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for (ns, _), o in sorted(self.snapshots.items()) if ns == namespace
+                and o["metadata"].get("labels", {}).get("streaming.eos.dev/stream") == stream]
+
+    async def get_snapshot(self, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self.snapshots.get((namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    async def create_snapshot(self, namespace: str, body: dict[str, Any]) -> None:
+        if (namespace, body["metadata"]["name"]) in self.snapshots:
+            return  # 409 AlreadyExists counts as success
+        self.add_snapshot({**body, "metadata": {**body["metadata"], "namespace": namespace}})
+
+    async def delete_snapshot(self, namespace: str, name: str) -> None:
+        obj = self.snapshots.get((namespace, name))
+        if obj is None:
+            return  # 404 counts as success
+        if obj["metadata"].get("finalizers"):
+            obj["metadata"].setdefault("deletionTimestamp", "2026-01-01T12:00:00Z")
+            self._bump(obj)
+            return
+        del self.snapshots[(namespace, name)]
+        self.collect_garbage()
+
+    async def patch_snapshot_status(self, namespace: str, name: str, status: dict[str, Any],
+                                    resource_version: str | None) -> dict[str, Any]:
+        obj = self.snapshots.get((namespace, name))
+        if obj is None:
+            raise KubeError(404, "not found")
+        if self.conflict_next_snapshot_patch > 0:
+            self.conflict_next_snapshot_patch -= 1
+            self._bump(obj)
+            raise Conflict(409, "the object has been modified")
+        if resource_version is not None and resource_version != obj["metadata"]["resourceVersion"]:
+            raise Conflict(409, "the object has been modified")
+        merged = dict(obj.get("status") or {})
+        for k, v in status.items():
+            if v is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = copy.deepcopy(v)
+        obj["status"] = merged
+        self._bump(obj)
+        return copy.deepcopy(obj)
 
     async def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
         if self.fail_create_pod > 0:
@@ -220,8 +333,10 @@ class FakeKube:
     async def delete_service(self, namespace: str, name: str) -> None:
         self.services.pop((namespace, name), None)
 
-    async def post_event(self, ref: StreamRef, type_: str, reason: str, message: str) -> None:
+    async def post_event(self, ref: Any, type_: str, reason: str, message: str, *,
+                         kind: str | None = None) -> None:
         self.events.append((ref.name, type_, reason, message))
+        self.event_kinds.append(event_kind(ref, kind))
 
 
 def base_spec(**overrides: Any) -> dict[str, Any]:

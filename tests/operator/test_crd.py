@@ -6,7 +6,9 @@ import sys
 
 import yaml
 
-from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
+import pytest
+
+from eos_job.spec import ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, SnapshotSpec
 from eos_operator import crd
 
 ALLOWED_KEYS = {"type", "description", "enum", "default", "pattern", "minLength", "maxLength", "minimum", "maximum",
@@ -25,35 +27,47 @@ def walk(node, path="openAPIV3Schema"):
         yield from walk(node["additionalProperties"], f"{path}.*")
 
 
-def schema():
-    return crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def schema(build=crd.build_crd):
+    return build()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def test_committed_crd_matches_the_models():
-    assert crd.CRD_PATH.exists(), "run `python -m eos_operator.crd`"
-    assert crd.CRD_PATH.read_text() == crd.render(), (
-        f"{crd.CRD_PATH} drifted from jobs/eos_job/spec.py: run `python -m eos_operator.crd` and commit it")
+BOTH = pytest.mark.parametrize("path,render", [(crd.CRD_PATH, crd.render), (crd.SNAPSHOT_CRD_PATH, crd.render_snapshot)],
+                               ids=["stream", "snapshot"])
 
 
-def test_check_mode_reports_drift(tmp_path):
-    stale = tmp_path / "crd.yaml"
-    stale.write_text("stale\n")
-    assert crd.main(["--check", "--output", str(stale)]) == 1
-    assert crd.main(["--output", str(stale)]) == 0
-    assert crd.main(["--check", "--output", str(stale)]) == 0
+@BOTH
+def test_committed_crd_matches_the_models(path, render):
+    assert path.exists(), "run `python -m eos_operator.crd`"
+    assert path.read_text() == render(), (
+        f"{path} drifted from jobs/eos_job/spec.py: run `python -m eos_operator.crd` and commit it")
 
 
-def test_schema_is_structural():
-    text = crd.render()
+def test_check_mode_reports_drift_in_either_file(tmp_path):
+    assert crd.main(["--check", "--dir", str(tmp_path)]) == 1              # both missing
+    assert crd.main(["--dir", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([crd.CRD_PATH.name, crd.SNAPSHOT_CRD_PATH.name])
+    assert crd.main(["--check", "--dir", str(tmp_path)]) == 0
+    for name in (crd.CRD_PATH.name, crd.SNAPSHOT_CRD_PATH.name):
+        good = (tmp_path / name).read_text()
+        (tmp_path / name).write_text(good + "# stale\n")
+        assert crd.main(["--check", "--dir", str(tmp_path)]) == 1, name
+        (tmp_path / name).write_text(good)
+    assert crd.main(["--check", "--dir", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize("build,render", [(crd.build_crd, crd.render), (crd.build_snapshot_crd, crd.render_snapshot)],
+                         ids=["stream", "snapshot"])
+def test_schema_is_structural(build, render):
+    text = render()
     assert "$ref" not in text and "anyOf" not in text and "allOf" not in text and "oneOf" not in text
-    for path, node in walk(schema()):
+    for path, node in walk(schema(build)):
         assert "type" in node, f"{path} has no type"
         assert set(node) <= ALLOWED_KEYS, f"{path} has {set(node) - ALLOWED_KEYS}"
         assert not ("properties" in node and "additionalProperties" in node), path
         if node["type"] == "object" and path != "openAPIV3Schema.metadata":
             assert ("properties" in node or "additionalProperties" in node
                     or node.get("x-kubernetes-preserve-unknown-fields")), f"{path}: an untyped object"
-    preserved = [p for p, n in walk(schema()) if n.get("x-kubernetes-preserve-unknown-fields")]
+    preserved = [p for p, n in walk(schema(build)) if n.get("x-kubernetes-preserve-unknown-fields")]
     assert preserved == ["openAPIV3Schema.status.kopf"]
 
 
@@ -97,6 +111,29 @@ def test_resource_names_subresource_and_printer_columns():
                        "Ready": '.status.conditions[?(@.type=="Ready")].reason',
                        "Batch": ".status.lastCommittedBatch", "Restarts": ".status.restartCount",
                        "Age": ".metadata.creationTimestamp"}
+
+
+def test_snapshot_resource_names_schema_and_printer_columns():
+    doc = yaml.safe_load(crd.SNAPSHOT_CRD_PATH.read_text())
+    assert doc["metadata"]["name"] == "exactlyoncesnapshots.streaming.eos.dev"
+    assert doc["spec"]["scope"] == "Namespaced" and doc["spec"]["group"] == "streaming.eos.dev"
+    names = doc["spec"]["names"]
+    assert (names["kind"], names["plural"], names["shortNames"]) == ("ExactlyOnceSnapshot", "exactlyoncesnapshots",
+                                                                     ["eoss"])
+    version = doc["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    columns = [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
+    assert columns == [("Stream", ".spec.stream"), ("Batch", ".status.batch"), ("Path", ".status.path"),
+                       ("State", ".status.state"), ("Age", ".metadata.creationTimestamp")]
+    root = schema(crd.build_snapshot_crd)
+    spec, status = root["properties"]["spec"], root["properties"]["status"]["properties"]
+    assert set(spec["properties"]) == {f.alias for f in SnapshotSpec.model_fields.values()}
+    assert spec["required"] == ["stream"]
+    assert spec["properties"]["trigger"]["enum"] == ["manual", "periodic", "nonce", "upgrade"]
+    assert spec["properties"]["maxRetries"]["default"] == 3 and spec["properties"]["disposeOnDelete"]["default"] is True
+    assert set(status) - {"kopf"} == {f.alias for f in ExactlyOnceSnapshotStatus.model_fields.values()}
+    for path, node in walk(spec, "spec"):
+        assert node.get("description"), f"{path} has no description"
 
 
 def test_module_entry_point_checks(tmp_path):

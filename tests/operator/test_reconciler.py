@@ -115,6 +115,18 @@ def test_exhaustion_then_restart_nonce_resumes():
     assert len(resolver.calls) == 4
 
 
+def finish_aux_pods(kube) -> list[str]:
+    """Play the kubelet for pre-flight and drain Pods: they succeed."""
+    done = []
+    for (_, name), pod in list(kube.pods.items()):
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get("streaming.eos.dev/aux") == "true" and (pod.get("status") or {}).get("phase") not in (
+                "Succeeded", "Failed"):
+            kube.set_pod_phase(name, "Succeeded")
+            done.append(name)
+    return done
+
+
 def test_spec_change_stops_the_old_driver_before_the_new_one():
     kube, resolver, clock, deps = make()
     rec(deps)
@@ -122,14 +134,18 @@ def test_spec_change_stops_the_old_driver_before_the_new_one():
     rec(deps)
     kube.update_spec("colors", lambda spec: spec["job"].update(args={"window": "5s"}))
     rec(deps)
+    assert kube.created_pods == ["colors-driver-0", "colors-preflight-1"]   # pre-flight first, old one runs
+    assert kube.deleted_pods == []
+    assert finish_aux_pods(kube) == ["colors-preflight-1"]
+    rec(deps)
     assert status(kube)["lifecycleState"] == "Upgrading"
     assert ("colors-driver-0", 60) in kube.deleted_pods      # graceful
-    assert kube.created_pods == ["colors-driver-0"]          # not before the old one is gone
+    assert kube.created_pods == ["colors-driver-0", "colors-preflight-1"]   # not before the old one is gone
     rec(deps)
-    assert kube.created_pods == ["colors-driver-0"]
+    assert kube.created_pods == ["colors-driver-0", "colors-preflight-1"]
     kube.finish_deletions()
     rec(deps)
-    assert kube.created_pods == ["colors-driver-0", "colors-driver-1"]
+    assert kube.created_pods == ["colors-driver-0", "colors-preflight-1", "colors-driver-1"]
     assert resolver.calls[-1].spec.job.args == {"window": "5s"}
     assert kube.max_alive_drivers == 1
 
@@ -263,6 +279,7 @@ def test_never_two_drivers_whatever_crashes(steps):
             clock.advance(10)
         elif event == "deletions-finish":
             kube.finish_deletions()
+            finish_aux_pods(kube)
         elif event == "spec-change":
             kube.update_spec("colors", lambda spec: spec["job"].setdefault("args", {}).update(
                 n=str(len(kube.created_pods))))
@@ -274,6 +291,7 @@ def test_never_two_drivers_whatever_crashes(steps):
     kube.conflict_next_status_patch = kube.fail_create_pod = 0
     for _ in range(10):
         kube.finish_deletions()
+        finish_aux_pods(kube)
         clock.advance(10)
         rec(deps)
         current = status(kube).get("driverPod")

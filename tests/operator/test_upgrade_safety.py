@@ -39,7 +39,7 @@ def go_to_running(new, status, at: float = 0.0):
     st, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=OWN_UID, generation=0, slots=2),
                               attempt=1, spec_hash=new.spec_hash(), observed=observed(at=at))
     submit = plan(new, st, observed(at=at))
-    assert [type(a) for a in submit.actions] == [ApplyConfigMap, CreatePod]
+    assert [type(a) for a in submit.actions] == [CreateSnapshot, ApplyConfigMap, CreatePod]
     seen = plan(new, submit.status, observed(pod("colors-driver-1", "Pending"), at=at))
     return plan(new, seen.status, observed(pod("colors-driver-1"), at=at))
 
@@ -152,7 +152,8 @@ def test_an_upgrade_not_ready_by_the_deadline_rolls_back_from_its_snapshot():
     submit = plan(new, st2, observed(at=62))
     assert [type(a) for a in submit.actions] == [ApplyConfigMap, CreatePod]
     assert submit.status.upgrade_check is None           # a rollback is not verified again
-    running_old = plan(new, submit.status, observed(pod("colors-driver-2"), at=63))
+    seen = plan(new, submit.status, observed(pod("colors-driver-2"), at=63))
+    running_old = plan(new, seen.status, observed(pod("colors-driver-2"), at=63))
     assert running_old.status.lifecycle_state == "Running"
     assert cond(running_old, "Ready").status == "True" and cond(running_old, "Degraded").status == "True"
     assert plan(new, running_old.status, observed(pod("colors-driver-2"), at=500)).actions == []

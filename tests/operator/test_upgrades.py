@@ -106,10 +106,10 @@ def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_
                               attempt=1, spec_hash=new.spec_hash(), observed=observed())
     # 5. Submit: the same status write names the new checkpoint and closes the upgrade record.
     submit = plan(new, st, observed())
-    assert [type(a) for a in submit.actions] == [ApplyConfigMap, CreatePod]
-    run = json.loads(submit.actions[0].body["data"]["run.json"])
+    assert [type(a) for a in submit.actions] == [CreateSnapshot, ApplyConfigMap, CreatePod]   # 409 if it exists
+    run = json.loads(submit.actions[1].body["data"]["run.json"])
     assert run["checkpointDir"] == "/tmp/eos-test/ckpt-1" and run["restoreFrom"] == SNAP0
-    env = {e["name"]: e.get("value") for e in submit.actions[1].body["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in submit.actions[2].body["spec"]["containers"][0]["env"]}
     assert env["EOS_SNAPSHOT_ON_STOP"] == f"/tmp/eos-test/snapshots/colors-{UID[:8]}-a1"
     assert submit.status.upgrade is None
     assert submit.status.checkpoint_dir == "/tmp/eos-test/ckpt-1" and submit.status.restore_from == SNAP0
@@ -118,6 +118,8 @@ def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_
     seen = plan(new, submit.status, observed(pod("colors-driver-1", "Pending")))
     up_run = plan(new, seen.status, observed(pod("colors-driver-1")))
     assert up_run.status.lifecycle_state == "Running"
+    assert up_run.status.last_stable_spec != up_run.status.last_reconciled_spec   # not before a new batch
+    up_run = plan(new, up_run.status, observed(pod("colors-driver-1"), batch=42))
     assert up_run.status.last_stable_spec == up_run.status.last_reconciled_spec
     # A later plain restart keeps the new location and its restore source.
     failed = plan(new, up_run.status, observed(pod("colors-driver-1", "Failed", exit_code=137)))

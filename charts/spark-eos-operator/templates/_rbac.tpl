@@ -12,8 +12,12 @@ Not granted, on purpose:
     the exact names when it may not list them).
   - kopfpeerings/clusterkopfpeerings: the operator runs standalone (one replica,
     strategy Recreate), never with --peering.
-  - pods get/watch/patch/update: the observer lists a stream's driver Pods by label
-    on every pass (reconciler.observe) and never watches or changes them.
+  - pods get/watch/patch/update: the observer lists a stream's driver Pods (and a
+    snapshot's Pods) by label on every pass (reconciler.observe,
+    snapshot_reconciler.observe) and never watches or changes them.
+  - exactlyoncesnapshots update, exactlyoncesnapshots/finalizers: a snapshot's Pods
+    reference it with blockOwnerDeletion: false (snapshots.SnapshotRef), and only
+    its status is ever written.
   - events patch/update: every event is a new object (adapters.post_event).
 */}}
 {{- define "eos.operatorRules" -}}
@@ -38,8 +42,24 @@ Not granted, on purpose:
 - apiGroups: ["streaming.eos.dev"]
   resources: ["exactlyoncestreams/finalizers"]
   verbs: ["update"]
+# The ExactlyOnceSnapshot resource (snapshots.py, snapshot_reconciler.py):
+#   list, watch: kopf's watch stream of snapshots (handlers.SNAPSHOT_RESOURCE); list also
+#          finds a stream's snapshots by label (adapters.list_snapshots).
+#   get:   the snapshot reconciler reads the snapshot afresh on every pass (adapters.get_snapshot).
+#   create, delete: snapshots the operator takes for a stream (periodic, snapshotNonce,
+#          upgrade) and their retention (adapters.create_snapshot, delete_snapshot).
+#   patch: kopf's finalizer, which holds a deleted snapshot until its files are
+#          disposed, and its annotations (handlers.configure).
+- apiGroups: ["streaming.eos.dev"]
+  resources: ["exactlyoncesnapshots"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+# The snapshot's status: its write-ahead log (adapters.patch_snapshot_status).
+- apiGroups: ["streaming.eos.dev"]
+  resources: ["exactlyoncesnapshots/status"]
+  verbs: ["patch"]
 # Driver Pods: list by label (reconciler.observe), create with a deterministic name
-# (409 = already there), delete with a grace period (stop, restart, upgrade).
+# (409 = already there), delete with a grace period (stop, restart, upgrade). The same
+# for a snapshot's Pods: take, inspect and dispose (snapshot_reconciler, adapters.list_pods).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "create", "delete"]
@@ -52,7 +72,7 @@ Not granted, on purpose:
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "create", "update", "delete"]
-# Events on the stream (adapters.post_event): create only. kopf posts none of its own
+# Events on the stream and on snapshots (adapters.post_event): create only. kopf posts none of its own
 # (settings.posting.enabled is off in handlers.configure).
 - apiGroups: [""]
   resources: ["events"]
@@ -61,7 +81,7 @@ Not granted, on purpose:
 
 {{/*
 Cluster-wide only: kopf watches CustomResourceDefinitions to notice the
-ExactlyOnceStream CRD being created or changed while it runs (kopf
+ExactlyOnceStream and ExactlyOnceSnapshot CRDs being created or changed while it runs (kopf
 reactor/observation.resource_observer); read-only. In namespaced mode no
 cluster-scoped permission is created: kopf then discovers the resource once at
 start (the CRD is installed before the operator by Helm's crds/) and logs a warning.

@@ -1,0 +1,661 @@
+"""The ExactlyOnceSnapshot resource: ``plan_snapshot(spec, status, observed) -> SnapshotPlan`` and its Pods.
+
+Pure, like planner.py: no I/O, no clock. One call decides one step; the
+reconciler (snapshot_reconciler.py) writes the plan's status first (the
+write-ahead log) and then creates or deletes the Pods it names.
+
+A snapshot is a one-shot job. Each attempt is a Pod ``<snap>-snap-<n>`` that runs
+``python -m eos_job snapshot take`` (or ``inspect`` for a snapshot an upgrading
+driver wrote) with the stream's image and checkpoint volume, and reports what it
+wrote in its termination message. Attempts retry with exponential backoff up to
+``spec.maxRetries``; Completed and Failed are terminal (a new snapshot is a new
+resource).
+
+Deleting the resource disposes its files (``spec.disposeOnDelete``) behind kopf's
+finalizer: Pods ``<snap>-dispose-<k>`` run ``python -m eos_job snapshot dispose``.
+They carry *no* owner reference: an owner that is being deleted would have the
+garbage collector remove them mid-run under foreground deletion, and a reference
+to the stream would tie them to an object that may be gone or going. The
+operator deletes them itself before it lets the finalizer go. A failed dispose
+Pod is kept until the end as the record of that failure, so the count of
+failures (at most ``DISPOSE_ATTEMPTS``) is observed, not remembered.
+
+The attempt Pods are owned by the snapshot (controller, ``blockOwnerDeletion:
+false``: nothing waits on them, and the operator needs no permission on the
+snapshot's ``finalizers`` subresource), so they go with it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, Union
+
+from pydantic import ValidationError
+
+from eos_job.spec import (API_GROUP, API_VERSION, SNAPSHOT_KIND, ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec,
+                          SnapshotSpec, StreamIdentity, stream_uid)
+
+from . import children
+from .children import LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_STREAM, MANAGED_BY
+from .planner import CreatePod, DeletePod, Event
+from .timeutil import fmt_ceil, parse, seconds_between
+from .upgrades import current_checkpoint_dir
+from .validation import InvalidSpec, validate_spec
+
+LABEL_SNAPSHOT = f"{API_GROUP}/snapshot"
+LABEL_SNAPSHOT_ACTION = f"{API_GROUP}/snapshot-action"   # take, inspect or dispose
+COMPONENT = "snapshot"
+CONTAINER = "snapshot"
+MAX_LABEL_VALUE = 63
+TERMINAL_STATES = ("Completed", "Failed")
+POLL_SECONDS = 2.0
+
+RETRY_BASE_SECONDS = 10.0      # attempt n failed: the next starts 10 s * 2^(n-1) later ...
+RETRY_MAX_SECONDS = 300.0      # ... at most 5 minutes later
+DISPOSE_ATTEMPTS = 5           # failed dispose Pods before the files are left to a human
+DISPOSE_RETRY_BASE_SECONDS = 5.0
+DISPOSE_RETRY_MAX_SECONDS = 60.0
+ATTEMPT_GRACE_SECONDS = 30     # a take stopped by a deletion: time to remove its partial copy
+
+# Exit codes of `python -m eos_job snapshot ...` (jobs/eos_job/cli.py).
+EXIT_PREFLIGHT, EXIT_NOTHING_YET, EXIT_NOT_A_SNAPSHOT = 4, 5, 6
+EXIT_MEANINGS = {EXIT_PREFLIGHT: "preflight failed", EXIT_NOTHING_YET: "no committed batch yet",
+                 EXIT_NOT_A_SNAPSHOT: "not a snapshot"}
+MAX_MESSAGE = 1024
+
+Action = Union[CreatePod, DeletePod]
+SnapshotAction = Literal["take", "inspect", "dispose"]
+
+
+# --------------------------------------------------------------------- names
+@dataclass(frozen=True)
+class SnapshotRef:
+    """The snapshot resource, as its Pods and events need it."""
+    name: str
+    namespace: str
+    uid: str
+    kind: str = SNAPSHOT_KIND
+
+    def owner_reference(self) -> dict[str, Any]:
+        # blockOwnerDeletion false: deleting the snapshot never waits for its Pods (the finalizer does the
+        # waiting where it matters), and no permission on exactlyoncesnapshots/finalizers is needed.
+        return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": SNAPSHOT_KIND, "name": self.name,
+                "uid": self.uid, "controller": True, "blockOwnerDeletion": False}
+
+
+def attempt_pod_name(snapshot: str, attempt: int) -> str:
+    return f"{snapshot}-snap-{attempt}"
+
+
+def dispose_pod_name(snapshot: str, index: int) -> str:
+    return f"{snapshot}-dispose-{index}"
+
+
+def snapshot_selector(snapshot: str) -> dict[str, str]:
+    """Labels of every Pod of the snapshot: its attempts and its dispose Pods."""
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT, LABEL_SNAPSHOT: snapshot}
+
+
+def default_path(stream_spec: ExactlyOnceStreamSpec, snapshot: str) -> str:
+    return stream_spec.checkpoint.path.rstrip("/") + f"/snapshots/{snapshot}"
+
+
+def retry_delay(attempts: int) -> float:
+    """Seconds before the attempt after ``attempts`` failed ones: 10 s, 20 s, 40 s, ... at most 5 min."""
+    return min(RETRY_BASE_SECONDS * 2 ** max(attempts - 1, 0), RETRY_MAX_SECONDS)
+
+
+def dispose_retry_delay(failures: int) -> float:
+    return min(DISPOSE_RETRY_BASE_SECONDS * 2 ** max(failures - 1, 0), DISPOSE_RETRY_MAX_SECONDS)
+
+
+# ------------------------------------------------------------------ builders
+def snapshot_resource(namespace: str, stream: str, name: str, trigger: str, *, path: str | None = None,
+                      max_retries: int, dispose_on_delete: bool) -> dict[str, Any]:
+    """An ExactlyOnceSnapshot of ``stream``. No owner reference: a snapshot outlives its stream."""
+    spec = SnapshotSpec(stream=stream, trigger=trigger, path=path, max_retries=max_retries,
+                        dispose_on_delete=dispose_on_delete)
+    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": SNAPSHOT_KIND,
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: stream}},
+            "spec": spec.wire()}
+
+
+def take_command(checkpoint_dir: str, dest: str, identity: StreamIdentity, spec_hash: str) -> list[str]:
+    return ["python", "-m", "eos_job", "snapshot", "take", "--checkpoint", checkpoint_dir, "--dest", dest,
+            "--stream-json", identity.model_dump_json(by_alias=True), "--spec-hash", spec_hash]
+
+
+def inspect_command(path: str) -> list[str]:
+    return ["python", "-m", "eos_job", "snapshot", "inspect", "--path", path]
+
+
+def dispose_command(path: str) -> list[str]:
+    return ["python", "-m", "eos_job", "snapshot", "dispose", "--path", path]
+
+
+def snapshot_pod(ref: SnapshotRef, stream: str, stream_spec: ExactlyOnceStreamSpec, *, name: str,
+                 action: SnapshotAction, command: list[str], attempt: int | None = None,
+                 owned: bool = True) -> dict[str, Any]:
+    """A Pod running one ``eos_job snapshot`` command with the stream's image, ServiceAccount and checkpoint
+    volume, as the driver Pod has them (children.driver_pod)."""
+    labels = {**snapshot_selector(ref.name), LABEL_STREAM: stream, LABEL_SNAPSHOT_ACTION: action}
+    if attempt is not None:
+        labels[LABEL_ATTEMPT] = str(attempt)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": stream_spec.job.image,
+        "command": list(command),
+        # The CLI writes its result as compact JSON; on a crash the log tail says why.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": ATTEMPT_GRACE_SECONDS,
+                                "containers": [container]}
+    if stream_spec.job.service_account_name:
+        pod_spec["serviceAccountName"] = stream_spec.job.service_account_name
+    if stream_spec.checkpoint.store == "pvc":
+        container["volumeMounts"] = [{"name": children.CHECKPOINT_VOLUME, "mountPath": stream_spec.checkpoint.path}]
+        pod_spec["volumes"] = [{"name": children.CHECKPOINT_VOLUME,
+                                "persistentVolumeClaim": {"claimName": stream_spec.checkpoint.claim_name}}]
+    meta: dict[str, Any] = {"name": name, "namespace": ref.namespace, "labels": labels}
+    if owned:
+        meta["ownerReferences"] = [ref.owner_reference()]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+# ------------------------------------------------------------- what was seen
+@dataclass(frozen=True)
+class SnapshotPod:
+    name: str
+    action: str = "take"
+    phase: str = "Pending"
+    deleting: bool = False
+    exit_code: int | None = None
+    message: str | None = None
+    finished_at: str | None = None
+    attempt: int | None = None
+    owner_uid: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def index(self) -> int:
+        """The trailing number of the name (the attempt, or the dispose Pod's index)."""
+        tail = self.name.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+
+
+def snapshot_pod_view(pod: dict[str, Any]) -> SnapshotPod:
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    statuses = status.get("containerStatuses") or []
+    mine = next((c for c in statuses if c.get("name") == CONTAINER), statuses[0] if statuses else None)
+    exit_code = message = finished = None
+    if mine:
+        term = (mine.get("state") or {}).get("terminated") or (mine.get("lastState") or {}).get("terminated")
+        if term:
+            exit_code, message, finished = term.get("exitCode"), term.get("message"), term.get("finishedAt")
+    if message is None and status.get("phase") == "Failed" and status.get("message"):
+        message = status["message"]          # e.g. evicted: the Pod's own message
+    attempt = labels.get(LABEL_ATTEMPT)
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    return SnapshotPod(name=meta.get("name", ""), action=labels.get(LABEL_SNAPSHOT_ACTION, "take"),
+                       phase=status.get("phase") or "Pending", deleting=bool(meta.get("deletionTimestamp")),
+                       exit_code=exit_code, message=message, finished_at=finished,
+                       attempt=int(attempt) if attempt and attempt.isdigit() else None, owner_uid=owner)
+
+
+@dataclass(frozen=True)
+class SnapshotObserved:
+    """One look at the world, taken before planning a snapshot."""
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    now: datetime
+    stream: dict[str, Any] | None = None     # the ExactlyOnceStream object (spec and status), None = missing
+    pods: tuple[SnapshotPod, ...] = ()        # the Pods labelled with this snapshot (attempts and dispose)
+    deleting: bool = False
+
+    def attempt_pods(self) -> list[SnapshotPod]:
+        """Attempt Pods of *this* snapshot (a re-created snapshot of the same name never adopts old ones)."""
+        return [p for p in self.pods if p.action != "dispose" and p.owner_uid in (None, self.uid)]
+
+    def dispose_pods(self) -> list[SnapshotPod]:
+        return sorted((p for p in self.pods if p.action == "dispose"), key=lambda p: p.index)
+
+    def pod(self, name: str | None) -> SnapshotPod | None:
+        return next((p for p in self.attempt_pods() if p.name == name), None) if name else None
+
+    @property
+    def disposed(self) -> bool:
+        """A dispose Pod succeeded: the files are gone."""
+        return any(p.phase == "Succeeded" for p in self.dispose_pods())
+
+
+@dataclass(frozen=True)
+class StreamFacts:
+    """What a snapshot needs from its stream."""
+    spec: ExactlyOnceStreamSpec
+    checkpoint_dir: str | None      # None: the stream never launched a driver, so it has no checkpoint
+    spec_hash: str                  # of the spec its checkpoint was written with
+    tx_generation: int
+
+
+def stream_facts(obj: dict[str, Any] | None) -> StreamFacts | InvalidSpec | None:
+    """None if the stream is missing; InvalidSpec if its spec cannot be run. Reads the stream's status
+    leniently (only the three fields it needs), so it does not depend on the rest of that model."""
+    if obj is None:
+        return None
+    spec = validate_spec(obj.get("spec"))
+    if isinstance(spec, InvalidSpec):
+        return spec
+    status = obj.get("status") or {}
+    status_dir = status.get("checkpointDir") if isinstance(status.get("checkpointDir"), str) else None
+    last = status.get("lastReconciledSpec") if isinstance(status.get("lastReconciledSpec"), str) else None
+    checkpoint = current_checkpoint_dir(status_dir, last, spec) if (status_dir or last) else None
+    spec_hash = spec.spec_hash()
+    if last:
+        try:
+            spec_hash = ExactlyOnceStreamSpec.model_validate(json.loads(last)).spec_hash()
+        except (ValueError, ValidationError):
+            pass  # written by another version of the model: the current spec's hash is the best guess
+    generation = status.get("txGeneration")
+    return StreamFacts(spec=spec, checkpoint_dir=checkpoint, spec_hash=spec_hash,
+                       tx_generation=generation if isinstance(generation, int) and generation >= 0 else 0)
+
+
+# ------------------------------------------------------ what the CLI reported
+@dataclass(frozen=True)
+class SnapshotResult:
+    """The termination message of a successful take or inspect."""
+    path: str | None
+    last_batch: int
+    checkpoint_id: str | None = None
+    stream_uid: str | None = None
+    time: str | None = None
+    size_bytes: int | None = None
+    spec_hash: str | None = None
+
+
+def parse_result(message: str | None) -> SnapshotResult | str:
+    """The result, or why the message is not one (a string)."""
+    text = (message or "").strip()
+    if not text:
+        return "the Pod left no termination message"
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return f"the termination message is not JSON: {text[:200]!r}"
+    if not isinstance(doc, dict):
+        return f"the termination message is not a JSON object: {text[:200]!r}"
+    batch = doc.get("lastBatch")
+    if not _is_int(batch) or batch < 0:
+        return f"the termination message has no lastBatch: {text[:200]!r}"
+    size = doc.get("sizeBytes")
+    strings = {k: doc.get(k) for k in ("path", "checkpointId", "streamUid", "time", "specHash")}
+    bad = [k for k, v in strings.items() if v is not None and not isinstance(v, str)]
+    if bad or (size is not None and not _is_int(size)):
+        return f"the termination message has mistyped fields {bad or ['sizeBytes']}: {text[:200]!r}"
+    return SnapshotResult(path=strings["path"], last_batch=batch, checkpoint_id=strings["checkpointId"],
+                          stream_uid=strings["streamUid"], time=strings["time"], size_bytes=size,
+                          spec_hash=strings["specHash"])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def failure_text(pod: SnapshotPod) -> str:
+    """Why a Pod failed, in one line: exit code, its meaning, and the CLI's error (or the log tail)."""
+    parts = [f"Pod {pod.name} failed"]
+    if pod.exit_code is not None:
+        meaning = EXIT_MEANINGS.get(pod.exit_code)
+        parts.append(f"with exit code {pod.exit_code}" + (f" ({meaning})" if meaning else ""))
+    text = " ".join(parts)
+    detail = _detail(pod.message)
+    return (f"{text}: {detail}" if detail else text)[:MAX_MESSAGE]
+
+
+def _detail(message: str | None) -> str:
+    text = (message or "").strip()
+    if text.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return text[-500:]
+        if isinstance(doc, dict):
+            error = doc.get("error") or doc.get("message")
+            reason = doc.get("reason")
+            if error:
+                return f"{reason}: {error}" if reason else str(error)
+            return str(reason or text)
+    lines = [line for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-3:])[-500:]
+
+
+# ---------------------------------------------------------------------- plan
+@dataclass
+class SnapshotPlan:
+    status: ExactlyOnceSnapshotStatus
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None   # look again within this many seconds
+    finished: bool = True                # deletion only: the finalizer may go
+
+    def summary(self) -> str:
+        acts = ", ".join(f"{type(a).__name__}" for a in self.actions) or "nothing"
+        return f"{self.status.state}: {acts}"
+
+
+class SnapshotStatusUnreadable(Exception):
+    """The stored status cannot be parsed: acting on a guess could take or dispose twice."""
+
+
+_STATUS_FIELDS = {f.alias or n for n, f in ExactlyOnceSnapshotStatus.model_fields.items()}
+
+
+def parse_snapshot_status(raw: dict[str, Any] | None) -> ExactlyOnceSnapshotStatus:
+    known = {k: v for k, v in (raw or {}).items() if k in _STATUS_FIELDS}
+    try:
+        return ExactlyOnceSnapshotStatus.model_validate(known)
+    except ValidationError as exc:
+        raise SnapshotStatusUnreadable(f"status cannot be parsed: {exc}") from exc
+
+
+def parse_snapshot_spec(raw: Any) -> SnapshotSpec | InvalidSpec:
+    if not isinstance(raw, dict):
+        return InvalidSpec(("spec: required",))
+    try:
+        return SnapshotSpec.model_validate(raw)
+    except ValidationError as exc:
+        return InvalidSpec(tuple(f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                                 for e in exc.errors(include_url=False)))
+
+
+class _Step:
+    def __init__(self, status: ExactlyOnceSnapshotStatus, observed: SnapshotObserved):
+        self.st = status.model_copy(deep=True)
+        self.obs = observed
+        self.plan = SnapshotPlan(status=self.st)
+
+    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.plan.events.append(Event(type_, reason, message[:MAX_MESSAGE]))
+
+    def act(self, action: Action) -> None:
+        self.plan.actions.append(action)
+
+    def done(self, *, requeue_after: float | None = None, finished: bool = True) -> SnapshotPlan:
+        self.plan.status = self.st
+        self.plan.requeue_after = requeue_after
+        self.plan.finished = finished
+        return self.plan
+
+
+def plan_snapshot(spec: SnapshotSpec | InvalidSpec, status: ExactlyOnceSnapshotStatus,
+                  observed: SnapshotObserved) -> SnapshotPlan:
+    step = _Step(status, observed)
+    if observed.deleting:
+        return _deletion(step, spec)
+    step.st.observed_generation = observed.generation
+    if step.st.state in TERMINAL_STATES:
+        return _terminal(step)
+    if isinstance(spec, InvalidSpec):
+        return _failed(step, f"the snapshot's spec is invalid ({spec.message}): delete it and create a "
+                             "corrected one")
+    if len(observed.name) > MAX_LABEL_VALUE:
+        return _failed(step, f"the name is {len(observed.name)} characters long; snapshot names may have at "
+                             f"most {MAX_LABEL_VALUE} (the name is a label value of the snapshot's Pods)")
+    if step.st.state == "InProgress":
+        return _in_progress(step, spec)
+    return _pending(step, spec)
+
+
+def _terminal(step: _Step) -> SnapshotPlan:
+    """Completed and Failed stay so; leftovers of an interrupted step are removed."""
+    for pod in step.obs.attempt_pods():
+        if not pod.deleting:
+            step.act(DeletePod(pod.name, 0 if pod.terminal else ATTEMPT_GRACE_SECONDS))
+    return step.done()
+
+
+def _failed(step: _Step, message: str) -> SnapshotPlan:
+    st = step.st
+    st.state = "Failed"
+    st.last_error = message
+    st.message = message
+    st.next_attempt_time = None
+    step.event("Warning", "SnapshotFailed", message)
+    return _terminal(step)
+
+
+def _stream_problem(spec: SnapshotSpec, facts: StreamFacts | InvalidSpec | None, namespace: str) -> str | None:
+    if facts is None:
+        return (f"stream {spec.stream} does not exist in namespace {namespace}: create the ExactlyOnceStream "
+                f"{spec.stream} and then a new snapshot, or set spec.stream of a new snapshot to an existing stream")
+    if isinstance(facts, InvalidSpec):
+        return (f"stream {spec.stream} has an invalid spec ({facts.message}): fix the stream's spec, then create "
+                "a new snapshot")
+    return None
+
+
+def _pending(step: _Step, spec: SnapshotSpec) -> SnapshotPlan:
+    st, obs = step.st, step.obs
+    for pod in obs.attempt_pods():          # failed attempts are deleted as they are counted; be sure
+        if not pod.deleting:
+            step.act(DeletePod(pod.name, 0 if pod.terminal else ATTEMPT_GRACE_SECONDS))
+    not_before = parse(st.next_attempt_time)
+    if not_before is not None and obs.now < not_before:
+        st.message = f"attempt {st.attempts + 1} starts at {st.next_attempt_time}"
+        return step.done(requeue_after=max(seconds_between(obs.now, not_before), 0.1))
+
+    facts = stream_facts(obs.stream)
+    problem = _stream_problem(spec, facts, obs.namespace)
+    if problem is not None:
+        if st.attempts == 0:
+            return _failed(step, problem)
+        return _attempt_failed(step, spec, problem, counted=False)
+    assert isinstance(facts, StreamFacts)
+    if spec.trigger == "upgrade" and not spec.path:
+        return _failed(step, "spec.path is required when spec.trigger is upgrade (the snapshot the driver wrote): "
+                             "delete this snapshot and create one with spec.path")
+    if spec.trigger != "upgrade" and facts.checkpoint_dir is None:
+        st.attempts += 1
+        return _attempt_failed(step, spec, f"stream {spec.stream} has no checkpoint yet (it never started a "
+                                           "driver)", counted=True)
+    attempt = st.attempts + 1
+    path = st.path or spec.path or default_path(facts.spec, obs.name)
+    pod = _attempt_pod(step, spec, facts, attempt, path)
+    st.state = "InProgress"
+    st.attempts = attempt
+    st.pod = pod["metadata"]["name"]
+    st.path = path
+    st.next_attempt_time = None
+    verb = "inspecting" if spec.trigger == "upgrade" else "copying the checkpoint of stream " + spec.stream + " to"
+    st.message = f"attempt {attempt}: {verb} {path}"
+    step.act(CreatePod(pod))
+    step.event("Normal", "SnapshotStarted", f"attempt {attempt} of {spec.max_retries + 1}: Pod {st.pod} is "
+                                            f"{verb} {path}")
+    return step.done(requeue_after=POLL_SECONDS)
+
+
+def _attempt_pod(step: _Step, spec: SnapshotSpec, facts: StreamFacts, attempt: int, path: str) -> dict[str, Any]:
+    obs = step.obs
+    ref = SnapshotRef(obs.name, obs.namespace, obs.uid)
+    if spec.trigger == "upgrade":
+        action: SnapshotAction = "inspect"
+        command = inspect_command(path)
+    else:
+        action = "take"
+        identity = StreamIdentity(name=spec.stream, namespace=obs.namespace,
+                                  uid=stream_uid(obs.namespace, spec.stream), generation=facts.tx_generation)
+        assert facts.checkpoint_dir is not None
+        command = take_command(facts.checkpoint_dir, path, identity, facts.spec_hash)
+    return snapshot_pod(ref, spec.stream, facts.spec, name=attempt_pod_name(obs.name, attempt), action=action,
+                        command=command, attempt=attempt)
+
+
+def _in_progress(step: _Step, spec: SnapshotSpec) -> SnapshotPlan:
+    st, obs = step.st, step.obs
+    for other in obs.attempt_pods():
+        if other.name != st.pod and not other.deleting:
+            step.act(DeletePod(other.name, 0 if other.terminal else ATTEMPT_GRACE_SECONDS))
+    if st.pod is None or st.path is None:   # not written by this planner; start the attempt again
+        st.state = "Pending"
+        st.attempts = max(st.attempts - 1, 0)
+        return _pending(step, spec)
+    pod = obs.pod(st.pod)
+    if pod is None:
+        # Recorded but not there: the operator stopped between the status write and the create, or the
+        # Pod was removed before it finished. The same name again (a 409 if it is there after all).
+        facts = stream_facts(obs.stream)
+        problem = _stream_problem(spec, facts, obs.namespace)
+        if problem is not None:
+            return _attempt_failed(step, spec, problem, counted=False)
+        assert isinstance(facts, StreamFacts)
+        step.act(CreatePod(_attempt_pod(step, spec, facts, st.attempts, st.path)))
+        return step.done(requeue_after=POLL_SECONDS)
+    if pod.deleting:
+        return step.done(requeue_after=POLL_SECONDS)
+    if pod.phase == "Succeeded":
+        result = parse_result(pod.message)
+        if isinstance(result, str):
+            return _attempt_failed(step, spec, f"Pod {pod.name} succeeded but {result}", pod=pod)
+        return _completed(step, spec, pod, result)
+    if pod.phase == "Failed":
+        return _attempt_failed(step, spec, failure_text(pod), pod=pod)
+    return step.done(requeue_after=POLL_SECONDS)
+
+
+def _completed(step: _Step, spec: SnapshotSpec, pod: SnapshotPod, result: SnapshotResult) -> SnapshotPlan:
+    st, obs = step.st, step.obs
+    st.state = "Completed"
+    st.path = result.path or st.path
+    st.batch = result.last_batch
+    st.checkpoint_id = result.checkpoint_id
+    st.stream_uid = result.stream_uid
+    st.size_bytes = result.size_bytes
+    st.taken_at = result.time
+    st.spec_hash = result.spec_hash
+    st.pod = None
+    st.next_attempt_time = None
+    st.last_error = None
+    size = f", {result.size_bytes} bytes" if result.size_bytes is not None else ""
+    st.message = f"batch {result.last_batch} of stream {spec.stream} at {st.path}"
+    step.event("Normal", "SnapshotCompleted", f"snapshot of stream {spec.stream} at batch {result.last_batch}"
+                                              f"{size}: {st.path} (attempt {st.attempts})")
+    expected = stream_uid(obs.namespace, spec.stream)
+    if result.stream_uid is not None and result.stream_uid != expected:
+        step.event("Warning", "SnapshotOfAnotherStream",
+                   f"the snapshot at {st.path} belongs to stream id {result.stream_uid}, not to {obs.namespace}/"
+                   f"{spec.stream} ({expected}): restoring it into {spec.stream} is a fork")
+    step.act(DeletePod(pod.name, 0))
+    return step.done()
+
+
+def _attempt_failed(step: _Step, spec: SnapshotSpec, error: str, *, pod: SnapshotPod | None = None,
+                    counted: bool = True) -> SnapshotPlan:
+    """One failed attempt (already counted in status.attempts, or ``counted=False``: count it now).
+    Retry with backoff while attempts <= maxRetries, else Failed."""
+    st, obs = step.st, step.obs
+    if not counted:
+        st.attempts += 1
+    st.last_error = error[:MAX_MESSAGE]
+    st.pod = None
+    if pod is not None and not pod.deleting:
+        step.act(DeletePod(pod.name, 0))
+    step.event("Warning", "SnapshotAttemptFailed", f"attempt {st.attempts}: {error}")
+    if st.attempts <= spec.max_retries:
+        delay = retry_delay(st.attempts)
+        st.state = "Pending"
+        st.next_attempt_time = fmt_ceil(obs.now + timedelta(seconds=delay))
+        st.message = f"attempt {st.attempts} failed; attempt {st.attempts + 1} starts at {st.next_attempt_time}"
+        return step.done(requeue_after=delay)
+    st.state = "Failed"
+    st.next_attempt_time = None
+    st.message = f"{st.attempts} attempts failed (spec.maxRetries is {spec.max_retries}); last: {st.last_error}"
+    step.event("Warning", "SnapshotFailed", st.message)
+    return step.done()
+
+
+# ------------------------------------------------------------------ deletion
+def _deletion(step: _Step, spec: SnapshotSpec | InvalidSpec) -> SnapshotPlan:
+    """Stop any attempt, then dispose the files (or say where they stay); ``finished`` lets the finalizer go."""
+    st, obs = step.st, step.obs
+    attempts = obs.attempt_pods()
+    running = [p for p in attempts if not p.terminal]
+    if running:
+        for pod in running:
+            if not pod.deleting:
+                step.act(DeletePod(pod.name, ATTEMPT_GRACE_SECONDS))
+        names = ", ".join(p.name for p in running)
+        st.message = f"being deleted: stopping {names} first"
+        return step.done(requeue_after=POLL_SECONDS, finished=False)
+
+    current = obs.pod(st.pod)
+    valid = isinstance(spec, SnapshotSpec)
+    written = (st.state == "Completed" or (valid and spec.trigger == "upgrade")
+               or (current is not None and current.phase == "Succeeded"))
+    path = st.path or (spec.path if valid else None)
+    if not written or not path:
+        return _released(step)
+    if not valid or not spec.dispose_on_delete:
+        why = "spec.disposeOnDelete is false" if valid else "the spec is invalid"
+        step.event("Normal", "SnapshotKept", f"{why}: the snapshot's files are kept at {path}")
+        return _released(step)
+
+    disposers = obs.dispose_pods()
+    done = next((p for p in disposers if p.phase == "Succeeded"), None)
+    if done is not None:
+        step.event("Normal", "SnapshotDisposed", f"removed the snapshot's files at {path} (Pod {done.name})")
+        return _released(step)
+    failed = [p for p in disposers if p.phase == "Failed"]
+    if len(failed) >= DISPOSE_ATTEMPTS:
+        step.event("Warning", "SnapshotDisposeFailed",
+                   f"could not remove the snapshot's files in {len(failed)} attempts (last: {failure_text(failed[-1])})"
+                   f": the files at {path} must be removed by hand")
+        return _released(step)
+    if any(not p.terminal for p in disposers):
+        st.message = f"being deleted: removing the files at {path}"
+        return step.done(requeue_after=POLL_SECONDS, finished=False)
+    if failed:
+        finished_at = parse(failed[-1].finished_at)
+        if finished_at is not None:
+            wait = seconds_between(obs.now, finished_at + timedelta(seconds=dispose_retry_delay(len(failed))))
+            if wait > 0:
+                st.message = f"being deleted: removing the files at {path} failed {len(failed)} times, retrying"
+                return step.done(requeue_after=wait, finished=False)
+
+    facts = stream_facts(obs.stream)
+    if not isinstance(facts, StreamFacts):
+        assert valid
+        why = ("does not exist any more" if facts is None else "has an invalid spec")
+        step.event("Warning", "SnapshotDisposeSkipped",
+                   f"stream {spec.stream} {why}, so its image and checkpoint volume are unknown: the snapshot's "
+                   f"files at {path} must be removed by hand")
+        return _released(step)
+    index = max((p.index for p in disposers), default=-1) + 1
+    name = dispose_pod_name(obs.name, index)
+    ref = SnapshotRef(obs.name, obs.namespace, obs.uid)
+    step.act(CreatePod(snapshot_pod(ref, spec.stream, facts.spec, name=name, action="dispose",
+                                    command=dispose_command(path), owned=False)))
+    if failed:
+        step.event("Warning", "SnapshotDisposeRetry",
+                   f"{failure_text(failed[-1])}; retrying as {name} ({len(failed)} of {DISPOSE_ATTEMPTS} failed)")
+    else:
+        step.event("Normal", "SnapshotDisposing", f"removing the snapshot's files at {path} (Pod {name})")
+    st.message = f"being deleted: removing the files at {path}"
+    return step.done(requeue_after=POLL_SECONDS, finished=False)
+
+
+def _released(step: _Step) -> SnapshotPlan:
+    """Nothing left to do but remove our Pods; then the finalizer may go."""
+    for pod in step.obs.pods:
+        if not pod.deleting:
+            step.act(DeletePod(pod.name, 0))
+    return step.done(finished=True)
+
