@@ -3,12 +3,15 @@
 Spark writes ``offsets/N`` before batch N runs and ``commits/N`` after its sink
 committed; the ``metadata`` file holds the query id, written once when the
 checkpoint is created and kept by a copy (the checkpoint identity of the
-protocol's ledger keys).
+protocol's ledger keys). ``Cut`` names the files of a consistent cut at a batch
+boundary, for snapshots and pre-flights.
 """
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 
 def checkpoint_id(ckpt: str | Path) -> str | None:
@@ -55,3 +58,103 @@ def replay_batch(ckpt: str | Path) -> int | None:
     if last_off is None or (last_commit is not None and last_commit >= last_off):
         return None
     return last_off
+
+
+# ------------------------------------------------------------------ cutting a checkpoint
+# What Spark 4.2 writes under a checkpoint (HDFS-backed state store, local file system):
+#   metadata, .metadata.crc                  the query id, written once
+#   sources/<i>/0 (+ .0.crc)                 the source's initial offsets, written once
+#   offsets/<N> (+ .<N>.crc)                 batch N's input ranges, written before it runs
+#   commits/<N> (+ .<N>.crc)                 batch N done, written after its sink committed
+#   state/<op>/_metadata/metadata            operator metadata; state/<op>/<part>/_metadata/schema: state schema
+#   state/<op>/<part>/[<store>/]<v>.delta    the changes of state version v (= after batch v-1), .<v>.delta.crc
+#   state/<op>/<part>/[<store>/]<v>.snapshot the whole state at version v, written by the maintenance thread
+#   .<name>.<uuid>[.TID<n>].tmp (+ ..crc)    a file being written; renamed to <name> when complete
+# RocksDB stores name their files <v>.zip, <v>.changelog or <v>_<uuid>.zip, with SST files kept aside.
+
+_STATE_FILE = re.compile(r"^\.?(\d+)(?:_[0-9A-Za-z-]+)?\.(delta|snapshot|changelog|zip)(?:\.crc)?$")
+_LOG_FILE = re.compile(r"^\.?(\d+)(?:\.crc)?$")
+
+
+def is_temporary(name: str) -> bool:
+    """A file Spark is still writing (atomic writes go to a temporary name, then rename)."""
+    return name.endswith(".tmp") or name.endswith(".tmp.crc")
+
+
+def state_version(name: str) -> int | None:
+    """The state store version a file under ``state/`` belongs to, or None (schema, metadata, SST files)."""
+    m = _STATE_FILE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def log_batch(name: str) -> int | None:
+    """The batch of a file in ``offsets/`` or ``commits/`` (``7`` or its checksum ``.7.crc``)."""
+    m = _LOG_FILE.match(name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The files of a checkpoint that make a consistent state at a batch boundary.
+
+    ``None`` bounds keep everything of that kind; ``-1`` keeps nothing.
+    """
+    offsets_through: int | None
+    commits_through: int | None
+    state_through: int | None
+
+    @classmethod
+    def everything(cls) -> "Cut":
+        return cls(None, None, None)
+
+    @classmethod
+    def after_batch(cls, n: int) -> "Cut":
+        """Batch n committed; batch n+1's offsets kept if logged, so a restore re-runs it on the same range."""
+        return cls(n + 1, n, n + 1)
+
+    @classmethod
+    def replaying_batch(cls, n: int) -> "Cut":
+        """Batch n made the replay batch: its offsets kept, its commit and the state it wrote dropped."""
+        return cls(n, n - 1, n)
+
+    def keeps(self, rel: PurePosixPath) -> bool:
+        parts = rel.parts
+        name = parts[-1]
+        if is_temporary(name):
+            return False
+        top = parts[0] if len(parts) > 1 else None
+        if top in ("offsets", "commits") and len(parts) == 2:
+            limit = self.offsets_through if top == "offsets" else self.commits_through
+            batch = log_batch(name)
+            return batch is None or limit is None or batch <= limit
+        if top == "state":
+            version = state_version(name)
+            return version is None or self.state_through is None or version <= self.state_through
+        return True
+
+
+def state_gaps(ckpt: str | Path, version: int) -> list[str]:
+    """Why an HDFS-backed state store under ``ckpt`` cannot load ``version``; empty when every store can.
+
+    Spark loads version v from the newest ``<s>.snapshot`` with s <= v plus the deltas s+1..v
+    (or the deltas 1..v). Stores of other providers (RocksDB zips) are not checked.
+    """
+    root = Path(ckpt) / "state"
+    if version < 1 or not root.is_dir():
+        return []
+    problems = []
+    for folder in sorted({p.parent for p in root.rglob("*") if p.is_file()}):
+        deltas, snaps = set(), set()
+        for f in folder.iterdir():
+            m = _STATE_FILE.match(f.name)
+            if m and not f.name.startswith(".") and m.group(2) in ("delta", "snapshot"):
+                (deltas if m.group(2) == "delta" else snaps).add(int(m.group(1)))
+        if not deltas and not snaps:
+            continue
+        base = max((s for s in snaps if s <= version), default=0)
+        missing = [v for v in range(base + 1, version + 1) if v not in deltas]
+        if missing:
+            problems.append(f"{folder.relative_to(ckpt)}: state version {version} needs "
+                            f"{'snapshot %d and ' % base if base else ''}deltas {base + 1}..{version}, "
+                            f"missing {missing[:5]}")
+    return problems

@@ -1,8 +1,18 @@
-"""``eos-job`` / ``python -m eos_job``: run, resolve or validate one stream.
+"""``eos-job`` / ``python -m eos_job``: run, resolve or validate one stream; snapshot and pre-flight commands.
 
 The same command runs locally and in the driver Pod:
 ``eos-job run --config examples/colors.yaml`` or, in a Pod,
-``python -m eos_job run --config-env EOS_RUN_CONFIG``.
+``python -m eos_job run --config-env EOS_RUN_CONFIG``. The operator runs the
+others in short-lived Pods::
+
+    eos-job snapshot take --checkpoint C --dest D --stream-json '{"name":..,"uid":..}' [--spec-hash H]
+    eos-job snapshot inspect --path D
+    eos-job snapshot dispose --path D
+    eos-job preflight --config-env VAR --from-checkpoint C --scratch S
+    eos-job run --config-env VAR --drain
+
+Each of these prints a compact JSON result (camelCase keys, ``reason`` first
+among them) on stdout and writes it as the Pod's termination message.
 """
 from __future__ import annotations
 
@@ -12,12 +22,111 @@ import logging
 import os
 import sys
 import threading
+from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_SINK = 0, 1, 2, 3
+EXIT_PREFLIGHT_FAILED = 4   # Spark refused the spec on the checkpoint's state
+EXIT_NOTHING_TO_SNAPSHOT = 5  # no committed batch yet: retry later
+EXIT_NOT_A_SNAPSHOT = 6     # the path has no manifest (or the copy does not match it)
 SNAPSHOT_ON_STOP_ENV = "EOS_SNAPSHOT_ON_STOP"
+DRAIN_ENV = "EOS_DRAIN"
+
+
+def _emit(doc: dict) -> None:
+    """The command's result: on stdout, and as the Pod's termination message when there is one."""
+    from .runtime import termination_message_path
+
+    text = json.dumps({k: v for k, v in doc.items() if v is not None}, separators=(",", ":"), sort_keys=True)
+    print(text, flush=True)
+    path = termination_message_path()
+    if path is not None:
+        try:
+            path.write_text(text[:4000])
+        except OSError:
+            pass
+
+
+def _snapshot_doc(reason: str, path: str, manifest: dict | None, **extra) -> dict:
+    m = manifest or {}
+    return {"reason": reason, "path": path, "lastBatch": m.get("lastBatch"), "checkpointId": m.get("checkpointId"),
+            "streamUid": (m.get("stream") or {}).get("uid"), "time": m.get("time"), "sizeBytes": m.get("sizeBytes"),
+            "specHash": m.get("specHash"), "kind": m.get("kind"), **extra}
+
+
+def _snapshot_command(args) -> int:
+    from .snapshot import (NothingToSnapshot, NotASnapshot, SnapshotError, dispose_snapshot, read_manifest,
+                           take_live_snapshot, verify_snapshot)
+
+    if args.action == "take":
+        from .spec import StreamIdentity
+        try:
+            stream = StreamIdentity.model_validate(json.loads(args.stream_json)).wire()
+        except (ValueError, ValidationError) as exc:
+            _emit({"reason": "InvalidArguments", "error": f"--stream-json: not a stream identity ({exc})"[:2000]})
+            return EXIT_BAD_CONFIG
+        dest = Path(args.dest)
+        if dest.exists():
+            # A retried take (its Pod ran again) finds its own snapshot: report it; never overwrite.
+            try:
+                manifest = read_manifest(dest)
+            except NotASnapshot:
+                manifest = None
+            if manifest and (manifest.get("stream") or {}).get("uid") == stream["uid"] and \
+                    manifest.get("checkpointId") == _checkpoint_id(args.checkpoint):
+                _emit(_snapshot_doc("SnapshotTaken", str(dest), manifest,
+                                    message=f"snapshot {dest} exists already; kept as it is"))
+                return EXIT_OK
+            _emit({"reason": "SnapshotFailed", "path": str(dest),
+                   "error": f"{dest} exists already and is not a snapshot of this checkpoint; snapshots are "
+                            "never overwritten: choose another destination"})
+            return EXIT_FAILED
+        try:
+            manifest = take_live_snapshot(args.checkpoint, dest, stream=stream, spec_hash=args.spec_hash)
+        except NothingToSnapshot as exc:
+            _emit({"reason": "NothingToSnapshot", "path": str(dest), "message": str(exc)})
+            return EXIT_NOTHING_TO_SNAPSHOT
+        except (SnapshotError, OSError) as exc:
+            _emit({"reason": "SnapshotFailed", "path": str(dest), "error": str(exc)[:2000]})
+            return EXIT_FAILED
+        _emit(_snapshot_doc("SnapshotTaken", str(dest), manifest))
+        return EXIT_OK
+    try:
+        if args.action == "inspect":
+            _emit(_snapshot_doc("SnapshotVerified", args.path, verify_snapshot(args.path)))
+        else:
+            manifest = dispose_snapshot(args.path)
+            _emit(_snapshot_doc("SnapshotDisposed", args.path, manifest,
+                                message=None if manifest else f"{args.path} does not exist: nothing to delete"))
+    except NotASnapshot as exc:
+        _emit({"reason": "NotASnapshot", "path": args.path, "error": str(exc)})
+        return EXIT_NOT_A_SNAPSHOT
+    except OSError as exc:
+        _emit({"reason": "SnapshotFailed", "path": args.path, "error": str(exc)[:2000]})
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _checkpoint_id(path: str) -> str | None:
+    from .checkpoint import checkpoint_id
+    try:
+        return checkpoint_id(path)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _preflight_command(args, cfg) -> int:
+    from .preflight import run_preflight
+
+    try:
+        result = run_preflight(cfg, args.from_checkpoint, args.scratch)
+    except ValueError as exc:  # the scratch directory cannot be used
+        _emit({"reason": "InvalidArguments", "error": str(exc)})
+        return EXIT_BAD_CONFIG
+    _emit(result.termination(args.from_checkpoint))
+    return EXIT_OK if result.passed else EXIT_PREFLIGHT_FAILED
 
 
 def _load(args) -> "RunConfig":  # noqa: F821 - imported lazily to keep --help fast
@@ -50,22 +159,44 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     for name, help_ in (("run", "run the stream until SIGTERM (graceful stop) or failure"),
                         ("resolve", "fence the stream's transactions and report what a restart will replay"),
-                        ("validate", "check the config and exit")):
+                        ("validate", "check the config and exit"),
+                        ("preflight", "check that the config's spec can start from a checkpoint's state")):
         p = sub.add_parser(name, help=help_)
         src = p.add_mutually_exclusive_group(required=True)
         src.add_argument("--config", help="YAML/JSON file: an ExactlyOnceStream manifest or a run config")
         src.add_argument("--config-env", help="name of an environment variable holding the run config as JSON")
+        if name == "preflight":
+            p.add_argument("--from-checkpoint", required=True, help="checkpoint whose state the spec must accept "
+                                                                     "(only read)")
+            p.add_argument("--scratch", required=True, help="directory for the throw-away copy; deleted at the end")
+            continue
         p.add_argument("--checkpoint", help="override the checkpoint directory")
         if name == "run":
             # The operator sets the variable on every driver Pod, so any graceful stop leaves a snapshot.
             p.add_argument("--snapshot-on-stop", metavar="DIR", default=os.environ.get(SNAPSHOT_ON_STOP_ENV) or None,
                            help="on SIGTERM, after the clean stop, copy the checkpoint to DIR with a manifest "
                                 f"(default: ${SNAPSHOT_ON_STOP_ENV})")
+            p.add_argument("--drain", action="store_true", default=os.environ.get(DRAIN_ENV, "") == "1",
+                           help="only finish the batch logged without a commit, then exit (reason Drained; "
+                                f"default: ${DRAIN_ENV}=1)")
+    snap = sub.add_parser("snapshot", help="take, inspect or dispose of a snapshot")
+    snap_sub = snap.add_subparsers(dest="action", required=True)
+    take = snap_sub.add_parser("take", help="copy a consistent cut of a (running) query's checkpoint")
+    take.add_argument("--checkpoint", required=True, help="the checkpoint to copy (only read)")
+    take.add_argument("--dest", required=True, help="the new snapshot directory (never overwritten)")
+    take.add_argument("--stream-json", required=True, help="the stream identity, JSON of its wire form")
+    take.add_argument("--spec-hash", help="hash of the spec the checkpoint was written with")
+    for action, help_ in (("inspect", "read and check a snapshot's manifest"),
+                          ("dispose", "delete a snapshot (refuses a directory that is not one)")):
+        snap_sub.add_parser(action, help=help_).add_argument("--path", required=True)
     args = ap.parse_args(argv)
     logging.basicConfig(level=os.environ.get("EOS_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     log = logging.getLogger("eos_job")
+    if args.command == "snapshot":
+        return _snapshot_command(args)
+    args.checkpoint = getattr(args, "checkpoint", None)
     try:
         cfg = _load(args)
         from .spec import semantic_errors
@@ -74,10 +205,16 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("invalid config:\n" + "\n".join(f"  {e}" for e in errs))
     except ValidationError as exc:
         print(_field_errors(exc), file=sys.stderr)
+        if args.command == "preflight":
+            _emit({"reason": "InvalidConfig", "error": _field_errors(exc)[:2000]})
         return EXIT_BAD_CONFIG
     except (ValueError, OSError, yaml.YAMLError) as exc:
         print(f"{exc}", file=sys.stderr)
+        if args.command == "preflight":
+            _emit({"reason": "InvalidConfig", "error": str(exc)[:2000]})
         return EXIT_BAD_CONFIG
+    if args.command == "preflight":
+        return _preflight_command(args, cfg)
     if args.command == "validate":
         print(f"config for stream {cfg.stream.namespace}/{cfg.stream.name} is valid")
         return EXIT_OK
@@ -99,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     fault = float(os.environ.get("EOS_FAULT_KILL_AFTER_COMMIT", "0") or 0)
     code = EXIT_OK
     try:
-        summary = run(cfg, stop_event=stop, snapshot_dir=args.snapshot_on_stop, fault_kill_after_commit=fault)
+        summary = run(cfg, stop_event=stop, snapshot_dir=args.snapshot_on_stop, fault_kill_after_commit=fault,
+                      drain=args.drain)
     except SinkUnavailable as exc:
         summary, code = RunSummary(reason="SinkUnavailable", error=str(exc)), EXIT_SINK
     except JobFailed as exc:
@@ -113,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
     log.info("exit %d: %s", code, summary.to_json())
+    if args.drain:
+        print(summary.to_json(), flush=True)  # like the other one-off commands the operator runs in a Pod
     return code
 
 

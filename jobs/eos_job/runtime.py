@@ -203,7 +203,12 @@ def preflight(config: RunConfig, timeout_s: float = 15.0) -> None:
     ensure_ledger_topic(admin, config.ledger_topic(), spec.job.parallelism, timeout_s=timeout_s)
 
 
-def build_query(spark, config: RunConfig, writer: BatchWriter):
+def build_query(spark, config: RunConfig, writer, *, once: bool = False, checkpoint_dir: str | None = None,
+                query_name: str | None = None):
+    """The streaming query of ``config`` with ``writer`` as its foreachBatch function.
+
+    ``once``: run a single batch and stop (a drain or a pre-flight re-runs exactly the uncommitted batch).
+    """
     spec = config.spec
     src = spark.readStream.format("kafka") \
         .option("kafka.bootstrap.servers", spec.source.bootstrap_servers) \
@@ -219,11 +224,12 @@ def build_query(spark, config: RunConfig, writer: BatchWriter):
     ctx = TransformContext(spark=spark, args=dict(spec.job.args), stream=config.stream.name,
                            namespace=config.stream.namespace, slots=spec.job.parallelism)
     out = prepare_output(transform(source_df, ctx))
+    trigger = {"once": True} if once else {"processingTime": f"{spec.trigger_interval_ms} milliseconds"}
     return (out.writeStream.foreachBatch(writer)
             .outputMode(spec.job.output_mode)
-            .trigger(processingTime=f"{spec.trigger_interval_ms} milliseconds")
-            .option("checkpointLocation", config.checkpoint_dir)
-            .queryName(f"eos-{config.stream.namespace}-{config.stream.name}"))
+            .trigger(**trigger)
+            .option("checkpointLocation", checkpoint_dir or config.checkpoint_dir)
+            .queryName(query_name or f"eos-{config.stream.namespace}-{config.stream.name}"))
 
 
 def spark_conf_for(config: RunConfig) -> dict[str, str]:
@@ -240,14 +246,26 @@ def spark_conf_for(config: RunConfig) -> dict[str, str]:
 
 
 def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapshot_dir: str | None = None,
-        fault_kill_after_commit: float = 0.0, spark=None) -> RunSummary:
-    """Run the stream until ``stop_event`` is set (graceful stop) or the query fails (raises JobFailed)."""
+        fault_kill_after_commit: float = 0.0, spark=None, drain: bool = False) -> RunSummary:
+    """Run the stream until ``stop_event`` is set (graceful stop) or the query fails (raises JobFailed).
+
+    ``drain``: only finish the replay batch (offsets logged, no commit) through the normal exactly-once
+    writer, then stop with reason "Drained": an upgrade that changes the slots needs a clean boundary.
+    """
     from .session import build_spark_session
 
     stop_event = stop_event or threading.Event()
-    preflight(config)
     ckpt = Path(_local_path(config.checkpoint_dir))
-    if config.restore_from and checkpoint.checkpoint_id(ckpt) is None:
+    seeding = bool(config.restore_from) and checkpoint.checkpoint_id(ckpt) is None
+    replay = None
+    if drain:
+        source = Path(_local_path(config.restore_from)) / "checkpoint" if seeding else ckpt
+        replay = checkpoint.replay_batch(source)
+        if replay is None:
+            log.info("drain: checkpoint %s has no uncommitted batch; nothing to finish", source)
+            return RunSummary(reason="Drained", last_committed_batch=checkpoint.last_committed_batch(source))
+    preflight(config)
+    if seeding:
         from .snapshot import restore_snapshot
         manifest = restore_snapshot(_local_path(config.restore_from), ckpt)
         log.info("checkpoint %s seeded from snapshot %s (batch %s, checkpoint id %s)", ckpt, config.restore_from,
@@ -256,10 +274,12 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     os.environ["EOS_DRIVER_PGID"] = str(os.getpgrp())  # inherited by the JVM and its Python workers
     spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
     writer = BatchWriter(config, fault_kill_after_commit)
-    query = build_query(spark, config, writer).start()
-    log.info("stream %s/%s started (query id %s, checkpoint %s, %d slots, generation %d)",
+    # Draining runs a single trigger: Spark then re-runs exactly the batch logged without a commit.
+    query = build_query(spark, config, writer, once=drain).start()
+    log.info("stream %s/%s started (query id %s, checkpoint %s, %d slots, generation %d)%s",
              config.stream.namespace, config.stream.name, query.id, config.checkpoint_dir,
-             config.spec.job.parallelism, config.stream.generation)
+             config.spec.job.parallelism, config.stream.generation,
+             f": draining batch {replay}" if drain else "")
     try:
         while query.isActive:
             if stop_event.wait(0.5):
@@ -278,7 +298,15 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     finally:
         if query.isActive:
             query.stop()
-    if snapshot_dir and writer.summary.reason == "Stopped":
+    if drain and writer.summary.reason == "Finished":
+        done = checkpoint.last_committed_batch(ckpt)
+        if done is None or done < replay:
+            raise JobFailed(f"drain: the query ended without committing batch {replay} "
+                            f"(last committed: {done}); the batch is still to be replayed")
+        writer.summary.reason = "Drained"
+        log.info("drained: batch %d is committed; the checkpoint is at a clean boundary", replay)
+        return writer.summary
+    if snapshot_dir and writer.summary.reason == "Stopped" and not drain:
         from .snapshot import take_snapshot
         manifest = take_snapshot(_local_path(config.checkpoint_dir), snapshot_dir,
                                  stream=config.stream.wire(), spec_hash=config.spec.spec_hash())
