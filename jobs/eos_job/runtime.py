@@ -274,6 +274,9 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     os.environ["EOS_DRIVER_PGID"] = str(os.getpgrp())  # inherited by the JVM and its Python workers
     spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
     writer = BatchWriter(config, fault_kill_after_commit)
+    if config.replay_offsets_from and not drain:
+        _replay_original_batches(spark, config, writer, ckpt, Path(_local_path(config.replay_offsets_from)),
+                                 stop_event)
     # Draining runs a single trigger: Spark then re-runs exactly the batch logged without a commit.
     query = build_query(spark, config, writer, once=drain).start()
     log.info("stream %s/%s started (query id %s, checkpoint %s, %d slots, generation %d)%s",
@@ -315,6 +318,51 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     return writer.summary
 
 
+def _replay_original_batches(spark, config: RunConfig, writer: BatchWriter, ckpt: Path, src: Path,
+                             stop_event: threading.Event) -> int:
+    """After a restore of an older snapshot: re-run, one trigger each, the batches the previous checkpoint
+    logged after it, each with its ORIGINAL offsets (copied from ``src``'s offset log).
+
+    A plain restart would plan those batches again from what the source holds now: other ranges under the
+    same batch numbers, so the ledger would skip a batch whose records are not all in the sink (loss) or
+    write records another batch already wrote (duplicates). With the original ranges every replayed slot
+    is either in the sink (skipped) or written once. Returns the number of batches replayed.
+    """
+    from .snapshot import copy_offset_file
+
+    if not src.is_dir() or src.resolve() == ckpt.resolve():
+        return 0
+    if checkpoint.checkpoint_id(src) != checkpoint.checkpoint_id(ckpt):
+        log.info("replay: %s is another checkpoint lineage (its ledger keys differ); nothing to replay", src)
+        return 0
+    original = checkpoint.offset_batches(src)
+    replayed = 0
+    while original and not stop_event.is_set():
+        last = checkpoint.last_committed_batch(ckpt)
+        nxt = 0 if last is None else last + 1
+        if nxt > original[-1]:
+            break
+        if checkpoint.replay_batch(ckpt) is None:
+            if nxt not in original:
+                raise JobFailed(f"cannot re-run batch {nxt} with its original offsets: {src} no longer has "
+                                f"offsets/{nxt} (Spark keeps spark.sql.streaming.minBatchesToRetain batches). "
+                                "Restore a newer snapshot, or raise minBatchesToRetain in job.sparkConf")
+            copy_offset_file(src, ckpt, nxt)
+        query = build_query(spark, config, writer, once=True).start()
+        query.awaitTermination()
+        exc = query.exception()
+        if exc is not None:
+            raise JobFailed(f"re-running batch {nxt} with its original offsets failed: {_short(exc)}")
+        done = checkpoint.last_committed_batch(ckpt)
+        if done is None or done < nxt:
+            raise JobFailed(f"re-running batch {nxt} with its original offsets did not commit it")
+        replayed += 1
+    if replayed:
+        log.info("re-ran %d batches after the snapshot with their original offsets from %s (through batch %s)",
+                 replayed, src, checkpoint.last_committed_batch(ckpt))
+    return replayed
+
+
 def _stop_at_boundary(query, writer: BatchWriter, config: RunConfig) -> None:
     """Stop after the running batch committed: no batch is left partially written by us."""
     log.info("stop requested: waiting for the running batch to commit")
@@ -324,7 +372,10 @@ def _stop_at_boundary(query, writer: BatchWriter, config: RunConfig) -> None:
     ckpt = _local_path(config.checkpoint_dir)
     deadline = time.monotonic() + 30
     # Spark writes commits/N right after foreachBatch returns; wait for it so the boundary is clean.
-    while done is not None and time.monotonic() < deadline and (checkpoint.last_committed_batch(ckpt) or -1) < done:
+    def committed() -> int:
+        last = checkpoint.last_committed_batch(ckpt)
+        return -1 if last is None else last   # batch 0 is a batch: `or -1` would wait the full deadline after it
+    while done is not None and time.monotonic() < deadline and committed() < done:
         time.sleep(0.05)
     query.stop()
     log.info("stopped at a clean boundary after batch %s", done)

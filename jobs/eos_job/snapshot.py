@@ -210,3 +210,19 @@ def restore_snapshot(snapshot: str | Path, new_ckpt: str | Path) -> dict:
         new_ckpt.rmdir()
     tmp.rename(new_ckpt)  # a crash mid-copy leaves no half-restored checkpoint behind
     return manifest
+
+
+def copy_offset_file(src: str | Path, dest: str | Path, batch: int) -> None:
+    """Copy ``offsets/<batch>`` (and its checksum file, if any) from checkpoint ``src`` into ``dest``.
+
+    Written to a temporary name and renamed, as Spark writes its logs: a crash leaves no half file.
+    """
+    src, dest = Path(src) / "offsets", Path(dest) / "offsets"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in (f".{batch}.crc", str(batch)):   # the checksum first: the log entry appears last
+        source = src / name
+        if not source.exists():
+            continue
+        tmp = dest / f".{name}.eos-copy.tmp"
+        shutil.copyfile(source, tmp)
+        tmp.rename(dest / name)

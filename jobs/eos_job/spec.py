@@ -311,6 +311,9 @@ class UpgradeProgress(Model):
     snapshot_path: str | None = Field(None, description="Where the old driver writes its snapshot on stop.")
     checkpoint_dir: str = Field(..., description="Checkpoint location of the new driver.")
     restore_from: str | None = Field(None, description="Snapshot that seeds checkpoint_dir (snapshot mode).")
+    replay_offsets_from: str | None = Field(None, description=(
+        "The checkpoint the old driver ran on: batches it logged after the snapshot are re-run with their "
+        "original offsets."))
     previous_tx_generation: int = Field(0, description=(
         "status.txGeneration before the upgrade (restored if the upgrade is abandoned before the new driver)."))
     pre_flight_pod: str | None = Field(None, description="The pre-flight Pod of this upgrade (step PreFlight).")
@@ -365,6 +368,8 @@ class ExactlyOnceStreamStatus(Model):
     checkpoint_dir: str | None = Field(None, description=(
         "Checkpoint location of the current driver; unset means <checkpoint.path>/live."))
     restore_from: str | None = Field(None, description="Snapshot the current checkpoint location was seeded from.")
+    replay_offsets_from: str | None = Field(None, description=(
+        "Checkpoint whose offset log the current driver re-runs after its restore (see RunConfig)."))
     snapshot_on_stop: str | None = Field(None, description=(
         "Where the current driver writes its snapshot when stopped gracefully."))
     upgrade: UpgradeProgress | None = None
@@ -445,6 +450,9 @@ class RunConfig(Model):
     checkpoint_dir: str = Field(..., description="Resolved checkpoint directory of this run.")
     restore_from: str | None = Field(None, description=(
         "Snapshot directory that seeds checkpoint_dir when it is still empty (restore, snapshot upgrade)."))
+    replay_offsets_from: str | None = Field(None, description=(
+        "After a restore: the checkpoint the stream ran on before. Batches it logged after the snapshot are "
+        "re-run with their original offsets (so the ledger's skips match what the sink holds)."))
 
     def ledger_topic(self) -> str:
         return self.spec.sink.ledger_topic or f"{self.spec.sink.topic}.eos-ledger.{self.stream.namespace}.{self.stream.name}"

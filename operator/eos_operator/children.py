@@ -112,11 +112,13 @@ def selector_string(labels: dict[str, str]) -> str:
 
 
 def run_config(ref: StreamRef, spec: ExactlyOnceStreamSpec, tx_generation: int, *,
-               checkpoint: str | None = None, restore_from: str | None = None) -> RunConfig:
+               checkpoint: str | None = None, restore_from: str | None = None,
+               replay_offsets_from: str | None = None) -> RunConfig:
     return RunConfig(stream=StreamIdentity(name=ref.name, namespace=ref.namespace,
                                            uid=stream_uid(ref.namespace, ref.name),
                                            generation=tx_generation),
-                     spec=spec, checkpoint_dir=checkpoint or checkpoint_dir(spec), restore_from=restore_from)
+                     spec=spec, checkpoint_dir=checkpoint or checkpoint_dir(spec), restore_from=restore_from,
+                     replay_offsets_from=replay_offsets_from)
 
 
 def _meta(ref: StreamRef, name: str, labels: dict[str, str],

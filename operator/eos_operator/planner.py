@@ -383,7 +383,8 @@ def _spec_changed(step: _Step, spec: ExactlyOnceStreamSpec, changes: list[str], 
             target_spec_hash=spec.spec_hash(), from_pod=from_pod,
             snapshot_name=snapshot.rstrip("/").rsplit("/", 1)[-1] if snapshot else None, snapshot_path=snapshot,
             checkpoint_dir=current if change.mode == "last-state" else children.upgrade_checkpoint_dir(spec, attempt),
-            restore_from=snapshot, previous_tx_generation=previous_generation, requested_at=fmt(obs.now))
+            restore_from=snapshot, previous_tx_generation=previous_generation, requested_at=fmt(obs.now),
+            replay_offsets_from=current if st.last_reconciled_spec else None)
         if restoring:
             # spec.restoreFrom changed: the new driver starts from that snapshot, not from the stop snapshot.
             st.upgrade = st.upgrade.model_copy(update={
@@ -625,6 +626,7 @@ def _continue_launch(step: _Step, spec: ExactlyOnceStreamSpec, launch: PendingLa
     st.driver_attempt = launch.attempt
     st.checkpoint_dir = config.checkpoint_dir
     st.restore_from = config.restore_from
+    st.replay_offsets_from = config.replay_offsets_from
     st.snapshot_on_stop = children.snapshot_path(ref, spec, launch.attempt)
     if st.upgrade is not None and st.upgrade.note.startswith("restoring from") and spec.restore_from:
         step.event("Normal", "Restored", _restore_text(step, spec, st.upgrade))
@@ -668,10 +670,11 @@ def launch_config(ref: children.StreamRef, spec: ExactlyOnceStreamSpec, st: Exac
     up = st.upgrade
     if up is not None:
         return children.run_config(ref, spec, st.tx_generation, checkpoint=up.checkpoint_dir,
-                                   restore_from=up.restore_from)
+                                   restore_from=up.restore_from,
+                                   replay_offsets_from=up.replay_offsets_from if up.restore_from else None)
     return children.run_config(ref, spec, st.tx_generation,
                                checkpoint=current_checkpoint_dir(st.checkpoint_dir, st.last_reconciled_spec, spec),
-                               restore_from=st.restore_from)
+                               restore_from=st.restore_from, replay_offsets_from=st.replay_offsets_from)
 
 
 # ------------------------------------------- upgrade safety: pre-flight, drain, rollback
@@ -851,7 +854,9 @@ def _check_upgrade(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan | None:
                                  from_pod=st.driver_pod, snapshot_name=chk.rollback_snapshot.rsplit("/", 1)[-1],
                                  checkpoint_dir=children.upgrade_checkpoint_dir(previous, attempt),
                                  restore_from=chk.rollback_snapshot, previous_tx_generation=st.tx_generation,
-                                 rollback=True, requested_at=fmt(obs.now), note="rollback")
+                                 rollback=True, requested_at=fmt(obs.now), note="rollback",
+                                 replay_offsets_from=current_checkpoint_dir(st.checkpoint_dir,
+                                                                            st.last_reconciled_spec, spec))
     st.lifecycle_state = "Upgrading"
     step.event("Warning", "UpgradeRolledBack", f"{message}; new driver {st.pending_launch.pod}")
     step.conditions(("False", "RollingBack", message), ("True", "RollingBack", f"launching {st.pending_launch.pod}"),

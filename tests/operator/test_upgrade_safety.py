@@ -147,6 +147,8 @@ def test_an_upgrade_not_ready_by_the_deadline_rolls_back_from_its_snapshot():
     cfg = resolve.actions[0].config
     assert cfg.restore_from == SNAP0 and cfg.spec.job.args == old.job.args   # the old spec, the old state
     assert cfg.checkpoint_dir == "/tmp/eos-test/ckpt-2"
+    # the failed driver's batches after the snapshot are re-run with their original offsets
+    assert cfg.replay_offsets_from == "/tmp/eos-test/ckpt-1"
     st2, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=OWN_UID, generation=0, slots=2),
                                attempt=2, spec_hash=cfg.spec.spec_hash(), observed=observed(at=62))
     submit = plan(new, st2, observed(at=62))

@@ -102,6 +102,7 @@ def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_
     assert [type(a) for a in resolve.actions] == [Resolve]
     cfg = resolve.actions[0].config
     assert cfg.checkpoint_dir == "/tmp/eos-test/ckpt-1" and cfg.restore_from == SNAP0 and cfg.spec == new
+    assert cfg.replay_offsets_from == "/tmp/eos-test/live"      # the old driver's offset log
     st, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=UID, generation=0, slots=2),
                               attempt=1, spec_hash=new.spec_hash(), observed=observed())
     # 5. Submit: the same status write names the new checkpoint and closes the upgrade record.
