@@ -144,45 +144,6 @@ def test_missing_topic_and_unreachable_broker_give_clear_errors(stack_env, tmp_p
     assert time.monotonic() - t0 < 100
 
 
-def test_restoring_an_older_snapshot_writes_nothing_twice(stack_env, tmp_path):
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=700)
-    run.setup()
-    first = produce(run.bootstrap, run.events, 2000)
-    snap = tmp_path / "snapshots" / "early"
-    run.start(["--snapshot-on-stop", str(snap)])
-    run.wait_for_batches(1)
-    assert run.stop() == 0, run.log_tail()
-    snap_batch = json.loads((snap / "eos-snapshot.json").read_text())["lastBatch"]
-    # Run on past the snapshot, with more input, to the end.
-    second = produce(run.bootstrap, run.events, 2000, seed=8, start_id=2000)
-    expected = {c: first.get(c, 0) + second.get(c, 0) for c in sorted(set(first) | set(second))}
-    run.start()
-    run.wait_caught_up(expected)
-    assert run.stop() == 0
-    before = len(read_committed(run.bootstrap, run.counts))
-    last_batch = run.committed_batches()
-    assert last_batch > snap_batch
-
-    # Restore the older snapshot into a new checkpoint location: the batches after it are replayed,
-    # and every slot finds a later batch in the ledger, so nothing is written again.
-    import yaml
-    restored = tmp_path / "restored"
-    doc = run_config(run).model_copy(update={"checkpoint_dir": str(restored), "restore_from": str(snap)})
-    run.config_path.write_text(yaml.safe_dump(doc.model_dump(by_alias=True, mode="json")))
-    run.start()
-    deadline = time.monotonic() + 300
-    from eos_job import checkpoint as ck
-    while (ck.last_committed_batch(restored) or -1) < last_batch:
-        assert run.proc.poll() is None, run.log_tail()
-        assert time.monotonic() < deadline, run.log_tail()
-        time.sleep(0.5)
-    assert run.stop() == 0
-    assert ck.checkpoint_id(restored) == ck.checkpoint_id(run.live_checkpoint)
-    assert len(read_committed(run.bootstrap, run.counts)) == before
-    assert "seeded from snapshot" in run.log_path.read_text()
-    assert_exact(run, expected)
-
-
 def test_poison_records_go_to_the_dead_letter_topic_in_the_same_transaction(stack_env, tmp_path):
     from confluent_kafka import Producer
     run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=None)
