@@ -35,8 +35,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
 from eos_job.verify import read_committed  # noqa: E402
 from eos_stack.cluster import Kubectl, wait_until  # noqa: E402
 from eos_stack.common import Stack  # noqa: E402
-from tests.e2e.test_upgrade_e2e import Trickle  # noqa: E402
-from tests.e2e.test_upgrade_safety_e2e import NAME, finish_exact, rig  # noqa: E402
+from tests.e2e.streams import NAME, Trickle, finish_exact, rig  # noqa: E402
 
 
 def longest_pause(timestamps: list[float], start: float, end: float) -> float:

@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
-from confluent_kafka import Producer
 
 REPO = Path(__file__).resolve().parents[2]
 for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
@@ -27,53 +23,16 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
         sys.path.insert(0, str(extra))
 
 from eos_job.verify import audit_counts, read_committed  # noqa: E402
-from eos_stack.cluster import PYTHONPATH, Kubectl, OperatorProcess, condition, wait_until  # noqa: E402
-from examples.colors.generator import events  # noqa: E402
+from eos_stack.cluster import PYTHONPATH, OperatorProcess, condition, wait_until  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
+from tests.e2e.streams import Trickle, kubectl, namespace  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.stack
 
 NAME = "colors"
 UPGRADES = 3
-
-
-class Trickle(threading.Thread):
-    """Events keep arriving: a small chunk every ``period`` seconds; the expected counts follow."""
-
-    def __init__(self, bootstrap: str, topic: str, chunk: int = 10, period: float = 0.25, start_id: int = 0):
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5})
-        self.topic, self.chunk, self.period, self.next_id = topic, chunk, period, start_id
-        self.expected: Counter = Counter()
-        self.halt = threading.Event()
-        self.error: BaseException | None = None
-
-    def send(self, n: int, seed: int) -> None:
-        for i, color in events(n, seed=seed, start_id=self.next_id):
-            self.producer.produce(self.topic, key=str(i).encode(), value=json.dumps({"id": i, "color": color}).encode())
-            if color != "orange":
-                self.expected[color] += 1
-        self.next_id += n
-        if self.producer.flush(30):
-            raise RuntimeError("events not delivered")
-
-    def run(self) -> None:
-        seed = 1000
-        try:
-            while not self.halt.wait(self.period):
-                seed += 1
-                self.send(self.chunk, seed)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.error = exc
-
-    def stop(self) -> dict[str, int]:
-        self.halt.set()
-        self.join(30)
-        assert self.error is None, self.error
-        return dict(sorted(self.expected.items()))
 
 
 def log_time(path: Path, text: str) -> float | None:
@@ -88,24 +47,6 @@ def log_time(path: Path, text: str) -> float | None:
     return None
 
 
-
-
-@pytest.fixture
-def kubectl(stack_env) -> Kubectl:
-    k = Kubectl(stack_env)
-    k.apply_crds()
-    return k
-
-
-@pytest.fixture
-def namespace(kubectl: Kubectl):
-    ns = f"eos-up-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", ns)
-    yield ns
-    for s in kubectl.json("get", "exactlyoncestreams", "-n", ns)["items"]:
-        kubectl.run("patch", "exactlyoncestream", s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
-                    '{"metadata":{"finalizers":null}}', check=False)
-    kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def test_three_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kubectl, namespace, tmp_path,

@@ -7,107 +7,20 @@ read_committed consumers (tests/e2e/exactness.py).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
 from eos_job.verify import audit_counts
-from eos_stack.cluster import Kubectl, condition, wait_until
+from eos_stack.cluster import condition, wait_until
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.test_operator_e2e import PYTHONPATH, ColorsTopics, Diagnostics, OperatorProcess, colors_stream
-from tests.e2e.test_upgrade_e2e import Trickle
-from tests.harness.kubelet import ProcessKubelet
+from tests.e2e.streams import NAME, Trickle, finish_exact, kubectl, namespace, rig  # noqa: F401 (fixtures)
+from tests.e2e.test_operator_e2e import colors_stream
 
 pytestmark = pytest.mark.stack
-NAME = "colors"
-
-
-@pytest.fixture
-def kubectl(stack_env) -> Kubectl:
-    k = Kubectl(stack_env)
-    k.apply_crds()
-    return k
-
-
-@pytest.fixture
-def namespace(kubectl: Kubectl):
-    ns = f"eos-safe-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", ns)
-    yield ns
-    for kind in ("exactlyoncestreams", "exactlyoncesnapshots"):
-        for s in kubectl.json("get", kind, "-n", ns)["items"]:
-            kubectl.run("patch", kind, s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
-                        '{"metadata":{"finalizers":null}}', check=False)
-    kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
-
-
-class Rig:
-    """Topics, a process kubelet and a (restartable) operator for one namespace."""
-
-    def __init__(self, stack_env: dict[str, str], kubectl: Kubectl, namespace: str, tmp_path: Path,
-                 kubelet: ProcessKubelet):
-        self.env, self.kubectl, self.ns, self.tmp = stack_env, kubectl, namespace, tmp_path
-        self.bootstrap = stack_env["KAFKA_BOOTSTRAP"]
-        self.topics = ColorsTopics(self.bootstrap)
-        self.kubelet = kubelet
-        self.operator: OperatorProcess | None = None
-        self.diag = Diagnostics(kubectl, namespace, None, kubelet)
-
-    def start_operator(self, **switches: str) -> OperatorProcess:
-        self.operator = OperatorProcess(self.env["KUBECONFIG"], self.ns, self.tmp / "operator.log",
-                                        **switches).start()
-        self.diag.operator = self.operator
-        return self.operator
-
-    def status(self, name: str = NAME) -> dict[str, Any]:
-        return self.kubectl.status(self.ns, name)
-
-    def wait_status(self, pred: Callable[[dict[str, Any]], bool], what: str, timeout: float = 240,
-                    name: str = NAME) -> dict[str, Any]:
-        return wait_until(lambda: (lambda s: s if pred(s) else None)(self.status(name)), what, timeout,
-                          self.diag, 0.5)
-
-    def pod_phase(self, pod: str) -> str | None:
-        for p in self.kubectl.pods(self.ns):
-            if p["metadata"]["name"] == pod:
-                return (p.get("status") or {}).get("phase")
-        return None
-
-    def counts_total(self, topic: str | None = None) -> int:
-        return sum(audit_counts(self.bootstrap, topic or self.topics.counts).final.values())
-
-    def stream(self, **spec_changes: Any) -> dict[str, Any]:
-        doc = colors_stream(NAME, self.topics, self.tmp / "checkpoint", attempts=10, delay=2)
-        del doc["spec"]["upgradeMode"]          # snapshot, the default
-        doc["spec"].update(spec_changes)
-        return doc
-
-
-@contextlib.contextmanager
-def rig(stack_env, kubectl, namespace, tmp_path, env_for=None) -> Iterator[Rig]:
-    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
-                        extra_env={"PYTHONPATH": PYTHONPATH}, env_for=env_for) as kubelet:
-        r = Rig(stack_env, kubectl, namespace, tmp_path, kubelet)
-        try:
-            yield r
-        finally:
-            kubectl.run("delete", "exactlyoncestream", "--all", "-n", namespace, "--timeout=120s", check=False)
-            if r.operator is not None:
-                r.operator.stop()
-
-
-def finish_exact(r: Rig, trickle: Trickle, name: str = NAME, counts: str | None = None) -> dict[str, int]:
-    expected = trickle.stop()
-    counts = counts or r.topics.counts
-    wait_until(lambda: audit_counts(r.bootstrap, counts).final == expected, "the output to catch up", 300,
-               r.diag, 2)
-    assert_exactly_once(r.bootstrap, counts, f"{counts}.eos-ledger.{r.ns}.{name}", expected, (r.topics.dlq,))
-    return expected
 
 
 # -------------------------------------------------------------------------- tests
@@ -160,9 +73,13 @@ def test_pre_flight_blocks_an_incompatible_upgrade_and_a_broken_upgrade_rolls_ba
                       "output exactly once")
 
 
-@pytest.mark.parametrize("kills", [("\"step\":\"Stopping\"", "\"step\":\"Stopped\"", "\"resolvedSpecHash\":\"")])
+# Status content right after each step of an upgrade is written: the intent, the snapshot read back,
+# resolution done (the operator dies right after that write, before acting on it).
+KILL_AFTER = ('"step":"Stopping"', '"step":"Stopped"', '"resolvedSpecHash":"')
+
+
 def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
-        stack_env, kubectl, namespace, tmp_path, kills, report_result):
+        stack_env, kubectl, namespace, tmp_path, report_result):
     """Three upgrades; in each the operator dies right after writing one step of the upgrade to status
     (after intent, after the snapshot, after resolution) and a new operator finishes it."""
     with rig(stack_env, kubectl, namespace, tmp_path) as r:
@@ -173,7 +90,7 @@ def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
         r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
         wait_until(lambda: r.counts_total() > 0, "first output", 240, r.diag, 2)
         trickle.start()
-        for v, marker in enumerate(kills, start=1):
+        for v, marker in enumerate(KILL_AFTER, start=1):
             r.operator.stop()
             crashing = r.start_operator(EOS_TEST_CRASH_AFTER_STATUS=marker)
             kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": f"v{v}"}}})
