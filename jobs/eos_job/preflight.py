@@ -72,7 +72,11 @@ def run_preflight(config: RunConfig, from_checkpoint: str | Path, scratch: str |
     from .runtime import JobFailed, build_query, load_transform, spark_conf_for
 
     ckpt, scratch = Path(from_checkpoint), Path(scratch)
+    # The last committed batch; before the first commit, the batch in flight: its state files and the
+    # state schema may already be written, and a new spec must match them just the same.
     last = checkpoint.last_committed_batch(ckpt)
+    if last is None:
+        last = checkpoint.last_offsets_batch(ckpt)
     try:  # before starting a JVM: a module that does not import fails in a second
         load_transform(config.spec.job.module, config.spec.job.function)
     except JobFailed as failed:
@@ -81,7 +85,7 @@ def run_preflight(config: RunConfig, from_checkpoint: str | Path, scratch: str |
         return PreFlightResult(False, last, error=f"job.module: importing {config.spec.job.module} failed: "
                                                   f"{type(failed).__name__}: {failed}"[:2000])
     if last is None:
-        return PreFlightResult(True, message=f"no state yet: checkpoint {ckpt} has no committed batch, "
+        return PreFlightResult(True, message=f"no state yet: checkpoint {ckpt} has no batch, "
                                              "the spec starts without state")
     _prepare_scratch(scratch, ckpt)
     query = None
