@@ -52,6 +52,7 @@ class ObjectRef(Protocol):
 
 class Kube(Protocol):
     async def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    async def list_streams(self, namespace: str) -> list[dict[str, Any]]: ...
     async def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any],
                                   resource_version: str | None) -> dict[str, Any]: ...
     async def list_driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]: ...
@@ -238,6 +239,10 @@ class KubernetesApi:
     # -- the stream -----------------------------------------------------------
     def _stream_path(self, namespace: str, name: str) -> str:
         return f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{PLURAL}/{quote(name)}"
+
+    async def list_streams(self, namespace: str) -> list[dict[str, Any]]:
+        path = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{PLURAL}"
+        return list((await self._request("GET", path) or {}).get("items") or [])
 
     async def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

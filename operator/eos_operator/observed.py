@@ -117,6 +117,9 @@ class Observed:
     snapshots: tuple[SnapshotInfo, ...] = ()  # the stream's ExactlyOnceSnapshots, oldest first
     aux_pods: tuple[PodView, ...] = ()        # pre-flight and drain Pods of the stream
     restore_source: RestoreSource | None = None  # spec.restoreFrom resolved (None when unset)
+    # Snapshots other streams of the namespace still have to restore from (their spec.restoreFrom, not yet
+    # restored): retention keeps them.
+    wanted_by_others: frozenset[str] = frozenset()
 
     def pod(self, name: str | None) -> PodView | None:
         if name is None:

@@ -927,18 +927,20 @@ def _snapshot_housekeeping(step: _Step, spec: ExactlyOnceStreamSpec) -> None:
                 step.act(CreateSnapshot(_snapshot_resource(step, spec, name, "periodic")))
                 step.event("Normal", "SnapshotRequested", f"periodic snapshot {name} requested "
                                                           f"(every {interval}s)")
-    for name in retention(obs.snapshots, spec, st, obs.now):
+    for name in retention(obs.snapshots, spec, st, obs.now, wanted=obs.wanted_by_others):
         step.act(DeleteSnapshot(name))
         step.event("Normal", "SnapshotPruned", f"snapshot {name} deleted by retention (maxCount "
                                                f"{spec.snapshots.max_count}, maxAgeSeconds "
                                                f"{spec.snapshots.max_age_seconds})")
 
 
-def retention(snapshots, spec: ExactlyOnceStreamSpec, st: ExactlyOnceStreamStatus, now: datetime) -> list[str]:
+def retention(snapshots, spec: ExactlyOnceStreamSpec, st: ExactlyOnceStreamStatus, now: datetime,
+              wanted: frozenset[str] = frozenset()) -> list[str]:
     """Snapshots to delete: beyond snapshots.maxCount or older than maxAgeSeconds, newest first kept.
 
     Never deleted: one that is not finished (Pending, InProgress), the newest Completed one, one the
-    stream was restored from or would roll back to, or the one spec.restoreFrom names.
+    stream was restored from or would roll back to, the one spec.restoreFrom names, or one another
+    stream still has to restore from (``wanted``: names or paths).
     """
     policy = spec.snapshots
     finished = [s for s in snapshots if s.state in ("Completed", "Failed") and not s.deleting]
@@ -947,7 +949,8 @@ def retention(snapshots, spec: ExactlyOnceStreamSpec, st: ExactlyOnceStreamStatu
     protected_paths = {p for p in (st.restore_from, st.upgrade.restore_from if st.upgrade else None,
                                    st.upgrade_check.rollback_snapshot if st.upgrade_check else None) if p}
     protected = {completed[0].name} if completed else set()
-    protected |= {s.name for s in finished if s.path in protected_paths or s.name == spec.restore_from}
+    protected |= {s.name for s in finished if s.path in protected_paths or s.name == spec.restore_from
+                  or s.name in wanted or s.path in wanted}
     out = []
     for i, s in enumerate(finished):
         if s.name in protected:

@@ -87,11 +87,24 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
     snaps = [snapshot_info(s) for s in await _list_snapshots(deps, namespace, name)]
     snaps.sort(key=lambda s: (s.created or "", s.name))
     restore = await _restore_source(namespace, spec, deps) if isinstance(spec, ExactlyOnceStreamSpec) else None
+    wanted = await _wanted_by_others(deps, namespace, name) if snaps else frozenset()
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
                     last_committed_batch=batch, snapshot=snapshot, store_readable=readable,
                     checkpoint_state=ckpt_state, snapshots=tuple(snaps), aux_pods=aux_pods,
-                    restore_source=restore)
+                    restore_source=restore, wanted_by_others=wanted)
+
+
+async def _wanted_by_others(deps: Deps, namespace: str, name: str) -> frozenset[str]:
+    """Snapshot names (and paths) other streams name in spec.restoreFrom and have not restored from yet."""
+    wanted = set()
+    for other in await deps.kube.list_streams(namespace):
+        if other["metadata"]["name"] == name:
+            continue
+        ref = (other.get("spec") or {}).get("restoreFrom")
+        if ref and (other.get("status") or {}).get("restoredFromSnapshot") != ref:
+            wanted.add(ref)
+    return frozenset(wanted)
 
 
 async def _list_snapshots(deps: Deps, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -211,6 +211,9 @@ class FakeKube:
                 and all(p["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())]
 
     # -- the Kube protocol ----------------------------------------------------
+    async def list_streams(self, namespace: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for (ns, _), o in sorted(self.streams.items()) if ns == namespace]
+
     async def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None:
         obj = self.streams.get((namespace, name))
         return copy.deepcopy(obj) if obj is not None else None

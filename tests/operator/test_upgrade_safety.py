@@ -297,3 +297,26 @@ def test_retention_never_leaves_zero_completed_snapshots(count):
     snaps = [info(f"s{i}", age=1000 + i) for i in range(10)]   # all too old
     kept = {x.name for x in snaps} - set(retention(snaps, s, ExactlyOnceStreamStatus(), T0))
     assert kept == {"s0"}   # the newest completed one survives any policy
+
+
+def test_retention_keeps_a_snapshot_another_stream_has_yet_to_restore_from():
+    s = spec(snapshots={"maxCount": 1})
+    snaps = [info("s0", 300), info("s1", 200, path="/s/by-path"), info("s2", 100)]
+    assert retention(snaps, s, ExactlyOnceStreamStatus(), T0) == ["s0", "s1"]
+    assert retention(snaps, s, ExactlyOnceStreamStatus(), T0, wanted=frozenset({"s0", "/s/by-path"})) == []
+
+
+def test_the_reconciler_reads_what_other_streams_want_to_restore_from():
+    import asyncio
+
+    from eos_operator.reconciler import _wanted_by_others
+
+    from .fakes import FakeClock, FakeKube, FakeResolver, base_spec
+    from eos_operator.reconciler import Deps
+    kube = FakeKube()
+    kube.add_stream("colors", base_spec())
+    kube.add_stream("fork", base_spec(restoreFrom="colors-p1"))
+    done = kube.add_stream("old-fork", base_spec(restoreFrom="colors-p0"))
+    done["status"] = {"restoredFromSnapshot": "colors-p0"}
+    deps = Deps(kube=kube, resolver=FakeResolver(), clock=FakeClock())
+    assert asyncio.run(_wanted_by_others(deps, "default", "colors")) == frozenset({"colors-p1"})
