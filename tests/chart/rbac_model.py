@@ -38,6 +38,7 @@ class Call:
 # (call, who makes it). Namespaced unless cluster_scoped.
 ADAPTER_CALLS: dict[Call, str] = {
     Call("get", GROUP, PLURAL): "adapters.get_stream: the reconciler reads the stream afresh on every pass",
+    Call("list", GROUP, PLURAL): "adapters.list_streams: retention keeps snapshots other streams restore from",
     Call("patch", GROUP, PLURAL, "status"): "adapters.patch_stream_status: the status is the write-ahead log",
     Call("list", "", "pods"): "adapters.list_driver_pods: observe the stream's driver Pods by label",
     Call("create", "", "pods"): "adapters.create_pod: start a driver",

@@ -80,7 +80,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
     from eos_operator.children import StreamRef
     from eos_operator.snapshots import SnapshotRef, snapshot_resource, snapshot_selector
 
-    exercised = {"get_stream", "patch_stream_status", "list_driver_pods", "create_pod", "delete_pod",
+    exercised = {"get_stream", "list_streams", "patch_stream_status", "list_driver_pods", "create_pod", "delete_pod",
                  "apply_config_map", "apply_service", "delete_config_map", "delete_service", "post_event",
                  "list_snapshots", "get_snapshot", "create_snapshot", "delete_snapshot", "patch_snapshot_status",
                  "list_pods"}
@@ -96,6 +96,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
 
         async def drive() -> None:
             await api.get_stream("ns", "s")
+            await api.list_streams("ns")
             await api.patch_stream_status("ns", "s", {"lifecycleState": "Running"}, "7")
             await api.list_driver_pods("ns", "s")
             await api.create_pod("ns", {"metadata": {"name": "s-driver-1"}})
