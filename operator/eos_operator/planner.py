@@ -909,7 +909,7 @@ def _snapshot_housekeeping(step: _Step, spec: ExactlyOnceStreamSpec) -> None:
         st.observed_snapshot_nonce = spec.snapshot_nonce
     elif st.observed_snapshot_nonce != spec.snapshot_nonce:
         st.observed_snapshot_nonce = spec.snapshot_nonce
-        name = f"{obs.name}-n{spec.snapshot_nonce}".replace("--", "-m")
+        name = f"{obs.name}-n{spec.snapshot_nonce}"
         if name not in names:
             step.act(CreateSnapshot(_snapshot_resource(step, spec, name, "nonce")))
             step.event("Normal", "SnapshotRequested", f"snapshotNonce changed: snapshot {name} requested")

@@ -227,6 +227,15 @@ class FakeKube:
             self.conflict_next_status_patch -= 1
             self._bump(obj)  # someone else wrote meanwhile
             raise Conflict(409, "the object has been modified")
+        self._merge_status(obj, status, resource_version)
+        marker = self.crash_after_status_patch_containing
+        if marker and marker in repr(status):
+            self.crash_after_status_patch_containing = None
+            raise Crash(f"operator killed after writing status with {marker}")
+        return copy.deepcopy(obj)
+
+    def _merge_status(self, obj: dict[str, Any], status: dict[str, Any], resource_version: str | None) -> None:
+        """A status merge patch with a resourceVersion precondition, as the API server does it."""
         if resource_version is not None and resource_version != obj["metadata"]["resourceVersion"]:
             raise Conflict(409, "the object has been modified")
         merged = dict(obj.get("status") or {})
@@ -237,11 +246,6 @@ class FakeKube:
                 merged[k] = copy.deepcopy(v)
         obj["status"] = merged
         self._bump(obj)
-        marker = self.crash_after_status_patch_containing
-        if marker and marker in repr(status):
-            self.crash_after_status_patch_containing = None
-            raise Crash(f"operator killed after writing status with {marker}")
-        return copy.deepcopy(obj)
 
     async def list_driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self.driver_pods(namespace, stream))
@@ -282,16 +286,7 @@ class FakeKube:
             self.conflict_next_snapshot_patch -= 1
             self._bump(obj)
             raise Conflict(409, "the object has been modified")
-        if resource_version is not None and resource_version != obj["metadata"]["resourceVersion"]:
-            raise Conflict(409, "the object has been modified")
-        merged = dict(obj.get("status") or {})
-        for k, v in status.items():
-            if v is None:
-                merged.pop(k, None)
-            else:
-                merged[k] = copy.deepcopy(v)
-        obj["status"] = merged
-        self._bump(obj)
+        self._merge_status(obj, status, resource_version)
         return copy.deepcopy(obj)
 
     async def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
