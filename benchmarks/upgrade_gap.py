@@ -35,7 +35,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
 from eos_job.verify import read_committed  # noqa: E402
 from eos_stack.cluster import Kubectl, wait_until  # noqa: E402
 from eos_stack.common import Stack  # noqa: E402
-from tests.e2e.streams import NAME, Trickle, finish_exact, rig  # noqa: E402
+from tests.e2e.streams import NAME, finish_exact, rig  # noqa: E402
 
 
 def longest_pause(timestamps: list[float], start: float, end: float) -> float:
@@ -63,13 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[float]] = {"restart": [], "upgrade": []}
     try:
         with rig(env, kubectl, namespace, workdir) as r:
-            r.start_operator()
-            trickle = Trickle(r.bootstrap, r.topics.events)
-            trickle.send(1000, seed=21)
-            kubectl.apply(r.stream(upgradePreFlight=False), namespace)
-            r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
-            wait_until(lambda: r.counts_total() > 0, "first output", 240, r.diag, 2)
-            trickle.start()
+            trickle = r.run_stream(r.stream(upgradePreFlight=False), seed=21)
             attempt = 0
             for i in range(args.rounds * 2):
                 kind = "restart" if i % 2 == 0 else "upgrade"

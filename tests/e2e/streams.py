@@ -97,6 +97,19 @@ class Rig:
         self.diag.operator = self.operator
         return self.operator
 
+    def run_stream(self, doc: dict[str, Any], *, seed: int, first_output: bool = True) -> Trickle:
+        """Start the operator, a backlog of 1000 events, the stream; once it runs (and wrote its first
+        output), a steady trickle of events. Returns the trickle (its ``stop()`` gives the expected counts)."""
+        self.start_operator()
+        trickle = Trickle(self.bootstrap, self.topics.events)
+        trickle.send(1000, seed=seed)
+        self.kubectl.apply(doc, self.ns)
+        self.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
+        if first_output:
+            wait_until(lambda: self.counts_total() > 0, "first output", 240, self.diag, 2)
+        trickle.start()
+        return trickle
+
     def status(self, name: str = NAME) -> dict[str, Any]:
         return self.kubectl.status(self.ns, name)
 

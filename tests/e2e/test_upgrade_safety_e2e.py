@@ -17,7 +17,7 @@ import pytest
 from eos_job.verify import audit_counts
 from eos_stack.cluster import condition, wait_until
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.streams import NAME, Trickle, finish_exact, kubectl, namespace, rig  # noqa: F401 (fixtures)
+from tests.e2e.streams import NAME, finish_exact, kubectl, namespace, rig  # noqa: F401 (fixtures)
 from tests.e2e.test_operator_e2e import colors_stream
 
 pytestmark = pytest.mark.stack
@@ -27,13 +27,7 @@ pytestmark = pytest.mark.stack
 def test_pre_flight_blocks_an_incompatible_upgrade_and_a_broken_upgrade_rolls_back(
         stack_env, kubectl, namespace, tmp_path, report_result):
     with rig(stack_env, kubectl, namespace, tmp_path) as r:
-        r.start_operator()
-        trickle = Trickle(r.bootstrap, r.topics.events)
-        trickle.send(1000, seed=3)
-        kubectl.apply(r.stream(upgradeReadinessTimeoutSeconds=45), namespace)
-        r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
-        wait_until(lambda: r.counts_total() > 0, "first output", 240, r.diag, 2)
-        trickle.start()
+        trickle = r.run_stream(r.stream(upgradeReadinessTimeoutSeconds=45), seed=3)
 
         # 1. The new job's state is incompatible: pre-flight refuses it, nothing is stopped.
         kubectl.patch_spec(namespace, NAME, {"job": {"module": "tests.e2e.jobs.colors_incompatible"}})
@@ -83,13 +77,7 @@ def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
     """Three upgrades; in each the operator dies right after writing one step of the upgrade to status
     (after intent, after the snapshot, after resolution) and a new operator finishes it."""
     with rig(stack_env, kubectl, namespace, tmp_path) as r:
-        r.start_operator()
-        trickle = Trickle(r.bootstrap, r.topics.events)
-        trickle.send(1000, seed=5)
-        kubectl.apply(r.stream(upgradePreFlight=False), namespace)
-        r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
-        wait_until(lambda: r.counts_total() > 0, "first output", 240, r.diag, 2)
-        trickle.start()
+        trickle = r.run_stream(r.stream(upgradePreFlight=False), seed=5)
         for v, marker in enumerate(KILL_AFTER, start=1):
             r.operator.stop()
             crashing = r.start_operator(EOS_TEST_CRASH_AFTER_STATUS=marker)
@@ -122,14 +110,9 @@ def test_parallelism_change_over_a_partially_committed_batch_drains_first(
         return {"EOS_FAULT_PARTIAL_BATCH": "1:0"} if pod == f"{NAME}-driver-0" else {}
 
     with rig(stack_env, kubectl, namespace, tmp_path, env_for=env_for) as r:
-        r.start_operator()
-        trickle = Trickle(r.bootstrap, r.topics.events)
-        trickle.send(1000, seed=9)
         doc = r.stream(upgradePreFlight=False)
         doc["spec"]["restartStrategy"] = {"type": "fixed-delay", "fixedDelay": {"attempts": 3, "delaySeconds": 60}}
-        kubectl.apply(doc, namespace)
-        r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
-        trickle.start()
+        trickle = r.run_stream(doc, seed=9, first_output=False)
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Restarting", "driver-0 to die mid-batch", 300)
         assert "exit code 137" in st["lastError"], st["lastError"]   # SIGKILLed by the fault, mid-batch
         kubectl.patch_spec(namespace, NAME, {"job": {"parallelism": 3}})
@@ -151,12 +134,8 @@ def test_parallelism_change_over_a_partially_committed_batch_drains_first(
 def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
         stack_env, kubectl, namespace, tmp_path, report_result):
     with rig(stack_env, kubectl, namespace, tmp_path) as r:
-        r.start_operator()
-        trickle = Trickle(r.bootstrap, r.topics.events)
-        trickle.send(1000, seed=11)
-        kubectl.apply(r.stream(snapshots={"intervalSeconds": 10, "maxCount": 2}), namespace)
-        r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
-        trickle.start()
+        trickle = r.run_stream(r.stream(snapshots={"intervalSeconds": 10, "maxCount": 2}), seed=11,
+                               first_output=False)
         seen: dict[str, dict[str, Any]] = {}
 
         def snapshots() -> list[dict[str, Any]]:
