@@ -754,6 +754,10 @@ def _pre_flight(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan:
                                         time=fmt(obs.now), run_spec=st.last_reconciled_spec)
         st.lifecycle_state = "Running" if driver is not None and driver.phase == "Running" else st.lifecycle_state
         step.event("Warning", "UpgradeBlocked", message)
+        # The refusal and its conditions are written together: a reader never sees one without the other.
+        ready: Cond = (("True", "Running", f"driver Pod {st.driver_pod} keeps running the current spec")
+                       if driver is not None and driver.phase == "Running" else running)
+        step.conditions(ready, ("False", "UpgradeBlocked", message), _degraded(st))
         return step.done(again=True)
     step.conditions(running, ("True", "PreFlight", f"{pod.name} is {pod.phase}"), _degraded(st))
     return step.done(requeue_after=POLL_SECONDS)

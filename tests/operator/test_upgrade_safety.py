@@ -88,6 +88,9 @@ def test_failed_pre_flight_blocks_the_upgrade_and_keeps_the_old_job_running():
     assert st.upgrade is None and st.pending_launch is None and st.tx_generation == 0
     assert st.rejected_spec.reason == "PreFlightFailed" and "key schema changed" in st.rejected_spec.message
     assert "UpgradeBlocked" in reasons(failed)
+    # The status that records the refusal carries its conditions too (it is written before the next look).
+    assert cond(failed, "Ready").status == "True"
+    assert (cond(failed, "Degraded").status, cond(failed, "Degraded").reason) == ("True", "UpgradeBlocked")
     # Next look: Ready (old spec runs), Degraded UpgradeBlocked, and no new upgrade attempt.
     steady = plan(new, st, observed(pod("colors-driver-0")))
     assert steady.actions == [] and steady.status.lifecycle_state == "Running"
