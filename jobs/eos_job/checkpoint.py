@@ -52,6 +52,18 @@ def source_offsets(ckpt: str | Path, batch: int) -> dict:
     return {f"source{i}": json.loads(line) for i, line in enumerate(lines[2:]) if line.strip()}
 
 
+def kafka_offsets(ckpt: str | Path, batch: int) -> dict[str, dict[str, int]]:
+    """The Kafka source positions after ``batch``, all sources merged: {topic: {partition: next offset}}."""
+    merged: dict[str, dict[str, int]] = {}
+    for src in source_offsets(ckpt, batch).values():
+        if not isinstance(src, dict):
+            continue
+        for topic, parts in src.items():
+            if isinstance(parts, dict):
+                merged.setdefault(topic, {}).update({str(p): int(o) for p, o in parts.items()})
+    return merged
+
+
 def replay_batch(ckpt: str | Path) -> int | None:
     """The batch a restart will re-run: its offsets are logged but it has no commit."""
     last_off, last_commit = last_offsets_batch(ckpt), last_committed_batch(ckpt)

@@ -7,7 +7,7 @@ The Kafka side effects live in ``eos_job.ledger`` and ``eos_job.sink``.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 import numpy as np
@@ -67,18 +67,23 @@ class SlotLedgerRecord:
 
 @dataclass(frozen=True)
 class BatchCompleteRecord:
+    """Batch N is fully in the sink. ``source_offsets`` is where the source stands after N
+    ({topic: {partition: next offset}}, from ``offsets/N``): a restart replays from there, so
+    the operator compares it with what the source still retains (the replay horizon)."""
     batch: int
     slots: int
     count: int
     skipped_slots: int
     dead_letters: int = 0
+    source_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> "BatchCompleteRecord":
-        return cls(**json.loads(raw))
+        d = json.loads(raw)   # records of older versions lack source_offsets; unknown keys are dropped
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 class SlotAction(Enum):

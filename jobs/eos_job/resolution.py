@@ -142,12 +142,17 @@ def _summarise(r: ResolutionReport) -> str:
 
 
 def last_batch_committed(config: RunConfig, *, timeout_s: float = 10.0) -> int | None:
-    """The newest batch-complete record of the stream's ledger, whatever its checkpoint: cheap, no fencing.
+    """The newest completed batch of the stream's ledger, whatever its checkpoint: cheap, no fencing.
 
-    The operator polls it for ``status.lastCommittedBatch``. The ledger topic is
-    the stream's own and partition 0 holds only batch-complete records, so the
-    partition's last record is the stream's latest completed batch.
+    The operator polls it for ``status.lastCommittedBatch``.
     """
+    record = last_batch_record(config, timeout_s=timeout_s)
+    return record.batch if record is not None else None
+
+
+def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0) -> BatchCompleteRecord | None:
+    """The newest batch-complete record of the stream's ledger: partition 0 holds only those, so it is the
+    partition's last record. Cheap (one record), no fencing; None if there is none or Kafka fails."""
     from confluent_kafka import TopicPartition
 
     sink = config.spec.sink
@@ -168,7 +173,7 @@ def last_batch_committed(config: RunConfig, *, timeout_s: float = 10.0) -> int |
                 continue
             if msg.error():
                 return None
-            return BatchCompleteRecord.decode(msg.value()).batch
+            return BatchCompleteRecord.decode(msg.value())
         return None
     finally:
         consumer.close()

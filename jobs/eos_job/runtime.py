@@ -14,11 +14,11 @@ import random
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import checkpoint, protocol
-from .ledger import (SinkUnavailable, admin_client, base_config, ensure_ledger_topic, idempotent_producer,
+from .ledger import (admin_client, base_config, ensure_ledger_topic, idempotent_producer,
                      produce_sync, require_topics, sink_security)
 from .sink import COMMIT_SCHEMA, HASH_COL, SlotWriterConfig, slot_task
 from .spec import RunConfig
@@ -155,7 +155,8 @@ class BatchWriter:
             skipped = sum(1 for c in commits if c.skipped)
             dead = sum(c.dead_letters for c in commits if not c.skipped)
             nondet = sum(1 for c in commits if c.nondeterministic)
-            record = protocol.BatchCompleteRecord(batch_id, self.slots, count, skipped, dead)
+            record = protocol.BatchCompleteRecord(batch_id, self.slots, count, skipped, dead,
+                                                  self._source_positions(batch_id))
             produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION,
                          protocol.batch_key(self.base["stream_uid"], self._ckpt_id, self.base["generation"]),
                          record.encode())
@@ -171,6 +172,17 @@ class BatchWriter:
             log.info("batch %d committed: %d records, %d/%d slots skipped as already committed, %d dead letters%s "
                      "(%.0f ms)", batch_id, count, skipped, self.slots, dead,
                      f", {nondet} NON-DETERMINISTIC slots" if nondet else "", (time.monotonic() - t0) * 1000)
+
+    def _source_positions(self, batch_id: int) -> dict[str, dict[str, int]]:
+        """offsets/<batch_id> of the checkpoint (Spark logs it before the batch runs); {} if unreadable.
+
+        Informative only (the operator's replay-horizon check): never a reason to fail the batch.
+        """
+        try:
+            return checkpoint.kafka_offsets(_local_path(self.config.checkpoint_dir), batch_id)
+        except (OSError, ValueError) as exc:
+            log.debug("source offsets of batch %d not read: %s", batch_id, exc)
+            return {}
 
     def _batch_producer(self):
         if self._producer is None:

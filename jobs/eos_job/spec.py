@@ -75,6 +75,9 @@ class SourceSpec(Model):
         "earliest", description="Where a fresh checkpoint starts; ignored once the checkpoint has offsets.")
     max_offsets_per_trigger: int | None = Field(None, ge=1, description="Upper bound of records per micro-batch.")
     options: dict[str, str] = Field(default_factory=dict, description="Extra options of Spark's Kafka source.")
+    replay_horizon_warning_seconds: int | None = Field(None, ge=1, description=(
+        "Warn (event, Degraded condition) when retention will delete the oldest record the stream has not "
+        "processed within this many seconds; default half the topic's retention.ms."))
 
     @model_validator(mode="after")
     def _topic_names(self) -> "SourceSpec":
@@ -344,6 +347,25 @@ class RejectedSpec(Model):
     run_spec: str | None = Field(None, description="JSON of the spec that runs instead (the last stable one).")
 
 
+class ReplayHorizon(Model):
+    """How far the source still reaches back behind the stream (the protocol's replay horizon).
+
+    Compares the source positions of the last batch in the sink (its ledger record) with what
+    the source retains: records deleted by retention before the stream read them are lost to it.
+    """
+    state: Literal["Safe", "Shrinking", "Exceeded"] = Field(..., description=(
+        "Safe; Shrinking: retention deletes an unprocessed record soon (see secondsLeft); Exceeded: "
+        "retention already deleted records the stream had not read (lostRecords)."))
+    batch: int = Field(..., description="The committed batch whose source positions were compared.")
+    checked_at: str = Field(..., description="When the source was read (RFC 3339).")
+    backlog_records: int = Field(0, description="Records retained but not yet processed, all partitions.")
+    lost_records: int = Field(0, description="Records deleted before the stream read them, all partitions.")
+    seconds_left: float | None = Field(None, description=(
+        "Least time before retention may delete an unprocessed record; unset: no backlog or no time limit."))
+    partition: str | None = Field(None, description="The partition that decided the state (topic/partition).")
+    message: str = ""
+
+
 class ExactlyOnceStreamStatus(Model):
     observed_generation: int | None = Field(None, description="metadata.generation the operator last acted on.")
     lifecycle_state: Literal["Created", "Deploying", "Running", "Restarting", "Upgrading", "Suspended",
@@ -382,6 +404,8 @@ class ExactlyOnceStreamStatus(Model):
         "The current spec is not run (pre-flight failed or rolled back); the last stable spec runs instead. "
         "Change the spec to try again."))
     restored_from_snapshot: str | None = Field(None, description="spec.restoreFrom the stream was last restored from.")
+    replay_horizon: ReplayHorizon | None = Field(None, description=(
+        "Checkpointed source positions versus what the source still retains, as last checked."))
 
 
 # ------------------------------------------------------- ExactlyOnceSnapshot

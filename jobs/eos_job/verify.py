@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition

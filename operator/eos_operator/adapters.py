@@ -20,9 +20,9 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from eos_job.spec import (API_GROUP, API_VERSION, KIND, PLURAL, SNAPSHOT_PLURAL, ExactlyOnceStreamSpec,
-                          ResolutionReport, RunConfig)
+                          ReplayHorizon, ResolutionReport, RunConfig)
 
-from .children import LABEL_STREAM, StreamRef, selector_string, stream_selector
+from .children import LABEL_STREAM, selector_string, stream_selector
 from .observed import CheckpointState, SnapshotView
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class Clock(Protocol):
 
 class Progress(Protocol):
     async def last_committed_batch(self, config: RunConfig) -> int | None: ...
+    async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None: ...
 
 
 class StoreUnreadable(Exception):
@@ -124,9 +125,11 @@ class LedgerProgress:
     "unknown" (None), never an error of the reconcile.
     """
 
-    def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0):
-        self.min_interval, self.timeout_s = min_interval, timeout_s
+    def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0, horizon_interval: float = 30.0):
+        self.min_interval, self.timeout_s, self.horizon_interval = min_interval, timeout_s, horizon_interval
         self._cache: dict[str, tuple[float, int | None]] = {}
+        self._horizons: dict[str, tuple[float, ReplayHorizon | None]] = {}
+        self._horizon_failing: set[str] = set()
 
     async def last_committed_batch(self, config: RunConfig) -> int | None:
         from eos_job.resolution import last_batch_committed
@@ -143,6 +146,30 @@ class LedgerProgress:
             log.debug("could not read the progress of %s: %s", key, exc)
             value = cached[1] if cached is not None else None
         self._cache[key] = (now, value)
+        return value
+
+    async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None:
+        """``eos_job.horizon.observe`` at most every ``horizon_interval`` seconds per stream (a few Kafka
+        round trips on both clusters); a failure keeps the last answer (None: unknown)."""
+        from eos_job.horizon import observe
+
+        key = f"{config.stream.namespace}/{config.stream.name}/{config.stream.uid}"
+        now = time.monotonic()
+        cached = self._horizons.get(key)
+        if cached is not None and now - cached[0] < self.horizon_interval:
+            return cached[1]
+        try:
+            value = await asyncio.wait_for(asyncio.to_thread(observe, config, timeout_s=self.timeout_s),
+                                           timeout=4 * self.timeout_s + 5.0)
+        except Exception as exc:  # noqa: BLE001 - the horizon is a warning, never an error of the reconcile
+            first = key not in self._horizon_failing
+            self._horizon_failing.add(key)
+            log.log(logging.WARNING if first else logging.DEBUG,
+                    "cannot check the replay horizon of %s (is the source cluster reachable?): %s", key, exc)
+            value = cached[1] if cached is not None else None
+        else:
+            self._horizon_failing.discard(key)
+        self._horizons[key] = (now, value)
         return value
 
 

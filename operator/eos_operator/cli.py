@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--progress-interval", type=float, default=10.0,
                      help="seconds between reads of a running stream's last committed batch from its ledger "
                           "(default 10)")
+    run.add_argument("--horizon-interval", type=float, default=30.0,
+                     help="seconds between checks of a stream's replay horizon: its checkpointed source "
+                          "positions versus what the source still retains (default 30)")
     peering = run.add_mutually_exclusive_group()
     peering.add_argument("--standalone", action="store_true", default=True,
                          help="no peering with other operator instances (default; run one replica)")
@@ -73,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
     config = OperatorConfig(interval=args.interval, resolution_timeout=args.resolution_timeout,
-                            progress_interval=args.progress_interval, kubeconfig=args.kubeconfig,
+                            progress_interval=args.progress_interval, horizon_interval=args.horizon_interval,
+                            kubeconfig=args.kubeconfig,
                             exact_namespaces=bool(args.namespace) and all(
                                 re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) for ns in args.namespace))
     registry = build_registry(config)

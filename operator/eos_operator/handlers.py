@@ -42,6 +42,7 @@ class OperatorConfig:
     interval: float = 5.0             # seconds between periodic reconciles of each stream
     resolution_timeout: float = 60.0
     progress_interval: float = 10.0   # seconds between reads of a stream's last committed batch
+    horizon_interval: float = 30.0    # seconds between replay-horizon checks of a stream
     kubeconfig: str | None = None
     exact_namespaces: bool = False    # every watched namespace named exactly: no cluster-wide scanning
 
@@ -49,7 +50,8 @@ class OperatorConfig:
 def default_deps(config: OperatorConfig) -> Deps:
     return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig),
                 resolver=JobResolver(timeout_s=config.resolution_timeout), clock=SystemClock(),
-                progress=LedgerProgress(min_interval=config.progress_interval), store=LocalCheckpointStore())
+                progress=LedgerProgress(min_interval=config.progress_interval,
+                                            horizon_interval=config.horizon_interval), store=LocalCheckpointStore())
 
 
 def build_registry(config: OperatorConfig,

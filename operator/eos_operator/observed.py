@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from eos_job.spec import ReplayHorizon
+
 from .children import DRIVER_CONTAINER, LABEL_ATTEMPT
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -120,6 +122,8 @@ class Observed:
     # Snapshots other streams of the namespace still have to restore from (their spec.restoreFrom, not yet
     # restored): retention keeps them.
     wanted_by_others: frozenset[str] = frozenset()
+    # The replay horizon as last checked (None: not checked this time, or nothing to check yet).
+    replay_horizon: ReplayHorizon | None = None
 
     def pod(self, name: str | None) -> PodView | None:
         if name is None:

@@ -160,7 +160,27 @@ def _degraded(st: ExactlyOnceStreamStatus) -> Cond:
     if rejected is not None:
         reason = "UpgradeBlocked" if rejected.reason == "PreFlightFailed" else "UpgradeRolledBack"
         return ("True", reason, rejected.message)
+    horizon = st.replay_horizon
+    if horizon is not None and horizon.state != "Safe":
+        return ("True", f"ReplayHorizon{horizon.state}", horizon.message)
     return ("False", "AsExpected", "")
+
+
+def _watch_replay_horizon(step: _Step) -> None:
+    """Record the replay horizon; a Warning when it starts shrinking or records are lost, Normal when safe again."""
+    new = step.obs.replay_horizon
+    if new is None:
+        return
+    st = step.st
+    old = st.replay_horizon
+    if new.state != "Safe" and (old is None or old.state != new.state):
+        step.event("Warning", f"ReplayHorizon{new.state}", new.message)
+    elif new.state == "Safe" and old is not None and old.state != "Safe":
+        step.event("Normal", "ReplayHorizonSafe", f"the source retains every record the stream has not processed "
+                                                  f"({new.backlog_records} behind)")
+    st.replay_horizon = new
+    if st.last_committed_batch is None or new.batch > st.last_committed_batch:
+        st.last_committed_batch = new.batch   # also while no driver runs (suspended, failed)
 
 
 # --------------------------------------------------------------------- entry
@@ -188,6 +208,7 @@ def plan(spec: ExactlyOnceStreamSpec | InvalidSpec, status: ExactlyOnceStreamSta
         spec = overlay_spec(st.rejected_spec.run_spec, spec)   # the last stable spec keeps running
 
     _snapshot_housekeeping(step, spec)
+    _watch_replay_horizon(step)
 
     if spec.job.state == "suspended":
         return _suspend(step)

@@ -88,11 +88,17 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
     snaps.sort(key=lambda s: (s.created or "", s.name))
     restore = await _restore_source(namespace, spec, deps) if isinstance(spec, ExactlyOnceStreamSpec) else None
     wanted = await _wanted_by_others(deps, namespace, name) if snaps else frozenset()
+    horizon = None
+    if (deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec) and status.last_reconciled_spec
+            and not meta.get("deletionTimestamp")):
+        # Checked whether the driver runs or not: a suspended or failed stream is the one falling behind.
+        ref = children.StreamRef(name, namespace, meta["uid"])
+        horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation))
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
                     last_committed_batch=batch, snapshot=snapshot, store_readable=readable,
                     checkpoint_state=ckpt_state, snapshots=tuple(snaps), aux_pods=aux_pods,
-                    restore_source=restore, wanted_by_others=wanted)
+                    restore_source=restore, wanted_by_others=wanted, replay_horizon=horizon)
 
 
 async def _wanted_by_others(deps: Deps, namespace: str, name: str) -> frozenset[str]:

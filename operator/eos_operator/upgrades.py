@@ -5,7 +5,8 @@ Every changed field (a path under spec) falls in one class:
 * **ignore** - the operator acts on it itself, no new driver: ``restartStrategy``
   (read at the next failure), ``restartNonce`` (its own restart, see the
   planner), ``upgradeMode`` (read at the next upgrade), ``job.state``
-  (suspend and resume).
+  (suspend and resume), the snapshot and pre-flight settings, and
+  ``source.replayHorizonWarningSeconds`` (read by the replay-horizon check).
 * **restart** - a new driver on the live checkpoint, whatever the upgrade mode:
   the change alters how the job runs, not what it computes or where its state
   and output live. Driver and executor resources, service account, deploy mode,
@@ -39,9 +40,10 @@ Every changed field (a path under spec) falls in one class:
     again. Only when asked for.
 
 A ``job.parallelism`` change bumps ``status.txGeneration`` at the upgrade: the
-slot count P changes under a new transactional-id generation. Draining a
-partially committed batch of the old generation first is not implemented; a
-snapshot upgrade stops at a clean boundary, where there is none.
+slot count P changes under a new transactional-id generation. A snapshot
+upgrade stops at a clean boundary; any other upgrade that finds a partially
+committed batch first finishes it with the old spec and generation (the
+planner's drain step).
 
 The progress of an upgrade is written to ``status.upgrade`` before anything is
 stopped (the write-ahead log); see the planner.
@@ -59,7 +61,7 @@ ChangeClass = Literal["ignore", "restart", "upgrade"]
 # Fields whose change needs no new driver: the operator acts on them itself.
 OPERATOR_ONLY_FIELDS = (("job", "state"), ("restartNonce",), ("restartStrategy",), ("upgradeMode",),
                         ("snapshots",), ("snapshotNonce",), ("upgradePreFlight",),
-                        ("upgradeReadinessTimeoutSeconds",))
+                        ("upgradeReadinessTimeoutSeconds",), ("source", "replayHorizonWarningSeconds"))
 
 # Fields whose change needs a new driver but keeps its state: a restart on the live checkpoint.
 RESTART_ONLY_FIELDS = (

@@ -131,7 +131,7 @@ def test_every_option_renders_where_it_belongs(helm: Helm, tmp_path):
     assert [a for a in c["args"] if a.startswith("--namespace")] == ["--namespace=team-a", "--namespace=team-b"]
     assert "--all-namespaces" not in c["args"]
     for arg in ("--verbose", "--interval=2.5", "--resolution-timeout=90", "--progress-interval=20",
-                "--liveness=http://0.0.0.0:9090/live"):
+                "--horizon-interval=120", "--liveness=http://0.0.0.0:9090/live"):
         assert arg in c["args"]
     assert {"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"} in c["env"]
     pod = one(docs, "Deployment")["spec"]["template"]
@@ -271,6 +271,7 @@ def test_the_operator_cli_accepts_the_rendered_arguments(helm: Helm, tmp_path, e
     assert parsed.liveness.startswith("http://0.0.0.0:")
     if extra:
         assert parsed.namespace == ["team-a", "team-b"] and parsed.verbose
-        assert (parsed.interval, parsed.resolution_timeout, parsed.progress_interval) == (2.5, 90.0, 20.0)
+        assert (parsed.interval, parsed.resolution_timeout, parsed.progress_interval,
+                parsed.horizon_interval) == (2.5, 90.0, 20.0, 120.0)
     else:
         assert parsed.all_namespaces and parsed.namespace == [] and not parsed.verbose

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from eos_job.spec import ResolutionReport, RunConfig
+from eos_job.spec import ReplayHorizon, ResolutionReport, RunConfig
 from eos_operator.adapters import Conflict, KubeError, event_kind
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -68,10 +68,16 @@ class FakeResolver:
 class FakeProgress:
     batch: int | None = None
     calls: int = 0
+    horizon: ReplayHorizon | None = None
+    horizon_calls: int = 0
 
     async def last_committed_batch(self, config: RunConfig) -> int | None:
         self.calls += 1
         return self.batch
+
+    async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None:
+        self.horizon_calls += 1
+        return self.horizon
 
 
 class FakeKube:

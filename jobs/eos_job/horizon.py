@@ -1,0 +1,182 @@
+"""The replay horizon: how far back the source still reaches behind the stream.
+
+A restart replays from the source positions of the last batch in the sink. If
+retention deletes records before the stream read them, they are lost to it
+(Spark's ``failOnDataLoss`` then stops the query). The protocol asks for this to
+be visible *before* it happens, so the operator checks it periodically, whether
+the driver runs or not (a suspended or failed stream is the one falling behind):
+
+* the positions come from the ledger's last batch-complete record (the sink
+  cluster; no access to the checkpoint store needed);
+* the source's earliest and latest offsets come from the source cluster;
+* for a partition with a backlog, the timestamp of its oldest unprocessed record
+  plus the topic's ``retention.ms`` says when retention may delete it.
+
+:func:`assess` is pure; :func:`observe` does the Kafka reads.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from confluent_kafka import Consumer, TopicPartition
+
+from .ledger import admin_client, base_config
+from .resolution import last_batch_record
+from .spec import ReplayHorizon, RunConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    topic: str
+    partition: int
+    earliest: int                   # first offset the source still retains
+    latest: int                     # next offset to be written
+    checkpointed: int | None        # next offset the stream reads (None: not in the stream's positions yet)
+    oldest_unprocessed_ms: int | None = None   # timestamp of the record at ``checkpointed``, if any
+    retention_ms: int | None = None            # None: the topic deletes nothing by time
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds >= 7200:
+        return f"{seconds // 3600} h"
+    if seconds >= 120:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def assess(batch: int, views: list[PartitionView], now: float, *,
+           warn_seconds: float | None = None) -> ReplayHorizon:
+    """The horizon of ``batch``'s positions against ``views`` (``now`` in epoch seconds).
+
+    Exceeded wins over Shrinking: records already lost matter more than records at risk.
+    A partition is Shrinking when its oldest unprocessed record is deleted by retention in
+    less than ``warn_seconds`` (default: half the topic's retention).
+    """
+    lost, backlog = 0, 0
+    worst_lost: tuple[int, PartitionView] | None = None
+    soonest: tuple[float, PartitionView] | None = None
+    for v in views:
+        if v.checkpointed is None:
+            continue
+        if v.earliest > v.checkpointed:
+            gone = v.earliest - v.checkpointed
+            lost += gone
+            if worst_lost is None or gone > worst_lost[0]:
+                worst_lost = (gone, v)
+        backlog += max(0, v.latest - max(v.checkpointed, v.earliest))
+        if (v.latest > v.checkpointed >= v.earliest and v.retention_ms is not None
+                and v.oldest_unprocessed_ms is not None):
+            left = (v.oldest_unprocessed_ms + v.retention_ms) / 1000.0 - now
+            if soonest is None or left < soonest[0]:
+                soonest = (left, v)
+    checked = _iso(now)
+    if worst_lost is not None:
+        v = worst_lost[1]
+        message = (f"retention deleted {lost} records before the stream read them ({v.name}: the stream is at "
+                   f"offset {v.checkpointed}, the source keeps only from {v.earliest}); they are lost to this "
+                   "stream and Spark stops the query there (failOnDataLoss). To go on without them set "
+                   "source.options.failOnDataLoss: \"false\"; to prevent it, raise the topic's retention.ms")
+        return ReplayHorizon(state="Exceeded", batch=batch, checked_at=checked, backlog_records=backlog,
+                             lost_records=lost, seconds_left=soonest[0] if soonest else None, partition=v.name,
+                             message=message)
+    if soonest is not None:
+        left, v = soonest
+        assert v.retention_ms is not None and v.oldest_unprocessed_ms is not None
+        threshold = warn_seconds if warn_seconds is not None else v.retention_ms / 2000.0
+        if left < threshold:
+            message = (f"retention deletes the oldest record the stream has not processed in about "
+                       f"{_duration(left)} ({v.name} offset {v.checkpointed}, written "
+                       f"{_iso(v.oldest_unprocessed_ms / 1000.0)}, retention.ms {v.retention_ms}); the stream is "
+                       f"{backlog} records behind. Let the stream catch up (resume it, raise its parallelism "
+                       "or maxOffsetsPerTrigger) or raise the topic's retention.ms")
+            return ReplayHorizon(state="Shrinking", batch=batch, checked_at=checked, backlog_records=backlog,
+                                 seconds_left=round(left, 1), partition=v.name, message=message)
+    return ReplayHorizon(state="Safe", batch=batch, checked_at=checked, backlog_records=backlog,
+                         seconds_left=round(soonest[0], 1) if soonest else None,
+                         partition=soonest[1].name if soonest else None)
+
+
+# ------------------------------------------------------------------- Kafka reads
+def _retention(admin, topics: list[str], timeout_s: float) -> dict[str, int | None]:
+    """retention.ms per topic; None when the topic deletes nothing by time (-1, or compaction only)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    out: dict[str, int | None] = {}
+    futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in topics],
+                                     request_timeout=timeout_s)
+    for res, fut in futures.items():
+        entries = fut.result(timeout=timeout_s)
+        policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else "delete"
+        ms = int(entries["retention.ms"].value) if "retention.ms" in entries else -1
+        out[res.name] = ms if ms >= 0 and "delete" in (policy or "delete") else None
+    return out
+
+
+def _oldest_timestamps(bootstrap: str, wanted: dict[tuple[str, int], int], timeout_s: float) -> dict:
+    """The timestamp (ms) of the record at each wanted (topic, partition) -> offset."""
+    if not wanted:
+        return {}
+    consumer = Consumer({**base_config(bootstrap), "group.id": f"eos-horizon-{time.monotonic_ns()}",
+                         "enable.auto.commit": False, "enable.partition.eof": False,
+                         "isolation.level": "read_uncommitted"})
+    found: dict[tuple[str, int], int] = {}
+    try:
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in wanted.items()])
+        deadline = time.monotonic() + timeout_s
+        while len(found) < len(wanted) and time.monotonic() < deadline:
+            msg = consumer.poll(min(1.0, max(0.01, deadline - time.monotonic())))
+            if msg is None or msg.error():
+                continue
+            key = (msg.topic(), msg.partition())
+            if key in wanted and key not in found:
+                found[key] = msg.timestamp()[1]
+                consumer.pause([TopicPartition(*key)])
+        return found
+    finally:
+        consumer.close()
+
+
+def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = None) -> ReplayHorizon | None:
+    """The stream's replay horizon now; None when no batch with source positions is in the ledger yet."""
+    from confluent_kafka.admin import OffsetSpec
+
+    record = last_batch_record(config, timeout_s=timeout_s)
+    if record is None or not record.source_offsets:
+        return None
+    src = config.spec.source
+    admin = admin_client(base_config(src.bootstrap_servers))
+    meta = admin.list_topics(timeout=timeout_s)
+    tps = [TopicPartition(t, p) for t in src.topics if t in meta.topics and meta.topics[t].error is None
+           for p in sorted(meta.topics[t].partitions)]
+    if not tps:
+        return None
+
+    def offsets(spec) -> dict[tuple[str, int], int]:
+        futs = admin.list_offsets({tp: spec for tp in tps}, request_timeout=timeout_s)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
+
+    earliest, latest = offsets(OffsetSpec.earliest()), offsets(OffsetSpec.latest())
+    retention = _retention(admin, sorted({tp.topic for tp in tps}), timeout_s)
+    positions = {(t, int(p)): o for t, parts in record.source_offsets.items() for p, o in parts.items()}
+    behind = {k: o for k, o in positions.items()
+              if k in latest and latest[k] > o >= earliest[k] and retention.get(k[0]) is not None}
+    stamps = _oldest_timestamps(src.bootstrap_servers, behind, timeout_s)
+    views = [PartitionView(topic=t, partition=p, earliest=earliest[(t, p)], latest=latest[(t, p)],
+                           checkpointed=positions.get((t, p)), oldest_unprocessed_ms=stamps.get((t, p)),
+                           retention_ms=retention.get(t)) for t, p in sorted(earliest)]
+    return assess(record.batch, views, time.time() if now is None else now,
+                  warn_seconds=src.replay_horizon_warning_seconds)

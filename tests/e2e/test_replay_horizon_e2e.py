@@ -1,0 +1,93 @@
+"""The replay horizon on the real stack: a suspended stream falls behind, retention is about to
+delete what it has not read (warning), then deletes some of it (loss reported, to the record), and
+the user's documented way forward loses exactly those records and nothing else."""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+from eos_job.verify import audit_counts
+from eos_stack.cluster import condition, wait_until
+from examples.colors.generator import events
+from tests.e2e.exactness import assert_exactly_once
+from tests.e2e.streams import NAME, kubectl, namespace, rig  # noqa: F401 - fixtures
+
+HOUR_MS = 3_600_000
+
+
+def produce(bootstrap: str, topic: str, partition: int, n: int, *, start_id: int, age_s: float = 0) -> Counter:
+    """n colors events into one partition, timestamped ``age_s`` seconds ago; their expected counts."""
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    stamp = int((time.time() - age_s) * 1000)
+    expected: Counter = Counter()
+    for i, color in events(n, seed=start_id, start_id=start_id):
+        p.produce(topic, key=str(i).encode(), value=json.dumps({"id": i, "color": color}).encode(),
+                  partition=partition, timestamp=stamp)
+        if color != "orange":
+            expected[color] += 1
+    assert p.flush(30) == 0, "events not delivered"
+    return expected
+
+
+def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_reports_the_loss(
+        stack_env, kubectl, namespace, tmp_path, report_result):
+    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+        admin = AdminClient({"bootstrap.servers": r.bootstrap})
+        res = ConfigResource(ResourceType.TOPIC, r.topics.events, incremental_configs=[
+            ConfigEntry("retention.ms", str(HOUR_MS), incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(30)
+
+        # 1. A running stream that has read everything: Safe, from its ledger's source positions.
+        r.start_operator()
+        expected = Counter()
+        for part in range(3):
+            expected += produce(r.bootstrap, r.topics.events, part, 100, start_id=part * 100)
+        kubectl.apply(r.stream(), namespace)
+        wait_until(lambda: audit_counts(r.bootstrap, r.topics.counts).final == dict(expected),
+                   "the first events to be counted", 300, r.diag, 2)
+        st = r.wait_status(lambda s: (s.get("replayHorizon") or {}).get("state") == "Safe"
+                           and s["replayHorizon"]["backlogRecords"] == 0, "a Safe replay horizon", 120)
+
+        # 2. Suspended, it falls behind with records 40 minutes old of a 60-minute retention: Shrinking.
+        kubectl.patch_spec(namespace, NAME, {"job": {"state": "suspended"}})
+        r.wait_status(lambda s: s.get("lifecycleState") == "Suspended", "the stream to suspend")
+        behind = {part: produce(r.bootstrap, r.topics.events, part, 50, start_id=1000 + part * 50, age_s=2400)
+                  for part in range(3)}
+        st = r.wait_status(lambda s: (s.get("replayHorizon") or {}).get("state") == "Shrinking",
+                           "the replay horizon to shrink", 120)
+        h = st["replayHorizon"]
+        assert h["backlogRecords"] == 150 and h["lostRecords"] == 0, h
+        assert 0 < h["secondsLeft"] <= 1200 + 5, h          # 20 of 60 minutes left, less what time passed
+        assert condition(st, "Degraded")["reason"] == "ReplayHorizonShrinking"
+        assert st["lastCommittedBatch"] == h["batch"]
+
+        # 3. Retention deletes partition 0's unread records: they are reported lost, to the record.
+        low = TopicPartition(r.topics.events, 0, 150)       # 100 read + 50 unread: delete them all
+        admin.delete_records([low])[low].result(30)
+        st = r.wait_status(lambda s: (s.get("replayHorizon") or {}).get("state") == "Exceeded",
+                           "the lost records to be reported", 120)
+        h = st["replayHorizon"]
+        assert (h["lostRecords"], h["partition"], h["backlogRecords"]) == (50, f"{r.topics.events}/0", 100), h
+        assert condition(st, "Degraded")["reason"] == "ReplayHorizonExceeded"
+        warnings = [(e["type"], e["reason"]) for e in kubectl.event_objects(namespace, NAME)]
+        assert ("Warning", "ReplayHorizonShrinking") in warnings and ("Warning", "ReplayHorizonExceeded") in warnings
+
+        # 4. The way forward the message names: accept the loss and resume. Exactly the deleted records
+        #    are missing; everything else is counted once.
+        assert "failOnDataLoss" in h["message"]
+        kubectl.patch_spec(namespace, NAME, {"job": {"state": "running"},
+                                             "source": {"options": {"failOnDataLoss": "false"}}})
+        expected += behind[1] + behind[2]
+        wait_until(lambda: audit_counts(r.bootstrap, r.topics.counts).final == dict(expected),
+                   "the rest to be counted", 300, r.diag, 2)
+        r.wait_status(lambda s: (s.get("replayHorizon") or {}).get("state") == "Safe", "a Safe horizon again", 120)
+        assert "ReplayHorizonSafe" in kubectl.events(namespace, NAME)
+        assert_exactly_once(r.bootstrap, r.topics.counts, r.topics.ledger(namespace, NAME),
+                            dict(sorted(expected.items())), (r.topics.dlq,))
+        report_result(f"replay horizon: Safe, then Shrinking ({h['backlogRecords'] + 50} behind) while suspended, "
+                      f"then Exceeded with exactly the 50 deleted records reported lost; resumed with "
+                      f"failOnDataLoss=false, output exact without them")
