@@ -35,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--horizon-interval", type=float, default=30.0,
                      help="seconds between checks of a stream's replay horizon: its checkpointed source "
                           "positions versus what the source still retains (default 30)")
+    run.add_argument("--metrics-port", type=int, metavar="PORT",
+                     help="serve Prometheus metrics of the streams on http://<address>:PORT/metrics (default: off)")
+    run.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS",
+                     help="address the metrics endpoint listens on (default 0.0.0.0)")
     peering = run.add_mutually_exclusive_group()
     peering.add_argument("--standalone", action="store_true", default=True,
                          help="no peering with other operator instances (default; run one replica)")
@@ -77,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = args.kubeconfig
     config = OperatorConfig(interval=args.interval, resolution_timeout=args.resolution_timeout,
                             progress_interval=args.progress_interval, horizon_interval=args.horizon_interval,
+                            metrics_port=args.metrics_port, metrics_address=args.metrics_address,
                             kubeconfig=args.kubeconfig,
                             exact_namespaces=bool(args.namespace) and all(
                                 re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) for ns in args.namespace))

@@ -24,6 +24,7 @@ import kopf
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL, SNAPSHOT_PLURAL
 
 from .adapters import JobResolver, KubernetesApi, LedgerProgress, LocalCheckpointStore, SystemClock
+from .metrics import StreamMetrics
 from .reconciler import Deps, StatusUnreadable, reconcile
 from .snapshot_reconciler import reconcile_snapshot
 from .snapshots import TERMINAL_STATES, SnapshotStatusUnreadable
@@ -43,15 +44,22 @@ class OperatorConfig:
     resolution_timeout: float = 60.0
     progress_interval: float = 10.0   # seconds between reads of a stream's last committed batch
     horizon_interval: float = 30.0    # seconds between replay-horizon checks of a stream
+    metrics_port: int | None = None   # serve Prometheus metrics on this port (None: not at all)
+    metrics_address: str = "0.0.0.0"
     kubeconfig: str | None = None
     exact_namespaces: bool = False    # every watched namespace named exactly: no cluster-wide scanning
 
 
 def default_deps(config: OperatorConfig) -> Deps:
+    metrics = None
+    if config.metrics_port is not None:
+        metrics = StreamMetrics()
+        metrics.serve(config.metrics_port, config.metrics_address)
     return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig),
                 resolver=JobResolver(timeout_s=config.resolution_timeout), clock=SystemClock(),
                 progress=LedgerProgress(min_interval=config.progress_interval,
-                                            horizon_interval=config.horizon_interval), store=LocalCheckpointStore())
+                                        horizon_interval=config.horizon_interval),
+                store=LocalCheckpointStore(), metrics=metrics)
 
 
 def build_registry(config: OperatorConfig,

@@ -21,6 +21,7 @@ from eos_job.spec import API_GROUP, ExactlyOnceStreamSpec, ExactlyOnceStreamStat
 from . import children, planner
 from .adapters import CheckpointStore, Clock, Conflict, Kube, KubeError, Progress, Resolver, StoreUnreadable
 from .children import StreamRef
+from .metrics import StreamMetrics
 from .observed import Observed, RestoreSource, SnapshotView, pod_view, snapshot_info
 from .planner import (ApplyConfigMap, ApplyService, CreatePod, CreateSnapshot, DeleteConfigMap, DeletePod,
                       DeleteService, DeleteSnapshot, Plan, Resolve)
@@ -41,6 +42,7 @@ class Deps:
     clock: Clock
     progress: Progress | None = None     # where the last committed batch comes from (else Pod annotation)
     store: CheckpointStore | None = None  # reads snapshots and checkpoints during an upgrade (None: unreadable)
+    metrics: StreamMetrics | None = None  # what each status write says, for Prometheus (None: not exported)
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,8 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
     for _ in range(max_steps):
         obj = await deps.kube.get_stream(namespace, name)
         if obj is None:
+            if deps.metrics is not None:
+                deps.metrics.forget(namespace, name)
             return Outcome(exists=False)
         meta = obj["metadata"]
         ref = StreamRef(name, namespace, meta["uid"])
@@ -218,16 +222,20 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
             await _act(deps, namespace, action)
 
         if not plan.again:
+            if observed.deleting and plan.finished and deps.metrics is not None:
+                deps.metrics.forget(namespace, name)
             return Outcome(True, lifecycle, plan.requeue_after, plan.finished)
     return Outcome(True, lifecycle, planner.POLL_SECONDS, plan.finished if plan else True)
 
 
 async def _write_status(deps: Deps, ref: StreamRef, old: ExactlyOnceStreamStatus,
                         new: ExactlyOnceStreamStatus, rv: str | None) -> str | None:
-    if new == old:
-        return rv
-    result = await deps.kube.patch_stream_status(ref.namespace, ref.name, dump_status(new), rv)
-    return (result.get("metadata") or {}).get("resourceVersion", rv)
+    if new != old:
+        result = await deps.kube.patch_stream_status(ref.namespace, ref.name, dump_status(new), rv)
+        rv = (result.get("metadata") or {}).get("resourceVersion", rv)
+    if deps.metrics is not None:
+        deps.metrics.record(ref.namespace, ref.name, new)
+    return rv
 
 
 async def _post_events(deps: Deps, ref: StreamRef, events: list[planner.Event]) -> None:
@@ -235,6 +243,8 @@ async def _post_events(deps: Deps, ref: StreamRef, events: list[planner.Event]) 
         (log.warning if ev.type == "Warning" else log.info)("%s/%s %s: %s", ref.namespace, ref.name,
                                                             ev.reason, ev.message)
         await deps.kube.post_event(ref, ev.type, ev.reason, ev.message)
+        if deps.metrics is not None:
+            deps.metrics.event(ref.namespace, ref.name, ev.type, ev.reason)
 
 
 async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, status: ExactlyOnceStreamStatus,

@@ -103,10 +103,13 @@ def test_deployment_is_one_recreated_hardened_replica(helm: Helm):
     c = container(docs)
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert c["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"},
+                          {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+    assert "--metrics-port=9090" in c["args"]
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     svc = one(docs, "Service")
-    assert svc["spec"]["ports"][0]["targetPort"] == "health"
+    assert [(p["name"], p["targetPort"]) for p in svc["spec"]["ports"]] == [("health", "health"),
+                                                                           ("metrics", "metrics")]
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
 
 
@@ -131,7 +134,7 @@ def test_every_option_renders_where_it_belongs(helm: Helm, tmp_path):
     assert [a for a in c["args"] if a.startswith("--namespace")] == ["--namespace=team-a", "--namespace=team-b"]
     assert "--all-namespaces" not in c["args"]
     for arg in ("--verbose", "--interval=2.5", "--resolution-timeout=90", "--progress-interval=20",
-                "--horizon-interval=120", "--liveness=http://0.0.0.0:9090/live"):
+                "--horizon-interval=120", "--liveness=http://0.0.0.0:9090/live", "--metrics-port=9464"):
         assert arg in c["args"]
     assert {"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"} in c["env"]
     pod = one(docs, "Deployment")["spec"]["template"]
@@ -147,9 +150,19 @@ def test_every_option_renders_where_it_belongs(helm: Helm, tmp_path):
     assert c["livenessProbe"]["failureThreshold"] == 5 and c["readinessProbe"]["periodSeconds"] == 5
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
     svc = one(docs, "Service")
-    assert svc["spec"]["type"] == "NodePort" and svc["spec"]["ports"][0]["port"] == 9090
+    assert svc["spec"]["type"] == "NodePort" and [p["port"] for p in svc["spec"]["ports"]] == [9090, 9464]
     assert svc["metadata"]["annotations"] == {"prometheus.io/scrape": "false"}
     assert one(docs, "Deployment")["metadata"]["name"] == "stream-operator"
+
+
+def test_metrics_can_be_turned_off_and_need_their_own_port(helm: Helm):
+    docs = helm.template("--set", "metrics.enabled=false")
+    c = container(docs)
+    assert not [a for a in c["args"] if a.startswith("--metrics")]
+    assert [p["name"] for p in c["ports"]] == ["health"]
+    assert [p["name"] for p in one(docs, "Service")["spec"]["ports"]] == ["health"]
+    clash = helm.run("template", "x", str(CHART), "--set", "metrics.port=8080", check=False)
+    assert clash.returncode != 0 and "metrics.port must differ from health.port" in clash.stderr
 
 
 def test_every_values_all_key_is_a_chart_value():
