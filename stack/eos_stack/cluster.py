@@ -111,12 +111,12 @@ class OperatorProcess:
 
     def __init__(self, kubeconfig: str, namespace: str, log_path: Path, *, liveness_port: int | None = None,
                  interval: float = 1, resolution_timeout: float = 30, progress_interval: float = 2,
-                 horizon_interval: float = 2, **switches: str):
+                 horizon_interval: float = 2, metrics_port: int | None = None, **switches: str):
         self.kubeconfig, self.namespace, self.log_path, self.switches = kubeconfig, namespace, log_path, switches
         self.liveness_port = liveness_port
         self.interval, self.resolution_timeout, self.progress_interval = (interval, resolution_timeout,
                                                                           progress_interval)
-        self.horizon_interval = horizon_interval
+        self.horizon_interval, self.metrics_port = horizon_interval, metrics_port
         self.proc: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
@@ -126,7 +126,9 @@ class OperatorProcess:
                 "--resolution-timeout", f"{self.resolution_timeout:g}",
                 "--progress-interval", f"{self.progress_interval:g}",
                 "--horizon-interval", f"{self.horizon_interval:g}",
-                *(["--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"] if self.liveness_port else [])]
+                *(["--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"] if self.liveness_port else []),
+                *(["--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"]
+                  if self.metrics_port else [])]
 
     def start(self) -> "OperatorProcess":
         env = {**os.environ, "PYTHONPATH": PYTHONPATH, **self.switches}

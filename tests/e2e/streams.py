@@ -91,9 +91,9 @@ class Rig:
         self.operator: OperatorProcess | None = None
         self.diag = Diagnostics(kubectl, namespace, None, kubelet)
 
-    def start_operator(self, **switches: str) -> OperatorProcess:
+    def start_operator(self, metrics_port: int | None = None, **switches: str) -> OperatorProcess:
         self.operator = OperatorProcess(self.env["KUBECONFIG"], self.ns, self.tmp / "operator.log",
-                                        **switches).start()
+                                        metrics_port=metrics_port, **switches).start()
         self.diag.operator = self.operator
         return self.operator
 

@@ -1,22 +1,39 @@
 """The replay horizon on the real stack: a suspended stream falls behind, retention is about to
 delete what it has not read (warning), then deletes some of it (loss reported, to the record), and
-the user's documented way forward loses exactly those records and nothing else."""
+the user's documented way forward loses exactly those records and nothing else. The operator's
+Prometheus endpoint says the same."""
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections import Counter
 
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from prometheus_client.parser import text_string_to_metric_families
 
 from eos_job.verify import audit_counts
 from eos_stack.cluster import condition, wait_until
+from eos_stack.common import free_port
 from examples.colors.generator import events
 from tests.e2e.exactness import assert_exactly_once
 from tests.e2e.streams import NAME, kubectl, namespace, rig  # noqa: F401 - fixtures
 
 HOUR_MS = 3_600_000
+
+
+def scrape(port: int) -> dict[tuple[str, ...], float]:
+    """The colors stream's samples of the operator's /metrics, keyed (name, namespace[, state | type, reason])."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.labels.get("stream") != NAME:
+                continue
+            extra = tuple(s.labels[k] for k in ("state", "type", "reason") if k in s.labels)
+            out[(s.name, s.labels["namespace"], *extra)] = s.value
+    return out
 
 
 def produce(bootstrap: str, topic: str, partition: int, n: int, *, start_id: int, age_s: float = 0) -> Counter:
@@ -42,7 +59,8 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
         admin.incremental_alter_configs([res])[res].result(30)
 
         # 1. A running stream that has read everything: Safe, from its ledger's source positions.
-        r.start_operator()
+        port = free_port()
+        r.start_operator(metrics_port=port)
         expected = Counter()
         for part in range(3):
             expected += produce(r.bootstrap, r.topics.events, part, 100, start_id=part * 100)
@@ -79,6 +97,12 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
         # 4. The way forward the message names: accept the loss and resume. Exactly the deleted records
         #    are missing; everything else is counted once.
         assert "failOnDataLoss" in h["message"]
+        # The same, as Prometheus scrapes it from the operator.
+        m = scrape(port)
+        assert m[("eos_stream_replay_horizon_lost_records", namespace)] == 50
+        assert m[("eos_stream_degraded", namespace)] == 1
+        assert m[("eos_stream_lifecycle_state", namespace, "Suspended")] == 1
+        assert m[("eos_stream_events_total", namespace, "Warning", "ReplayHorizonExceeded")] == 1
         kubectl.patch_spec(namespace, NAME, {"job": {"state": "running"},
                                              "source": {"options": {"failOnDataLoss": "false"}}})
         expected += behind[1] + behind[2]
