@@ -16,7 +16,7 @@ import logging
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 from urllib.parse import quote
 
 from eos_job.spec import (API_GROUP, API_VERSION, KIND, PLURAL, SNAPSHOT_PLURAL, ExactlyOnceStreamSpec,
@@ -117,60 +117,61 @@ class JobResolver:
                                       timeout=self.timeout_s + 15.0)
 
 
-class LedgerProgress:
-    """The stream's last completed batch, read from its ledger (``eos_job.resolution.last_batch_committed``).
+class _ThrottledRead:
+    """A blocking Kafka read, run in a worker thread at most every ``interval`` seconds per stream.
 
-    Cheap (one record at the end of one partition) but still a Kafka round trip, so
-    it is read at most every ``min_interval`` seconds per stream; any failure is
-    "unknown" (None), never an error of the reconcile.
+    Between reads, and when a read fails, the last answer stands (None until there is one): the
+    reads are informative, never an error of the reconcile. A failure is logged at WARNING the
+    first time in a row, then at DEBUG.
+    """
+
+    def __init__(self, what: str, interval: float, timeout: float):
+        self.what, self.interval, self.timeout = what, interval, timeout
+        self._cache: dict[str, tuple[float, Any]] = {}
+        self._failing: set[str] = set()
+
+    async def __call__(self, config: RunConfig, read: Callable[[], Any]) -> Any:
+        key = f"{config.stream.namespace}/{config.stream.name}/{config.stream.uid}"
+        now = time.monotonic()
+        cached = self._cache.get(key)
+        if cached is not None and now - cached[0] < self.interval:
+            return cached[1]
+        try:
+            value = await asyncio.wait_for(asyncio.to_thread(read), timeout=self.timeout)
+        except Exception as exc:  # noqa: BLE001 - see the class docstring
+            log.log(logging.DEBUG if key in self._failing else logging.WARNING,
+                    "cannot read the %s of %s (is Kafka reachable?): %s", self.what, key, exc)
+            self._failing.add(key)
+            value = cached[1] if cached is not None else None
+        else:
+            self._failing.discard(key)
+        self._cache[key] = (now, value)
+        return value
+
+
+class LedgerProgress:
+    """What the stream's ledger and source say about its progress, read from Kafka, throttled per stream.
+
+    * ``last_committed_batch``: the last batch-complete record (one record at the end of one
+      partition), at most every ``min_interval`` seconds;
+    * ``replay_horizon``: ``eos_job.horizon.observe`` (a few round trips on both clusters), at
+      most every ``horizon_interval`` seconds.
     """
 
     def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0, horizon_interval: float = 30.0):
-        self.min_interval, self.timeout_s, self.horizon_interval = min_interval, timeout_s, horizon_interval
-        self._cache: dict[str, tuple[float, int | None]] = {}
-        self._horizons: dict[str, tuple[float, ReplayHorizon | None]] = {}
-        self._horizon_failing: set[str] = set()
+        self.timeout_s = timeout_s
+        self._batch = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0)
+        self._horizon = _ThrottledRead("replay horizon", horizon_interval, 4 * timeout_s + 5.0)
 
     async def last_committed_batch(self, config: RunConfig) -> int | None:
         from eos_job.resolution import last_batch_committed
 
-        key = f"{config.stream.namespace}/{config.stream.name}/{config.stream.uid}"
-        now = time.monotonic()
-        cached = self._cache.get(key)
-        if cached is not None and now - cached[0] < self.min_interval:
-            return cached[1]
-        try:
-            value = await asyncio.wait_for(asyncio.to_thread(last_batch_committed, config, timeout_s=self.timeout_s),
-                                           timeout=self.timeout_s + 5.0)
-        except Exception as exc:  # noqa: BLE001 - progress is informative only
-            log.debug("could not read the progress of %s: %s", key, exc)
-            value = cached[1] if cached is not None else None
-        self._cache[key] = (now, value)
-        return value
+        return await self._batch(config, lambda: last_batch_committed(config, timeout_s=self.timeout_s))
 
     async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None:
-        """``eos_job.horizon.observe`` at most every ``horizon_interval`` seconds per stream (a few Kafka
-        round trips on both clusters); a failure keeps the last answer (None: unknown)."""
         from eos_job.horizon import observe
 
-        key = f"{config.stream.namespace}/{config.stream.name}/{config.stream.uid}"
-        now = time.monotonic()
-        cached = self._horizons.get(key)
-        if cached is not None and now - cached[0] < self.horizon_interval:
-            return cached[1]
-        try:
-            value = await asyncio.wait_for(asyncio.to_thread(observe, config, timeout_s=self.timeout_s),
-                                           timeout=4 * self.timeout_s + 5.0)
-        except Exception as exc:  # noqa: BLE001 - the horizon is a warning, never an error of the reconcile
-            first = key not in self._horizon_failing
-            self._horizon_failing.add(key)
-            log.log(logging.WARNING if first else logging.DEBUG,
-                    "cannot check the replay horizon of %s (is the source cluster reachable?): %s", key, exc)
-            value = cached[1] if cached is not None else None
-        else:
-            self._horizon_failing.discard(key)
-        self._horizons[key] = (now, value)
-        return value
+        return await self._horizon(config, lambda: observe(config, timeout_s=self.timeout_s))
 
 
 # ------------------------------------------------------------ checkpoint store
