@@ -33,7 +33,7 @@ import yaml
 
 from eos_job.verify import audit_counts, ledger_monotone, open_transactions
 from eos_stack.cluster import PYTHONPATH, Kubectl, OperatorProcess, condition
-from eos_stack.common import Stack
+from eos_stack.common import Stack, poll, timed_out
 
 from .generator import produce
 from .local_run import create_topics
@@ -101,24 +101,18 @@ class Demo:
 
     def wait(self, check: Callable[[], Any], what: str, timeout: float, interval: float = 1.0) -> Any:
         """Poll ``check`` (printing the stream's new events meanwhile) until it returns something truthy."""
-        deadline = time.monotonic() + timeout
-        last_exc: Exception | None = None
-        while time.monotonic() < deadline:
+        def before() -> None:
             try:
                 self.print_new_events()
             except Exception:  # noqa: BLE001 - the stream may not exist yet
                 pass
-            try:
-                value = check()
-                if value:
-                    return value
-            except Exception as exc:  # noqa: BLE001 - retried until the deadline
-                last_exc = exc
             if self.operator is not None and not self.operator.alive():
                 raise DemoError(f"the operator exited ({self.operator.proc.returncode}) while waiting for {what}")
-            time.sleep(interval)
-        raise DemoError(f"timed out after {timeout:.0f}s waiting for {what}"
-                        f"{f' (last error: {last_exc})' if last_exc else ''}")
+
+        value, last_exc = poll(check, timeout, interval=interval, before=before)
+        if value:
+            return value
+        raise DemoError(timed_out(what, timeout, last_exc))
 
     def get_eos(self) -> None:
         table = self.kubectl.run("get", "eos", "-n", self.namespace).stdout

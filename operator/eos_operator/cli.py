@@ -53,6 +53,18 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+class WaitingIsNotAnError(logging.Filter):
+    """kopf logs every retry of a handler at ERROR ("failed temporarily"), also when the handler only
+    waits (a deletion waiting for its driver to stop). Those of ours say "(not an error)": log them at INFO,
+    so ERROR lines stay worth an alert."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and "(not an error)" in record.getMessage():
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+        return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "crd":
@@ -73,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.verbose:
         # kopf reports every successful timer tick; our own log lines say what changed.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    logging.getLogger("kopf.objects").addFilter(WaitingIsNotAnError())
     if args.kubeconfig:
         # kopf's login (through the kubernetes client) reads it from the environment, but the client
         # captured $KUBECONFIG as its default file when kopf imported it: point that default here too.

@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import yaml
 
+from .common import poll, timed_out
+
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "crds"
 # What the operator, the driver processes and Spark's Python workers import: the operator and the job
@@ -163,15 +165,7 @@ class OperatorProcess:
 def wait_until(check: Callable[[], Any], what: str, timeout: float, diagnostics: Callable[[], str] = lambda: "",
                interval: float = 0.5) -> Any:
     """Poll ``check()`` until truthy; on timeout fail with the last error and ``diagnostics()``."""
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
-            last_exc = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
-                         f"{f' (last error: {last_exc})' if last_exc else ''}\n{diagnostics()}")
+    value, last_exc = poll(check, timeout, interval=interval)
+    if value:
+        return value
+    raise AssertionError(f"{timed_out(what, timeout, last_exc)}\n{diagnostics()}")

@@ -165,21 +165,38 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def wait_for(check, what: str, timeout: float, *, on_fail=None, interval: float = 0.5):
-    """Poll ``check()`` until it returns a truthy value; raise StackError on timeout."""
+def poll(check, timeout: float, *, interval: float = 0.5, before=None):
+    """Call ``check()`` until it returns a truthy value or ``timeout`` seconds pass.
+
+    Returns ``(value, None)``, or ``(None, last exception or None)`` at the deadline; an exception
+    of ``check`` is retried. ``before()`` runs ahead of every try and may raise to give up early.
+    """
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
     while time.monotonic() < deadline:
+        if before is not None:
+            before()
         try:
             value = check()
             if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - reported below if it never succeeds
+                return value, None
+        except Exception as exc:  # noqa: BLE001 - reported by the caller if it never succeeds
             last_exc = exc
         time.sleep(interval)
-    detail = f" (last error: {last_exc})" if last_exc else ""
+    return None, last_exc
+
+
+def timed_out(what: str, timeout: float, last_exc: Exception | None) -> str:
+    return f"timed out after {timeout:.0f}s waiting for {what}{f' (last error: {last_exc})' if last_exc else ''}"
+
+
+def wait_for(check, what: str, timeout: float, *, on_fail=None, interval: float = 0.5):
+    """Poll ``check()`` until it returns a truthy value; raise StackError on timeout."""
+    value, last_exc = poll(check, timeout, interval=interval)
+    if value:
+        return value
     extra = f"\n{on_fail()}" if on_fail else ""
-    raise StackError(f"timed out after {timeout:.0f}s waiting for {what}{detail}{extra}")
+    raise StackError(timed_out(what, timeout, last_exc) + extra)
 
 
 def run(argv: list[str], *, what: str, cwd: Path | None = None, env: dict[str, str] | None = None,

@@ -3,44 +3,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from eos_stack.cluster import wait_until
+
 GROUP = "test.eos.local"
-
-
-def wait_until(check, what: str, timeout: float = 60.0, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-@pytest.fixture(scope="module")
-def api(stack_env):
-    api_client = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
-    yield api_client
-    api_client.close()
-
-
-@pytest.fixture
-def namespace(api):
-    v1 = client.CoreV1Api(api)
-    name = f"t-kube-{uuid.uuid4().hex[:8]}"
-    v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    try:
-        v1.delete_namespace(name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 def crd_manifest(plural: str) -> dict:

@@ -4,44 +4,13 @@ from __future__ import annotations
 import json
 import textwrap
 import time
-import uuid
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from eos_stack.cluster import wait_until
 from tests.harness.kubelet import ProcessKubelet
-
-
-def wait_until(check, what: str, timeout: float = 60.0, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-@pytest.fixture(scope="module")
-def api(stack_env):
-    api_client = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
-    yield api_client
-    api_client.close()
-
-
-@pytest.fixture
-def namespace(api):
-    v1 = client.CoreV1Api(api)
-    name = f"t-kubelet-{uuid.uuid4().hex[:8]}"
-    v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    try:
-        v1.delete_namespace(name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 @pytest.fixture
