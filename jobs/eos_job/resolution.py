@@ -62,6 +62,9 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
         # restart will run on (same checkpoint identity, same ledger keys).
         ckpt = str(Path(config.restore_from.removeprefix("file://")) / "checkpoint")
     ckpt_id = checkpoint.checkpoint_id(ckpt)
+    # A PVC is mounted at checkpoint.path in the driver; where that path does not exist (the operator),
+    # an absent checkpoint means "not visible here", not "none yet".
+    readable = spec.checkpoint.store != "pvc" or Path(spec.checkpoint.path).is_dir()
     slots = spec.job.parallelism
     admin = admin_client(base_config(sink.bootstrap_servers, sec))
     admin._eos_bootstrap = sink.bootstrap_servers
@@ -87,7 +90,8 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
                                       "must be reachable before the stream restarts") from exc
             fenced += 1
     held_after = open_transaction_partitions(admin, topics, watched, timeout_s)
-    report = ResolutionReport(stream_uid=stream.uid, checkpoint_id=ckpt_id, generation=stream.generation,
+    report = ResolutionReport(stream_uid=stream.uid, checkpoint_id=ckpt_id, checkpoint_readable=readable,
+                              generation=stream.generation,
                               slots=slots, fenced_transactional_ids=fenced,
                               checkpoint_last_offsets_batch=checkpoint.last_offsets_batch(ckpt),
                               checkpoint_last_committed_batch=checkpoint.last_committed_batch(ckpt))
@@ -124,7 +128,10 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
 
 def _summarise(r: ResolutionReport) -> str:
     parts = [f"fenced {r.fenced_transactional_ids} transactional ids"]
-    if r.checkpoint_id is None:
+    if not r.checkpoint_readable:
+        parts.append("the checkpoint (checkpoint.store pvc) is not mounted here: the driver reads it and "
+                     "replays its last uncommitted batch, if any, skipping the slots the ledger has")
+    elif r.checkpoint_id is None:
         parts.append("no checkpoint yet: the stream starts fresh")
     else:
         parts.append(f"checkpoint committed batch {r.checkpoint_last_committed_batch}")

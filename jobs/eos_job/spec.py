@@ -255,6 +255,9 @@ class ResolutionReport(Model):
     """What resolution found before a (re)start; kept compact in status."""
     stream_uid: str
     checkpoint_id: str | None = Field(None, description="Spark query id from the checkpoint's metadata, if any.")
+    checkpoint_readable: bool = Field(True, description=(
+        "False: the checkpoint store is not mounted where resolution ran (a PVC seen from the operator); "
+        "the transactions were fenced, and the driver reads its checkpoint itself."))
     generation: int
     slots: int
     fenced_transactional_ids: int = 0

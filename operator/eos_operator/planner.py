@@ -1006,6 +1006,8 @@ def record_resolution(status: ExactlyOnceStreamStatus, report: ResolutionReport,
 
 def _summarise(r: ResolutionReport) -> str:
     parts = [f"generation {r.generation}, {r.slots} slots", f"fenced {r.fenced_transactional_ids} ids"]
+    if not r.checkpoint_readable:
+        parts.append("checkpoint not mounted in the operator (read by the driver)")
     if r.open_transactions_aborted:
         parts.append(f"aborted {r.open_transactions_aborted} open transactions")
     if r.last_complete_batch is not None:

@@ -11,7 +11,7 @@ import pytest
 
 from eos_job import checkpoint
 from eos_job.resolution import resolve
-from eos_job.spec import load_run_config
+from eos_job.spec import CheckpointSpec, load_run_config
 from eos_job.verify import read_committed
 from examples.colors.generator import produce
 from examples.colors.local_run import REPO, ColorsRun
@@ -24,6 +24,13 @@ def run_config(run: ColorsRun):
     import yaml
     cfg = load_run_config(yaml.safe_load(run.config_path.read_text()))
     return cfg.model_copy(update={"checkpoint_dir": str(run.live_checkpoint)})
+
+
+def as_pvc(cfg, mount: Path):
+    """``cfg`` with its checkpoint on a PVC mounted at ``mount`` (the live location below it)."""
+    spec = cfg.spec.model_copy(update={"checkpoint": CheckpointSpec(store="pvc", claim_name="colors-checkpoint",
+                                                                    path=str(mount))})
+    return cfg.model_copy(update={"spec": spec, "checkpoint_dir": str(mount / "live")})
 
 
 def assert_exact(run: ColorsRun, expected: dict[str, int]) -> None:
@@ -45,7 +52,16 @@ def test_replayed_batch_whose_slots_all_committed_writes_nothing(stack_env, tmp_
     assert report.replay_batch == 0
     assert report.replay_slots_already_committed == [0, 1]
     assert not report.partially_committed
-    assert "fully in the sink" in report.summary
+    assert "fully in the sink" in report.summary and report.checkpoint_readable
+    # The same checkpoint as a PVC: where it is mounted (the path exists) resolution reads it as above;
+    # where it is not (the operator) it fences and says it could not look, instead of "starts fresh".
+    mounted, elsewhere = (as_pvc(run_config(run), run.live_checkpoint.parent),
+                          as_pvc(run_config(run), tmp_path / "not-mounted"))
+    on_pvc = resolve(mounted)
+    assert on_pvc.checkpoint_readable and on_pvc.replay_slots_already_committed == [0, 1]
+    blind = resolve(elsewhere)
+    assert not blind.checkpoint_readable and blind.fenced_transactional_ids == report.fenced_transactional_ids
+    assert blind.replay_batch is None and "not mounted here" in blind.summary and "fresh" not in blind.summary
 
     run.extra_env = {}
     run.start()
