@@ -430,6 +430,16 @@ class SnapshotSpec(Model):
     dispose_on_delete: bool = Field(True, description="Delete the snapshot's files when this resource is deleted.")
 
 
+class SnapshotAccess(Model):
+    """How a Pod reaches the snapshot's files, recorded at its first attempt: disposal works after its
+    stream is gone (snapshots outlive their streams)."""
+    image: str
+    service_account_name: str | None = None
+    store: Literal["pvc", "local"]
+    claim_name: str | None = None
+    mount_path: str = Field(..., description="checkpoint.path of the stream (the claim's mount path).")
+
+
 class ExactlyOnceSnapshotStatus(Model):
     state: Literal["Pending", "InProgress", "Completed", "Failed"] = Field("Pending", description=(
         "Pending: waiting to start (or to retry); InProgress: the copy runs; Completed; Failed: retries exhausted."))
@@ -444,6 +454,8 @@ class ExactlyOnceSnapshotStatus(Model):
     pod: str | None = Field(None, description="The Pod of the current attempt.")
     next_attempt_time: str | None = Field(None, description="A retry starts no earlier than this (RFC 3339).")
     last_error: str | None = None
+    access: SnapshotAccess | None = Field(None, description=(
+        "The stream's image, ServiceAccount and checkpoint volume, as the snapshot's Pods use them."))
     message: str = ""
     observed_generation: int | None = None
 

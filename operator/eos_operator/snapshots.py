@@ -34,7 +34,7 @@ from typing import Any, Literal, Union
 from pydantic import ValidationError
 
 from eos_job.spec import (API_GROUP, API_VERSION, SNAPSHOT_KIND, ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec,
-                          SnapshotSpec, StreamIdentity, stream_uid)
+                          SnapshotAccess, SnapshotSpec, StreamIdentity, stream_uid)
 
 from . import children
 from .children import LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_STREAM, MANAGED_BY
@@ -135,7 +135,13 @@ def dispose_command(path: str) -> list[str]:
     return ["python", "-m", "eos_job", "snapshot", "dispose", "--path", path]
 
 
-def snapshot_pod(ref: SnapshotRef, stream: str, stream_spec: ExactlyOnceStreamSpec, *, name: str,
+def access_of(stream_spec: ExactlyOnceStreamSpec) -> SnapshotAccess:
+    return SnapshotAccess(image=stream_spec.job.image, service_account_name=stream_spec.job.service_account_name,
+                          store=stream_spec.checkpoint.store, claim_name=stream_spec.checkpoint.claim_name,
+                          mount_path=stream_spec.checkpoint.path)
+
+
+def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name: str,
                  action: SnapshotAction, command: list[str], attempt: int | None = None,
                  owned: bool = True) -> dict[str, Any]:
     """A Pod running one ``eos_job snapshot`` command with the stream's image, ServiceAccount and checkpoint
@@ -145,19 +151,19 @@ def snapshot_pod(ref: SnapshotRef, stream: str, stream_spec: ExactlyOnceStreamSp
         labels[LABEL_ATTEMPT] = str(attempt)
     container: dict[str, Any] = {
         "name": CONTAINER,
-        "image": stream_spec.job.image,
+        "image": access.image,
         "command": list(command),
         # The CLI writes its result as compact JSON; on a crash the log tail says why.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": ATTEMPT_GRACE_SECONDS,
                                 "containers": [container]}
-    if stream_spec.job.service_account_name:
-        pod_spec["serviceAccountName"] = stream_spec.job.service_account_name
-    if stream_spec.checkpoint.store == "pvc":
-        container["volumeMounts"] = [{"name": children.CHECKPOINT_VOLUME, "mountPath": stream_spec.checkpoint.path}]
+    if access.service_account_name:
+        pod_spec["serviceAccountName"] = access.service_account_name
+    if access.store == "pvc":
+        container["volumeMounts"] = [{"name": children.CHECKPOINT_VOLUME, "mountPath": access.mount_path}]
         pod_spec["volumes"] = [{"name": children.CHECKPOINT_VOLUME,
-                                "persistentVolumeClaim": {"claimName": stream_spec.checkpoint.claim_name}}]
+                                "persistentVolumeClaim": {"claimName": access.claim_name}}]
     meta: dict[str, Any] = {"name": name, "namespace": ref.namespace, "labels": labels}
     if owned:
         meta["ownerReferences"] = [ref.owner_reference()]
@@ -474,6 +480,7 @@ def _pending(step: _Step, spec: SnapshotSpec) -> SnapshotPlan:
     st.attempts = attempt
     st.pod = pod["metadata"]["name"]
     st.path = path
+    st.access = st.access or access_of(facts.spec)
     st.next_attempt_time = None
     verb = "inspecting" if spec.trigger == "upgrade" else "copying the checkpoint of stream " + spec.stream + " to"
     st.message = f"attempt {attempt}: {verb} {path}"
@@ -495,7 +502,8 @@ def _attempt_pod(step: _Step, spec: SnapshotSpec, facts: StreamFacts, attempt: i
                                   uid=stream_uid(obs.namespace, spec.stream), generation=facts.tx_generation)
         assert facts.checkpoint_dir is not None
         command = take_command(facts.checkpoint_dir, path, identity, facts.spec_hash)
-    return snapshot_pod(ref, spec.stream, facts.spec, name=attempt_pod_name(obs.name, attempt), action=action,
+    return snapshot_pod(ref, spec.stream, access_of(facts.spec), name=attempt_pod_name(obs.name, attempt),
+                        action=action,
                         command=command, attempt=attempt)
 
 
@@ -631,17 +639,19 @@ def _deletion(step: _Step, spec: SnapshotSpec | InvalidSpec) -> SnapshotPlan:
                 return step.done(requeue_after=wait, finished=False)
 
     facts = stream_facts(obs.stream)
-    if not isinstance(facts, StreamFacts):
+    # The stream's current image and volume if it is there, else those recorded at the first attempt.
+    access = access_of(facts.spec) if isinstance(facts, StreamFacts) else st.access
+    if access is None:
         assert valid
         why = ("does not exist any more" if facts is None else "has an invalid spec")
         step.event("Warning", "SnapshotDisposeSkipped",
-                   f"stream {spec.stream} {why}, so its image and checkpoint volume are unknown: the snapshot's "
-                   f"files at {path} must be removed by hand")
+                   f"stream {spec.stream} {why} and the snapshot recorded no image and checkpoint volume (taken "
+                   f"by an older operator): the snapshot's files at {path} must be removed by hand")
         return _released(step)
     index = max((p.index for p in disposers), default=-1) + 1
     name = dispose_pod_name(obs.name, index)
     ref = SnapshotRef(obs.name, obs.namespace, obs.uid)
-    step.act(CreatePod(snapshot_pod(ref, spec.stream, facts.spec, name=name, action="dispose",
+    step.act(CreatePod(snapshot_pod(ref, spec.stream, access, name=name, action="dispose",
                                     command=dispose_command(path), owned=False)))
     if failed:
         step.event("Warning", "SnapshotDisposeRetry",

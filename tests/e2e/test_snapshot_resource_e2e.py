@@ -131,11 +131,15 @@ def test_snapshot_resource_take_list_fail_dispose_keep(stack_env, kubectl, names
     messages = kubectl.event_messages(namespace, "ghost-snap", "SnapshotFailed")
     assert messages and "stream ghost does not exist" in messages[0]
 
-    # 3. A snapshot that keeps its files when deleted (taken now, deleted after its stream is gone).
+    # 3. Two snapshots deleted after their stream is gone: one keeps its files, one disposes them.
     kubectl.apply(snapshot("colors-keep", "colors", disposeOnDelete=False), namespace)
+    kubectl.apply(snapshot("colors-orphan", "colors"), namespace)
     kept = wait_until(state_is(kubectl, namespace, "colors-keep", "Completed"), "colors-keep to complete", 180,
                       diag, 1)
     assert kept["batch"] >= done["batch"]
+    orphan = wait_until(state_is(kubectl, namespace, "colors-orphan", "Completed"), "colors-orphan to complete",
+                        180, diag, 1)
+    assert orphan["access"]["mountPath"] == str(checkpoint), orphan
 
     # 4. Deleting a snapshot disposes its files (a dispose Pod), then the finalizer lets it go.
     kubectl.run("delete", "exactlyoncesnapshot", "colors-manual", "-n", namespace, "--timeout=120s")
@@ -153,4 +157,10 @@ def test_snapshot_resource_take_list_fail_dispose_keep(stack_env, kubectl, names
     assert (keep_path / "eos-snapshot.json").is_file(), "disposeOnDelete: false keeps the files"
     messages = kubectl.event_messages(namespace, "colors-keep", "SnapshotKept")
     assert messages and str(keep_path) in messages[0]
+    # ... and with disposeOnDelete its files go, through the image and volume it recorded when taken.
+    orphan_path = Path(orphan["path"])
+    assert (orphan_path / "eos-snapshot.json").is_file()
+    kubectl.run("delete", "exactlyoncesnapshot", "colors-orphan", "-n", namespace, "--timeout=120s")
+    assert not orphan_path.exists(), f"{orphan_path} should have been disposed without its stream"
+    assert kubectl.event_messages(namespace, "colors-orphan", "SnapshotDisposed")
     kubectl.run("delete", "exactlyoncesnapshot", "ghost-snap", "-n", namespace, "--timeout=60s")

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from eos_job.spec import ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec, SnapshotSpec, stream_uid
+from eos_operator import children
 from eos_operator import snapshots as snaps
 from eos_operator.adapters import KubeError
 from eos_operator.handlers import OperatorConfig, build_registry
@@ -379,7 +380,22 @@ def test_failed_disposal_retries_with_backoff_and_gives_up_after_five():
     assert sorted(n for n, _ in deleted(plan)) == [f"s1-dispose-{k}" for k in range(5)]
 
 
-def test_deletion_after_the_stream_is_gone_leaves_the_files_with_a_warning():
+def test_deletion_after_the_stream_is_gone_disposes_with_what_the_first_attempt_recorded():
+    first = plan_snapshot(spec(), status(), observed())
+    access = first.status.access
+    assert access is not None and access.mount_path == CKPT and access.image == created(first)[0]["spec"][
+        "containers"][0]["image"]
+    pvc = access.model_copy(update={"store": "pvc", "claim_name": "colors-ckpt", "service_account_name": "spark"})
+    plan = plan_snapshot(spec(), completed(access=pvc), observed(stream=None, deleting=True))
+    assert not plan.finished and reasons(plan) == ["SnapshotDisposing"]
+    [body] = created(plan)
+    assert body["spec"]["serviceAccountName"] == "spark"
+    assert body["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME,
+                                        "persistentVolumeClaim": {"claimName": "colors-ckpt"}}]
+    assert body["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == CKPT
+
+
+def test_deletion_after_the_stream_is_gone_without_a_record_leaves_the_files_with_a_warning():
     plan = plan_snapshot(spec(), completed(), observed(stream=None, deleting=True))
     assert plan.finished and not created(plan) and reasons(plan) == ["SnapshotDisposeSkipped"]
     assert "removed by hand" in plan.events[0].message and f"{CKPT}/snapshots/s1" in plan.events[0].message
