@@ -69,13 +69,17 @@ class SlotLedgerRecord:
 class BatchCompleteRecord:
     """Batch N is fully in the sink. ``source_offsets`` is where the source stands after N
     ({topic: {partition: next offset}}, from ``offsets/N``): a restart replays from there, so
-    the operator compares it with what the source still retains (the replay horizon)."""
+    the operator compares it with what the source still retains (the replay horizon).
+    ``nondeterministic_slots_total`` is carried from record to record (each driver continues
+    the last one), so the operator sees every detection even if it reads only the latest."""
     batch: int
     slots: int
     count: int
     skipped_slots: int
     dead_letters: int = 0
     source_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    nondeterministic_slots: int = 0        # slots of this batch whose replay differed from the sink
+    nondeterministic_slots_total: int = 0  # the same, summed over every batch of the ledger so far
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

@@ -148,18 +148,10 @@ def _summarise(r: ResolutionReport) -> str:
     return "; ".join(parts)
 
 
-def last_batch_committed(config: RunConfig, *, timeout_s: float = 10.0) -> int | None:
-    """The newest completed batch of the stream's ledger, whatever its checkpoint: cheap, no fencing.
-
-    The operator polls it for ``status.lastCommittedBatch``.
-    """
-    record = last_batch_record(config, timeout_s=timeout_s)
-    return record.batch if record is not None else None
-
-
 def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0) -> BatchCompleteRecord | None:
-    """The newest batch-complete record of the stream's ledger: partition 0 holds only those, so it is the
-    partition's last record. Cheap (one record), no fencing; None if there is none or Kafka fails."""
+    """The newest batch-complete record of the stream's ledger, whatever its checkpoint: partition 0 holds
+    only those, so it is the partition's last record. Cheap (one record), no fencing; None if there is
+    none or Kafka fails. The operator polls it for ``status.lastCommittedBatch``."""
     from confluent_kafka import TopicPartition
 
     sink = config.spec.sink

@@ -122,6 +122,7 @@ class BatchWriter:
         self.last_done: int | None = None
         self._ckpt_id: str | None = None
         self._producer = None
+        self._nondet_total: int | None = None   # continued from the ledger's last batch record
         self.fault = fault_kill_after_commit
         sec = sink_security(spec.sink)
         self.base = dict(bootstrap=spec.sink.bootstrap_servers,
@@ -155,8 +156,9 @@ class BatchWriter:
             skipped = sum(1 for c in commits if c.skipped)
             dead = sum(c.dead_letters for c in commits if not c.skipped)
             nondet = sum(1 for c in commits if c.nondeterministic)
+            nondet_total = self._nondeterministic_total() + nondet
             record = protocol.BatchCompleteRecord(batch_id, self.slots, count, skipped, dead,
-                                                  self._source_positions(batch_id))
+                                                  self._source_positions(batch_id), nondet, nondet_total)
             produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION,
                          protocol.batch_key(self.base["stream_uid"], self._ckpt_id, self.base["generation"]),
                          record.encode())
@@ -169,9 +171,19 @@ class BatchWriter:
             s.nondeterministic_slots += nondet
             s.last_committed_batch = batch_id
             self.last_done = batch_id
+            self._nondet_total = nondet_total
             log.info("batch %d committed: %d records, %d/%d slots skipped as already committed, %d dead letters%s "
                      "(%.0f ms)", batch_id, count, skipped, self.slots, dead,
                      f", {nondet} NON-DETERMINISTIC slots" if nondet else "", (time.monotonic() - t0) * 1000)
+
+    def _nondeterministic_total(self) -> int:
+        """Detections so far, from the ledger's last batch record (read once per driver)."""
+        if self._nondet_total is None:
+            from .resolution import last_batch_record
+
+            last = last_batch_record(self.config, timeout_s=10.0)
+            self._nondet_total = last.nondeterministic_slots_total if last is not None else 0
+        return self._nondet_total
 
     def _source_positions(self, batch_id: int) -> dict[str, dict[str, int]]:
         """offsets/<batch_id> of the checkpoint (Spark logs it before the batch runs); {} if unreadable.

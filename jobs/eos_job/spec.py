@@ -375,6 +375,9 @@ class ExactlyOnceStreamStatus(Model):
                              "Failed", "Invalid"] = Field("Created", description="Derived lifecycle state.")
     conditions: list[Condition] = Field(default_factory=list)
     last_committed_batch: int | None = Field(None, description="Last batch committed to the sink, as last seen.")
+    nondeterministic_slots: int | None = Field(None, description=(
+        "Replayed slots whose output differed from what the sink holds (the transformation is not "
+        "deterministic), summed over the stream's ledger, as last seen."))
     restart_count: int = Field(0, description="Restarts since the last reset (restartNonce or a stable run).")
     next_restart_time: str | None = Field(None, description="When the pending restart may start (RFC 3339).")
     last_error: str | None = Field(None, description="Why the last driver failed: exit code and termination message.")

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -82,8 +83,15 @@ class Clock(Protocol):
     def now(self) -> datetime: ...
 
 
+@dataclass(frozen=True)
+class LedgerTip:
+    """The stream's last batch-complete ledger record, as far as progress goes."""
+    batch: int
+    nondeterministic_slots_total: int = 0
+
+
 class Progress(Protocol):
-    async def last_committed_batch(self, config: RunConfig) -> int | None: ...
+    async def ledger_tip(self, config: RunConfig) -> LedgerTip | None: ...
     async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None: ...
 
 
@@ -152,21 +160,25 @@ class _ThrottledRead:
 class LedgerProgress:
     """What the stream's ledger and source say about its progress, read from Kafka, throttled per stream.
 
-    * ``last_committed_batch``: the last batch-complete record (one record at the end of one
-      partition), at most every ``min_interval`` seconds;
+    * ``ledger_tip``: the last batch-complete record (one record at the end of one partition),
+      at most every ``min_interval`` seconds;
     * ``replay_horizon``: ``eos_job.horizon.observe`` (a few round trips on both clusters), at
       most every ``horizon_interval`` seconds.
     """
 
     def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0, horizon_interval: float = 30.0):
         self.timeout_s = timeout_s
-        self._batch = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0)
+        self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0)
         self._horizon = _ThrottledRead("replay horizon", horizon_interval, 4 * timeout_s + 5.0)
 
-    async def last_committed_batch(self, config: RunConfig) -> int | None:
-        from eos_job.resolution import last_batch_committed
+    async def ledger_tip(self, config: RunConfig) -> LedgerTip | None:
+        from eos_job.resolution import last_batch_record
 
-        return await self._batch(config, lambda: last_batch_committed(config, timeout_s=self.timeout_s))
+        def read() -> LedgerTip | None:
+            record = last_batch_record(config, timeout_s=self.timeout_s)
+            return None if record is None else LedgerTip(record.batch, record.nondeterministic_slots_total)
+
+        return await self._tip(config, read)
 
     async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None:
         from eos_job.horizon import observe

@@ -5,7 +5,8 @@ the metrics say what ``kubectl get eos -o yaml`` says, in a form alerts can use:
 
 * ``eos_stream_lifecycle_state{state}``: 1 for the current lifecycle state, 0 for the others;
 * ``eos_stream_ready`` / ``eos_stream_degraded``: the conditions, 1 or 0;
-* ``eos_stream_last_committed_batch``, ``eos_stream_restarts``, ``eos_stream_tx_generation``;
+* ``eos_stream_last_committed_batch``, ``eos_stream_restarts``, ``eos_stream_tx_generation``,
+  ``eos_stream_nondeterministic_slots``;
 * ``eos_stream_replay_horizon_seconds_left``, ``..._backlog_records``, ``..._lost_records`` (the replay
   horizon; absent until checked, and the first while there is no time limit);
 * ``eos_stream_events_total{type,reason}``: the events the operator posted.
@@ -44,6 +45,8 @@ class StreamMetrics:
         self.batch = gauge("eos_stream_last_committed_batch", "Last batch committed to the sink")
         self.restarts = gauge("eos_stream_restarts", "Restarts since the last reset (status.restartCount)")
         self.generation = gauge("eos_stream_tx_generation", "Transactional-id generation of the running spec")
+        self.nondet = gauge("eos_stream_nondeterministic_slots",
+                            "Replayed slots whose output differed from the sink (a non-deterministic job)")
         self.horizon_left = gauge("eos_stream_replay_horizon_seconds_left",
                                   "Seconds before retention may delete a record the stream has not processed")
         self.backlog = gauge("eos_stream_replay_horizon_backlog_records", "Records retained but not processed")
@@ -52,7 +55,8 @@ class StreamMetrics:
         self.events = Counter("eos_stream_events", "Events posted about the stream",
                               _STREAM + ("type", "reason"), registry=r)
         self._per_stream: tuple[Gauge, ...] = (self.ready, self.degraded, self.batch, self.restarts,
-                                               self.generation, self.horizon_left, self.backlog, self.lost)
+                                               self.generation, self.nondet, self.horizon_left, self.backlog,
+                                               self.lost)
         self._event_labels: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     def record(self, namespace: str, stream: str, status: ExactlyOnceStreamStatus) -> None:
@@ -64,6 +68,7 @@ class StreamMetrics:
         self._set(self.batch, namespace, stream, status.last_committed_batch)
         self.restarts.labels(namespace, stream).set(status.restart_count)
         self.generation.labels(namespace, stream).set(status.tx_generation)
+        self._set(self.nondet, namespace, stream, status.nondeterministic_slots)
         h = status.replay_horizon
         self._set(self.horizon_left, namespace, stream, h.seconds_left if h is not None else None)
         self._set(self.backlog, namespace, stream, h.backlog_records if h is not None else None)

@@ -166,6 +166,22 @@ def _degraded(st: ExactlyOnceStreamStatus) -> Cond:
     return ("False", "AsExpected", "")
 
 
+def _watch_nondeterminism(step: _Step) -> None:
+    """A Warning when the ledger's count of replayed slots that differed from the sink grows."""
+    seen, st = step.obs.nondeterministic_slots, step.st
+    if seen is None:
+        return
+    before = st.nondeterministic_slots or 0
+    if seen > before:
+        step.event("Warning", "NondeterministicOutput",
+                   f"{seen - before} replayed output slot(s) differed from what the sink already holds ({seen} "
+                   "so far): the transformation is not deterministic (time, random numbers, unordered "
+                   "collections or external lookups). The sink keeps the first output, so nothing is written "
+                   "twice, but a result depends on which attempt ran first; the driver log names the batch "
+                   "and slot. Make the transformation deterministic")
+    st.nondeterministic_slots = seen
+
+
 def _watch_replay_horizon(step: _Step) -> None:
     """Record the replay horizon; a Warning when it starts shrinking or records are lost, Normal when safe again."""
     new = step.obs.replay_horizon
@@ -369,6 +385,7 @@ def _running(step: _Step, pod: PodView) -> Plan:
         st.running_since = fmt(step.obs.now)
     if step.obs.last_committed_batch is not None:
         st.last_committed_batch = step.obs.last_committed_batch
+    _watch_nondeterminism(step)
     st.next_restart_time = None
     progressing: Cond = ("False", "Running", "the driver runs the current spec")
     if st.upgrade_check is not None:

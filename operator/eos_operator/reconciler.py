@@ -78,11 +78,15 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
     raw_pods = await deps.kube.list_driver_pods(namespace, name)
     pods = tuple(sorted((pod_view(p) for p in raw_pods), key=lambda p: p.name))
     batch = _progress(raw_pods, status.driver_pod)
+    nondet = None
     driver = next((p for p in pods if p.name == status.driver_pod), None)
-    if (batch is None and deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec)
+    if (deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec)
             and driver is not None and driver.phase == "Running" and status.pending_launch is None):
         ref = children.StreamRef(name, namespace, meta["uid"])
-        batch = await deps.progress.last_committed_batch(children.run_config(ref, spec, status.tx_generation))
+        tip = await deps.progress.ledger_tip(children.run_config(ref, spec, status.tx_generation))
+        if tip is not None:
+            batch = tip.batch if batch is None else batch     # the runtime's own word (annotation) wins
+            nondet = tip.nondeterministic_slots_total
     snapshot, readable, ckpt_state = await _read_store(status, spec, deps)
     aux = await deps.kube.list_pods(namespace, children.aux_selector(name))
     aux_pods = tuple(sorted((pod_view(p) for p in aux), key=lambda p: p.name))
@@ -98,7 +102,8 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
         horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation))
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
-                    last_committed_batch=batch, snapshot=snapshot, store_readable=readable,
+                    last_committed_batch=batch, nondeterministic_slots=nondet, snapshot=snapshot,
+                    store_readable=readable,
                     checkpoint_state=ckpt_state, snapshots=tuple(snaps), aux_pods=aux_pods,
                     restore_source=restore, wanted_by_others=wanted, replay_horizon=horizon)
 

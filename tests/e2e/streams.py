@@ -97,10 +97,11 @@ class Rig:
         self.diag.operator = self.operator
         return self.operator
 
-    def run_stream(self, doc: dict[str, Any], *, seed: int, first_output: bool = True) -> Trickle:
+    def run_stream(self, doc: dict[str, Any], *, seed: int, first_output: bool = True,
+                   metrics_port: int | None = None) -> Trickle:
         """Start the operator, a backlog of 1000 events, the stream; once it runs (and wrote its first
         output), a steady trickle of events. Returns the trickle (its ``stop()`` gives the expected counts)."""
-        self.start_operator()
+        self.start_operator(metrics_port=metrics_port)
         trickle = Trickle(self.bootstrap, self.topics.events)
         trickle.send(1000, seed=seed)
         self.kubectl.apply(doc, self.ns)

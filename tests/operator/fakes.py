@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from eos_job.spec import ReplayHorizon, ResolutionReport, RunConfig
-from eos_operator.adapters import Conflict, KubeError, event_kind
+from eos_operator.adapters import Conflict, KubeError, LedgerTip, event_kind
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -70,10 +70,11 @@ class FakeProgress:
     calls: int = 0
     horizon: ReplayHorizon | None = None
     horizon_calls: int = 0
+    nondeterministic: int = 0
 
-    async def last_committed_batch(self, config: RunConfig) -> int | None:
+    async def ledger_tip(self, config: RunConfig) -> LedgerTip | None:
         self.calls += 1
-        return self.batch
+        return None if self.batch is None else LedgerTip(self.batch, self.nondeterministic)
 
     async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None:
         self.horizon_calls += 1

@@ -38,13 +38,14 @@ def test_the_metrics_follow_the_status_of_a_stream():
 
     deps.progress = FakeProgress(batch=41, horizon=ReplayHorizon(
         state="Shrinking", batch=41, checked_at="2026-01-01T00:00:00Z", backlog_records=900, seconds_left=120.5,
-        message="soon"))
+        message="soon"), nondeterministic=1)
     kube.set_pod_phase("colors-driver-0", "Running")
     rec(deps)
     assert value(m, "eos_stream_lifecycle_state", state="Running") == 1
     assert value(m, "eos_stream_lifecycle_state", state="Deploying") == 0
     assert (value(m, "eos_stream_ready"), value(m, "eos_stream_degraded")) == (1, 1)
     assert value(m, "eos_stream_last_committed_batch") == 41
+    assert value(m, "eos_stream_nondeterministic_slots") == 1
     assert value(m, "eos_stream_replay_horizon_seconds_left") == 120.5
     assert value(m, "eos_stream_replay_horizon_backlog_records") == 900
     assert value(m, "eos_stream_events_total", type="Warning", reason="ReplayHorizonShrinking") == 1

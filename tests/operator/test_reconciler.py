@@ -67,7 +67,7 @@ def test_progress_is_read_for_a_running_driver_only():
     kube.pods[("default", "colors-driver-0")]["metadata"].setdefault("annotations", {})[
         "streaming.eos.dev/last-committed-batch"] = "42"    # the runtime's own word wins
     rec(deps)
-    assert status(kube)["lastCommittedBatch"] == 42 and deps.progress.calls == 1
+    assert status(kube)["lastCommittedBatch"] == 42 and deps.progress.calls == 2
 
 
 def test_failed_driver_restarts_after_delay_with_resolution():

@@ -68,3 +68,16 @@ def test_the_reconciler_checks_the_horizon_whether_the_driver_runs_or_not():
     rec(deps)
     assert status(kube)["replayHorizon"]["lostRecords"] == 7
     assert kube.reasons().count("ReplayHorizonExceeded") == 1
+
+
+def test_a_growing_count_of_nondeterministic_replays_warns_with_the_difference():
+    s = spec()
+    first = plan(s, running_status(s), replace(observed(pod("colors-driver-0")), nondeterministic_slots=0))
+    assert first.status.nondeterministic_slots == 0 and first.events == []
+    seen = plan(s, first.status, replace(observed(pod("colors-driver-0"), at=10), nondeterministic_slots=2))
+    assert reasons(seen) == ["NondeterministicOutput"] and seen.events[0].type == "Warning"
+    assert seen.events[0].message.startswith("2 replayed output slot(s)") and seen.status.nondeterministic_slots == 2
+    same = plan(s, seen.status, replace(observed(pod("colors-driver-0"), at=20), nondeterministic_slots=2))
+    assert same.events == []
+    unknown = plan(s, same.status, observed(pod("colors-driver-0"), at=30))
+    assert unknown.status.nondeterministic_slots == 2

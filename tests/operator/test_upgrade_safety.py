@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 
 from eos_job.spec import ExactlyOnceStreamStatus, stream_uid
-from eos_operator import children
 from eos_operator.observed import PodView, RestoreSource, SnapshotInfo
 from eos_operator.planner import (ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, DeleteSnapshot, Resolve,
                                   plan, record_resolution, retention)
@@ -17,7 +16,7 @@ from eos_operator.timeutil import fmt
 from eos_job.spec import ResolutionReport
 
 from .fakes import T0
-from .test_planner import UID, cond, observed, pod, reasons, spec
+from .test_planner import cond, observed, pod, reasons, spec
 from .test_upgrades import SNAP0, _with_snapshot, running, snap, upgraded_spec
 
 OWN_UID = stream_uid("default", "colors")

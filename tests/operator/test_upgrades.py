@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport,
+from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, ResolutionReport,
                           stream_uid)
 from eos_operator import children
 from eos_operator.adapters import LocalCheckpointStore, StoreUnreadable
