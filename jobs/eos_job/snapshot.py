@@ -186,7 +186,10 @@ def verify_snapshot(snapshot: str | Path) -> dict:
 
 
 def dispose_snapshot(snapshot: str | Path) -> dict | None:
-    """Delete a snapshot; returns its manifest, or None when it is gone already. Refuses anything else."""
+    """Delete a snapshot; returns its manifest, or None when it is gone already. Refuses anything else.
+
+    Also removes what an interrupted take left next to it (``<name>.partial``, never a snapshot).
+    """
     snapshot = Path(snapshot)
     trash = snapshot.with_name(snapshot.name + ".disposing")
     manifest = None
@@ -195,6 +198,7 @@ def dispose_snapshot(snapshot: str | Path) -> dict | None:
         shutil.rmtree(trash, ignore_errors=True)
         snapshot.rename(trash)  # a crash mid-delete leaves no half snapshot that still looks whole
     shutil.rmtree(trash, ignore_errors=True)
+    shutil.rmtree(snapshot.with_name(snapshot.name + ".partial"), ignore_errors=True)
     return manifest
 
 

@@ -609,9 +609,13 @@ def _deletion(step: _Step, spec: SnapshotSpec | InvalidSpec) -> SnapshotPlan:
     written = (st.state == "Completed" or (valid and spec.trigger == "upgrade")
                or (current is not None and current.phase == "Succeeded"))
     path = st.path or (spec.path if valid else None)
-    if not written or not path:
+    # An attempt that was started but never wrote the snapshot may have left a partial copy next to it.
+    leftovers = not written and st.attempts > 0 and st.access is not None
+    if not path or not (written or leftovers):
         return _released(step)
     if not valid or not spec.dispose_on_delete:
+        if leftovers:
+            return _released(step)
         why = "spec.disposeOnDelete is false" if valid else "the spec is invalid"
         step.event("Normal", "SnapshotKept", f"{why}: the snapshot's files are kept at {path}")
         return _released(step)
@@ -619,7 +623,9 @@ def _deletion(step: _Step, spec: SnapshotSpec | InvalidSpec) -> SnapshotPlan:
     disposers = obs.dispose_pods()
     done = next((p for p in disposers if p.phase == "Succeeded"), None)
     if done is not None:
-        step.event("Normal", "SnapshotDisposed", f"removed the snapshot's files at {path} (Pod {done.name})")
+        what = (f"what its interrupted attempt left at {path}.partial" if leftovers
+                else f"the snapshot's files at {path}")
+        step.event("Normal", "SnapshotDisposed", f"removed {what} (Pod {done.name})")
         return _released(step)
     failed = [p for p in disposers if p.phase == "Failed"]
     if len(failed) >= DISPOSE_ATTEMPTS:

@@ -392,3 +392,20 @@ def test_preflight_of_a_module_that_does_not_import_fails_before_spark(tmp_path,
     assert msg["reason"] == "PreFlightFailed" and msg["batch"] == 2
     assert "job.module: cannot import 'tests.e2e.jobs.no_such_module'" in msg["error"]
     assert not (tmp_path / "scratch").exists()
+
+
+def test_dispose_removes_what_an_interrupted_take_left_and_refuses_what_is_not_a_snapshot(tmp_path):
+    partial = tmp_path / "s1.partial" / "checkpoint" / "offsets"
+    partial.mkdir(parents=True)
+    (partial / "0").write_text("v1\n")
+    assert dispose_snapshot(tmp_path / "s1") is None                     # never written: only leftovers
+    assert not (tmp_path / "s1.partial").exists()
+    (tmp_path / "s2" / "checkpoint").mkdir(parents=True)
+    (tmp_path / "s2" / MANIFEST).write_text('{"kind": "snapshot", "lastBatch": 3}')
+    (tmp_path / "s2.partial").mkdir()
+    assert dispose_snapshot(tmp_path / "s2")["lastBatch"] == 3
+    assert not (tmp_path / "s2").exists() and not (tmp_path / "s2.partial").exists()
+    (tmp_path / "data").mkdir()
+    with pytest.raises(NotASnapshot):
+        dispose_snapshot(tmp_path / "data")
+    assert (tmp_path / "data").is_dir()

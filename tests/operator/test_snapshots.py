@@ -338,10 +338,23 @@ def test_deletion_without_dispose_keeps_the_files_and_says_where():
     assert reasons(plan) == ["SnapshotKept"] and f"kept at {CKPT}/snapshots/s1" in plan.events[0].message
 
 
-def test_deletion_stops_a_running_attempt_first_and_disposes_nothing_unwritten():
-    plan = plan_snapshot(spec(), in_progress(), observed(pod(phase="Running"), deleting=True))
+def test_deletion_stops_a_running_attempt_first_then_removes_what_it_left():
+    started = plan_snapshot(spec(), status(), observed()).status
+    assert started.state == "InProgress" and started.access is not None
+    plan = plan_snapshot(spec(), started, observed(pod(phase="Running"), deleting=True))
     assert not plan.finished and deleted(plan) == [("s1-snap-1", snaps.ATTEMPT_GRACE_SECONDS)]
-    plan = plan_snapshot(spec(), in_progress(), observed(deleting=True))      # gone: nothing was written
+    plan = plan_snapshot(spec(), started, observed(deleting=True))        # stopped before it wrote the snapshot
+    assert not plan.finished and [b["metadata"]["name"] for b in created(plan)] == ["s1-dispose-0"]
+    ok = pod("s1-dispose-0", "Succeeded", action="dispose", owner=None)
+    plan = plan_snapshot(spec(), started, observed(ok, deleting=True))
+    assert plan.finished and reasons(plan) == ["SnapshotDisposed"]
+    assert f"{CKPT}/snapshots/s1.partial" in plan.events[0].message
+    kept = plan_snapshot(spec(dispose_on_delete=False), started, observed(deleting=True))
+    assert kept.finished and not kept.actions and not kept.events
+
+
+def test_deletion_of_a_never_started_snapshot_has_nothing_to_remove():
+    plan = plan_snapshot(spec(), in_progress(), observed(deleting=True))   # no attempt recorded its access
     assert plan.finished and not plan.actions and not plan.events
 
 
@@ -546,7 +559,7 @@ def test_reconciler_disposes_on_deletion_and_the_finalizer_goes_last():
     assert rec(deps).exists is False
 
 
-def test_reconciler_deletion_while_taking_stops_the_pod_and_the_garbage_collector_takes_the_rest():
+def test_reconciler_deletion_while_taking_stops_the_pod_then_removes_its_leftovers():
     kube, clock, deps = make()
     rec(deps)
     kube.set_snapshot_pod("s1-snap-1", "Running")
@@ -555,7 +568,10 @@ def test_reconciler_deletion_while_taking_stops_the_pod_and_the_garbage_collecto
     assert not out.finished and ("s1-snap-1", snaps.ATTEMPT_GRACE_SECONDS) in kube.deleted_pods
     kube.finish_deletions()
     out = rec(deps)
-    assert out.finished and kube.created_pods == ["s1-snap-1"]        # nothing written, nothing disposed
+    assert not out.finished and kube.created_pods == ["s1-snap-1", "s1-dispose-0"]   # a partial copy may be left
+    kube.set_snapshot_pod("s1-dispose-0", "Succeeded", message='{"reason":"SnapshotDisposed"}')
+    out = rec(deps)
+    assert out.finished and kube.reasons_for("ExactlyOnceSnapshot")[-1] == "SnapshotDisposed"
 
 
 def test_snapshot_pods_are_not_the_streams_drivers():
