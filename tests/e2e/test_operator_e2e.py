@@ -214,7 +214,8 @@ def test_invalid_resources_are_rejected_naming_the_field(kubectl, namespace, ope
     cms = kubectl.json("get", "configmaps", "-n", namespace, "-l", "app.kubernetes.io/managed-by=eos-operator")
     assert cms["items"] == []
     for name, _ in by_operator:
-        kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=60s")
+        # Generous: under CI load one API call of the operator can take a while (30 s timeout, retried).
+        kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=180s", timeout=240)
 
 
 def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubelet, operator, tmp_path):
