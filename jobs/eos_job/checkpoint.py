@@ -93,6 +93,27 @@ def is_temporary(name: str) -> bool:
     return name.endswith(".tmp") or name.endswith(".tmp.crc")
 
 
+def discard_torn_log_writes(ckpt: str | Path) -> list[str]:
+    """Remove the temporary files a killed driver left in ``offsets/`` and ``commits/``; return their names.
+
+    A driver killed while Spark writes ``offsets/N`` leaves ``.N.<uuid>.tmp``. Spark never reads it, but
+    when no ``offsets/`` entry is complete (a kill during the very first batch's write) Spark takes the
+    checkpoint for a new one and refuses to start because ``offsets/`` is not empty
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): every restart would fail the same way. Only the driver
+    writes these logs and only one driver runs, so before its query starts nothing else is writing them.
+    """
+    removed = []
+    for log_dir in ("offsets", "commits"):
+        folder = Path(ckpt) / log_dir
+        if not folder.is_dir():
+            continue
+        for p in sorted(folder.iterdir()):
+            if p.is_file() and is_temporary(p.name):
+                p.unlink(missing_ok=True)
+                removed.append(f"{log_dir}/{p.name}")
+    return removed
+
+
 def state_version(name: str) -> int | None:
     """The state store version a file under ``state/`` belongs to, or None (schema, metadata, SST files)."""
     m = _STATE_FILE.match(name)

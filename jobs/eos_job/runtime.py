@@ -295,6 +295,9 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
         log.info("checkpoint %s seeded from snapshot %s (batch %s, checkpoint id %s)", ckpt, config.restore_from,
                  manifest["lastBatch"], manifest["checkpointId"])
     ckpt.mkdir(parents=True, exist_ok=True)
+    torn = checkpoint.discard_torn_log_writes(ckpt)
+    if torn:
+        log.warning("removed %d file(s) a killed driver was writing when it died: %s", len(torn), ", ".join(torn))
     os.environ["EOS_DRIVER_PGID"] = str(os.getpgrp())  # inherited by the JVM and its Python workers
     spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
     writer = BatchWriter(config, fault_kill_after_commit)

@@ -94,6 +94,28 @@ def test_crash_inside_the_commit_window_then_restart_is_exact(stack_env, tmp_pat
     assert_exact(run, expected)
 
 
+def test_a_kill_while_spark_wrote_the_first_offsets_does_not_brick_the_stream(stack_env, tmp_path):
+    """A CI run killed a driver while Spark wrote offsets/0: it left only ``metadata`` and a torn
+    ``offsets/.0.<uuid>.tmp``. Spark then took the checkpoint for a new one and refused it on every restart
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). The driver clears such torn log writes before it starts."""
+    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=1000)
+    run.setup()
+    expected = produce(run.bootstrap, run.events, 2000)
+    ckpt = run.live_checkpoint
+    (ckpt / "offsets").mkdir(parents=True)
+    (ckpt / "metadata").write_text('{"id":"bb35debc-8d54-4af7-981e-07a867d1c44d"}\n')
+    torn = ["offsets/.0.9b808874-ca47-4dea-b092-1bd26f754379.tmp",
+            "offsets/..0.9b808874-ca47-4dea-b092-1bd26f754379.tmp.crc"]
+    for name in torn:
+        (ckpt / name).write_bytes(b"v1\n{\"batchWatermarkMs\":0,")
+    run.start()
+    run.wait_caught_up(expected)
+    assert run.stop() == 0, run.log_tail()
+    assert_exact(run, expected)
+    assert not any((ckpt / name).exists() for name in torn)
+    assert "removed 2 file(s) a killed driver was writing" in run.log_path.read_text()
+
+
 def test_graceful_stop_takes_a_snapshot_at_a_clean_boundary(stack_env, tmp_path):
     run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=500)
     run.setup()

@@ -134,6 +134,20 @@ def test_file_names_spark_and_rocksdb_use():
     assert not checkpoint.is_temporary("8")
 
 
+def test_torn_log_writes_of_a_killed_driver_are_discarded_and_nothing_else(tmp_path):
+    ckpt = fake_checkpoint(tmp_path / "c", committed=2)
+    planted = {"offsets/.4.9b80.tmp", "offsets/..4.9b80.tmp.crc", "commits/.2.77aa.tmp"}
+    for name in planted:
+        (ckpt / name).write_text("v1\n{")
+    # fake_checkpoint's own torn offsets/.3 write goes too; its state temporary is not a log and stays
+    torn = planted | {"offsets/.3.5d1c6b0e-aaaa.tmp", "offsets/..3.5d1c6b0e-aaaa.tmp.crc"}
+    before = files(ckpt)
+    assert set(checkpoint.discard_torn_log_writes(ckpt)) == torn
+    assert files(ckpt) == before - torn
+    assert checkpoint.discard_torn_log_writes(ckpt) == []
+    assert checkpoint.discard_torn_log_writes(tmp_path / "absent") == []
+
+
 def test_state_gaps_names_the_missing_delta(tmp_path):
     ckpt = fake_checkpoint(tmp_path / "c", committed=5)
     (ckpt / "state/0/1/3.delta").unlink()
