@@ -34,7 +34,7 @@ test-unit: venv
 # Everything, against the real stack (started by the test session if not running).
 test: venv
 	$(PY) -m eos_stack up
-	$(PY) -m pytest tests
+	$(PY) -m pytest --durations=25 tests
 
 # The chaos test with more kills (EOS_CHAOS_RUNS, default 100 here; `make test` runs 30).
 soak: venv

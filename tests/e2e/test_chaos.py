@@ -33,18 +33,34 @@ class EventFeed(threading.Thread):
         self.sent = 0
         self.stop_flag = threading.Event()
         self.paused = threading.Event()
+        self._producing = threading.Lock()
         self.error: Exception | None = None
 
     def run(self):
         try:
             while not self.stop_flag.is_set():
-                if not self.paused.is_set():
-                    self.expected.update(produce(self.bootstrap, self.topic, self.chunk, seed=self.sent,
-                                                 start_id=self.sent))
-                    self.sent += self.chunk
+                with self._producing:
+                    if not self.paused.is_set():
+                        self.expected.update(produce(self.bootstrap, self.topic, self.chunk, seed=self.sent,
+                                                     start_id=self.sent))
+                        self.sent += self.chunk
                 time.sleep(self.pause)
         except Exception as exc:  # noqa: BLE001 - surfaced by the test
             self.error = exc
+
+    def hold(self) -> None:
+        """Stop producing and wait for a chunk in flight to be delivered, so the broker can be taken down.
+
+        A chunk still in flight when the broker went away failed its flush and ended the feed: every later
+        run then had no input, and the test failed with nothing wrong in the job (seen in a CI run)."""
+        self.paused.set()
+        with self._producing:
+            pass
+        if self.error:
+            raise self.error
+
+    def resume(self) -> None:
+        self.paused.clear()
 
     def finish(self) -> dict[str, int]:
         self.stop_flag.set()
@@ -78,6 +94,7 @@ def test_chaos_exactly_once(stack_env, tmp_path, report_result):
     failures_seen = 0
     try:
         for i in range(RUNS):
+            assert feed.error is None, f"the event feed failed before run {i}: {feed.error!r}"
             kind = ("random", "after-slot-commit", "before-commit-log")[i % 3]
             if i in (broker_restart_at, outage_at):
                 kind = "random"  # these runs must commit a batch first: no self-inflicted kill
@@ -93,14 +110,14 @@ def test_chaos_exactly_once(stack_env, tmp_path, report_result):
                 print(f"run {i}: broker restarted under the running job")
             if i == outage_at:
                 run.wait_for_batches(1)
-                feed.paused.set()
+                feed.hold()
                 kafka.down(st)
                 time.sleep(TX_TIMEOUT_MS / 1000 + 8)  # longer than the transaction timeout
                 code = _wait_exit(run, 150)
                 print(f"run {i}: sink outage of {TX_TIMEOUT_MS / 1000 + 8:.0f}s; job exit code {code} "
                       "(None = still retrying)")
                 kafka.up(st)
-                feed.paused.clear()
+                feed.resume()
                 if code is not None and code != -9:
                     failures_seen += 1
                     assert code != 0, "the job must not report success while the sink is down"
