@@ -188,7 +188,9 @@ class ExactlyOnceStreamSpec(Model):
     restart_nonce: int = Field(0, description="Change to restart the stream, also after RestartsExhausted.")
     snapshots: SnapshotPolicy = Field(default_factory=SnapshotPolicy, description=(
         "Periodic snapshots and how many are kept."))
-    snapshot_nonce: int = Field(0, description="Change to take a snapshot now (an ExactlyOnceSnapshot <name>-n<nonce>).")
+    snapshot_nonce: int = Field(0, description=(
+        "Change to take a snapshot now (an ExactlyOnceSnapshot <name>-n<nonce>; beyond 63 characters the "
+        "name is shortened with a hash)."))
     restore_from: str | None = Field(None, min_length=1, description=(
         "Start from a snapshot: the name of a Completed ExactlyOnceSnapshot in this namespace, or an absolute "
         "snapshot path in the checkpoint store. Seeds a new checkpoint location; the snapshot is never changed. "

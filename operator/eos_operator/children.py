@@ -7,6 +7,7 @@ an owner reference to the stream so Kubernetes collects it with the stream.
 """
 from __future__ import annotations
 
+import hashlib
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,21 @@ CHECKPOINT_VOLUME = "checkpoint"
 LABEL_AUX = f"{API_GROUP}/aux"          # pre-flight and drain Pods (not drivers of the stream)
 PREFLIGHT = "preflight"
 DRAIN = "drain"
+
+
+MAX_LABEL = 63                 # a label value, a Service name (DNS-1035 label)
+MAX_STREAM_NAME = MAX_LABEL - len("-driver")   # the driver's Service is <stream>-driver (the CRD enforces it)
+
+
+def fitted_name(base: str, suffix: str, limit: int = MAX_LABEL) -> str:
+    """``base + suffix``, or when longer than ``limit``: ``base`` cut short plus a hash of the whole
+    ``base``, so names stay distinct, stable and within ``limit`` (snapshot names are label values)."""
+    name = base + suffix
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(base.encode()).hexdigest()[:6]
+    keep = limit - len(suffix) - len(digest) - 1
+    return f"{base[:keep].rstrip('-.')}-{digest}{suffix}"
 
 
 def run_config_name(stream: str) -> str:
@@ -82,7 +98,7 @@ def upgrade_checkpoint_dir(spec: ExactlyOnceStreamSpec, attempt: int) -> str:
 
 def snapshot_name(ref: "StreamRef", attempt: int) -> str:
     """Per driver attempt; the uid part keeps a recreated stream of the same name off old snapshots."""
-    return f"{ref.name}-{ref.uid[:8]}-a{attempt}"
+    return fitted_name(ref.name, f"-{ref.uid[:8]}-a{attempt}")
 
 
 def snapshot_path(ref: "StreamRef", spec: ExactlyOnceStreamSpec, attempt: int) -> str:

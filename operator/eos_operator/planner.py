@@ -951,7 +951,7 @@ def _snapshot_housekeeping(step: _Step, spec: ExactlyOnceStreamSpec) -> None:
         st.observed_snapshot_nonce = spec.snapshot_nonce
     elif st.observed_snapshot_nonce != spec.snapshot_nonce:
         st.observed_snapshot_nonce = spec.snapshot_nonce
-        name = f"{obs.name}-n{spec.snapshot_nonce}"
+        name = children.fitted_name(obs.name, f"-n{spec.snapshot_nonce}")
         if name not in names:
             step.act(CreateSnapshot(_snapshot_resource(step, spec, name, "nonce")))
             step.event("Normal", "SnapshotRequested", f"snapshotNonce changed: snapshot {name} requested")
@@ -964,7 +964,7 @@ def _snapshot_housekeeping(step: _Step, spec: ExactlyOnceStreamSpec) -> None:
         since = parse(st.running_since)
         due_from = max([t for t in (newest, since) if t is not None], default=None)
         if due_from is not None and seconds_between(due_from, obs.now) >= interval:
-            name = f"{obs.name}-p{int(utc(obs.now).timestamp()) // interval}"
+            name = children.fitted_name(obs.name, f"-p{int(utc(obs.now).timestamp()) // interval}")
             if name not in names:
                 step.act(CreateSnapshot(_snapshot_resource(step, spec, name, "periodic")))
                 step.event("Normal", "SnapshotRequested", f"periodic snapshot {name} requested "

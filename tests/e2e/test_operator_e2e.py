@@ -218,6 +218,22 @@ def test_invalid_resources_are_rejected_naming_the_field(kubectl, namespace, ope
         kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=180s", timeout=240)
 
 
+def test_names_longer_than_derived_names_allow_are_rejected_by_the_api_server(kubectl, namespace):
+    """The driver's Service is <stream>-driver and snapshot names are Pod label values: the CRDs cap the names
+    (the generated snapshot names of a stream with the longest allowed name are shortened with a hash)."""
+    kubectl.apply_crds()
+    stream = yaml.safe_load((REPO / "examples" / "colors.yaml").read_text())
+    snapshot = {"apiVersion": stream["apiVersion"], "kind": "ExactlyOnceSnapshot", "spec": {"stream": "colors"}}
+    for doc, limit in ((stream, 56), (snapshot, 63)):
+        for length, accepted in ((limit, True), (limit + 1, False)):
+            doc = {**doc, "metadata": {"name": ("n" * length)}}
+            dry = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(doc),
+                              check=False)
+            assert (dry.returncode == 0) == accepted, (doc["kind"], length, dry.stderr)
+            if not accepted:
+                assert f"metadata.name must be at most {limit} characters" in dry.stderr, dry.stderr
+
+
 def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubelet, operator, tmp_path):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])

@@ -163,3 +163,22 @@ def test_pod_view_reads_exit_code_and_the_runtime_termination_message():
         {"name": "driver", "state": {"terminated": {"exitCode": 137, "message": "log tail\n"}}}]}})
     assert plain.failure_text() == "driver Pod p failed (exit code 137): log tail"
     assert pod_view({"metadata": {"name": "q"}}).phase == "Pending"
+
+
+def test_derived_names_fit_a_label_for_the_longest_stream_name_the_crd_allows():
+    long = "payments-enrichment-orders-to-ledger-eu-west-1-prod-abcd"
+    assert len(long) == children.MAX_STREAM_NAME == 56
+    ref = StreamRef(long, "team-a", REF.uid)
+    assert len(children.driver_service_name(long)) == 63
+    names = [children.snapshot_name(ref, 12345), children.fitted_name(long, "-n9999999999"),
+             children.fitted_name(long, "-p1795448000")]
+    assert all(len(n) <= 63 for n in names), names
+    assert names[0].endswith("-0f6c2a1e-a12345") and names[1].endswith("-n9999999999")
+    assert all(n.startswith("payments-enrichment-orders") for n in names)
+    # Stable, and two streams sharing a long prefix still get different names.
+    other = long[:-1] + "x"
+    assert children.fitted_name(long, "-p17") == children.fitted_name(long, "-p17") != \
+        children.fitted_name(other, "-p17")
+    # Short names are as before.
+    assert children.snapshot_name(REF, 3) == "colors-0f6c2a1e-a3"
+    assert children.fitted_name("colors", "-n1") == "colors-n1"

@@ -14,7 +14,7 @@ from eos_operator import crd
 ALLOWED_KEYS = {"type", "description", "enum", "default", "pattern", "minLength", "maxLength", "minimum", "maximum",
                 "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "format", "nullable", "properties",
                 "required", "items", "additionalProperties", "x-kubernetes-preserve-unknown-fields",
-                "x-kubernetes-list-type", "x-kubernetes-list-map-keys"}
+                "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-validations"}
 
 
 def walk(node, path="openAPIV3Schema"):
