@@ -854,6 +854,27 @@ def _drain(step: _Step, spec: ExactlyOnceStreamSpec, up: UpgradeProgress, launch
     return step.done(requeue_after=POLL_SECONDS)
 
 
+def _idle_since_upgrade(step: _Step, spec: ExactlyOnceStreamSpec, chk: UpgradeCheck, driver: PodView | None,
+                        deadline: datetime) -> str | None:
+    """Why an upgraded driver that committed nothing is still ready, or None: it ran the whole readiness
+    window without failing and the source had nothing for it (no batch to commit is not a stuck stream).
+
+    The evidence is the replay horizon read during the window: no record retained beyond the last
+    committed batch and none lost. Without that reading (source unreadable) there is no proof: roll back.
+    """
+    st, obs = step.st, step.obs
+    hz = obs.replay_horizon
+    window_start = deadline - timedelta(seconds=spec.upgrade_readiness_timeout_seconds)
+    checked = parse(hz.checked_at) if hz is not None else None
+    if (driver is None or driver.name != chk.pod or driver.phase != "Running"
+            or st.pending_launch is not None or hz is None or checked is None or checked < window_start
+            or hz.backlog_records or hz.lost_records):
+        return None
+    return (f"no input arrived after batch {hz.batch} in the {spec.upgrade_readiness_timeout_seconds}s readiness "
+            f"window (the source is idle, so there was no batch to commit; the horizon was read at "
+            f"{hz.checked_at})")
+
+
 def _check_upgrade(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan | None:
     """An upgraded driver must run and commit a batch within the readiness timeout, else roll back."""
     st, obs = step.st, step.obs
@@ -874,6 +895,11 @@ def _check_upgrade(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan | None:
     if deadline is None or obs.now < deadline:
         return None
     st.upgrade_check = None
+    idle = _idle_since_upgrade(step, spec, chk, driver, deadline)
+    if idle:
+        st.last_stable_spec = st.last_reconciled_spec
+        step.event("Normal", "UpgradeVerified", f"{driver.name} runs the new spec: {idle}")
+        return None
     why = (f"the upgraded stream did not run and commit a batch after {chk.baseline_batch} within "
            f"{spec.upgrade_readiness_timeout_seconds}s (last error: {st.last_error or 'none'})")
     previous = overlay_spec(chk.previous_spec, spec) if chk.previous_spec else None

@@ -17,7 +17,7 @@ import pytest
 from eos_job.verify import audit_counts
 from eos_stack.cluster import condition, wait_until
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.streams import NAME, finish_exact, kubectl, namespace, rig  # noqa: F401 (fixtures)
+from tests.e2e.streams import NAME, Trickle, finish_exact, kubectl, namespace, rig  # noqa: F401 (fixtures)
 from tests.e2e.test_operator_e2e import colors_stream
 
 pytestmark = pytest.mark.stack
@@ -65,6 +65,35 @@ def test_pre_flight_blocks_an_incompatible_upgrade_and_a_broken_upgrade_rolls_ba
         report_result(f"upgrade safety: pre-flight blocked an incompatible state change with the old driver "
                       f"running; a broken upgrade rolled back to the last stable spec as {rolled_pod}; "
                       "output exactly once")
+
+
+def test_an_upgrade_while_no_input_arrives_is_verified_not_rolled_back(stack_env, kubectl, namespace, tmp_path,
+                                                                       report_result):
+    """An idle source gives the upgraded driver no batch to commit; it is ready all the same (the replay
+    horizon shows nothing waiting), and input after the upgrade is written exactly once by the new spec."""
+    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+        trickle = r.run_stream(r.stream(upgradeReadinessTimeoutSeconds=30, upgradePreFlight=False), seed=13)
+        before = trickle.stop()                     # no more input from here on
+        wait_until(lambda: audit_counts(r.bootstrap, r.topics.counts).final == before, "the output to catch up",
+                   240, r.diag, 2)
+        kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": "idle-upgrade"}}})
+        st = r.wait_status(lambda s: "upgrade" not in s and "upgradeCheck" not in s
+                           and s.get("driverPod") != f"{NAME}-driver-0" and s.get("lifecycleState") == "Running"
+                           and json.loads(s.get("lastStableSpec") or "{}").get("job", {}).get("args")
+                           == {"version": "idle-upgrade"}, "the idle upgrade to be verified", 300)
+        reasons = kubectl.events(namespace, NAME)
+        assert "UpgradeVerified" in reasons and "UpgradeRolledBack" not in reasons, reasons
+        verified = kubectl.event_messages(namespace, NAME, "UpgradeVerified")
+        assert any("the source is idle" in m for m in verified), verified
+        assert "rejectedSpec" not in st and condition(st, "Ready")["status"] == "True"
+        # Input after the upgrade goes through the new driver, exactly once with what came before.
+        more = Trickle(r.bootstrap, r.topics.events, start_id=10_000_000)
+        more.expected.update(before)
+        more.send(500, seed=14)
+        more.start()
+        finish_exact(r, more)
+        report_result(f"idle upgrade: no input during the 30s readiness window; verified as "
+                      f"{st['driverPod']} (not rolled back); later input exactly once")
 
 
 # Status content right after each step of an upgrade is written: the intent, the snapshot read back,

@@ -13,7 +13,7 @@ from eos_operator.planner import (ApplyConfigMap, CreatePod, CreateSnapshot, Del
                                   plan, record_resolution, retention)
 from eos_operator.timeutil import fmt
 
-from eos_job.spec import ResolutionReport
+from eos_job.spec import ReplayHorizon, ResolutionReport
 
 from .fakes import T0
 from .test_planner import cond, observed, pod, reasons, spec
@@ -161,6 +161,34 @@ def test_an_upgrade_not_ready_by_the_deadline_rolls_back_from_its_snapshot():
     assert running_old.status.lifecycle_state == "Running"
     assert cond(running_old, "Ready").status == "True" and cond(running_old, "Degraded").status == "True"
     assert plan(new, running_old.status, observed(pod("colors-driver-2"), at=500)).actions == []
+
+
+def horizon(at: float, backlog: int = 0, lost: int = 0, batch: int = 41) -> ReplayHorizon:
+    return ReplayHorizon(state="Exceeded" if lost else "Safe", batch=batch, backlog_records=backlog,
+                         lost_records=lost, checked_at=fmt(T0 + timedelta(seconds=at)))
+
+
+def test_an_upgrade_on_an_idle_source_is_verified_not_rolled_back():
+    """No input during the readiness window means no batch to commit: ready if the driver ran throughout."""
+    old, new = spec(), upgraded_spec(upgradeReadinessTimeoutSeconds=60)
+    p = plan(new, running(old, last_stable_spec=running(old).last_reconciled_spec), observed(pod("colors-driver-0")))
+    up = go_to_running(new, p.status)
+    idle = replace(observed(pod("colors-driver-1"), batch=41, at=61), replay_horizon=horizon(at=45))
+    ok = plan(new, up.status, idle)
+    assert "UpgradeVerified" in reasons(ok) and "UpgradeRolledBack" not in reasons(ok)
+    assert ok.status.upgrade_check is None and ok.status.rejected_spec is None
+    assert ok.status.last_stable_spec == ok.status.last_reconciled_spec
+    assert not any(isinstance(a, (DeletePod, Resolve)) for a in ok.actions)
+    # Without that proof it rolls back: input waiting, records lost, a reading from before the window,
+    # no reading at all, or a driver that is not the upgrade's (it failed and was restarted).
+    for obs in (replace(idle, replay_horizon=horizon(at=45, backlog=7)),
+                replace(idle, replay_horizon=horizon(at=45, lost=3)),
+                replace(idle, replay_horizon=horizon(at=-5)),
+                replace(idle, replay_horizon=None)):
+        assert "UpgradeRolledBack" in reasons(plan(new, up.status, obs)), obs.replay_horizon
+    restarted = replace(observed(pod("colors-driver-2"), batch=41, at=61), replay_horizon=horizon(at=45))
+    assert "UpgradeVerified" not in reasons(plan(new, up.status.model_copy(update={"driver_pod": "colors-driver-2"}),
+                                                 restarted))
 
 
 def test_no_automatic_rollback_across_a_parallelism_change():
