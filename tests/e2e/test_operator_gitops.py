@@ -39,7 +39,7 @@ def test_five_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, 
         sent += 1000
         expected = {c: expected.get(c, 0) + more.get(c, 0) for c in set(expected) | set(more)}
         time.sleep(rng.uniform(2, 12))  # start-up, recovery or mid-batch: any moment
-        assert kubelet.kill9(namespace, pod), f"{pod} had no process to kill"
+        assert kubelet.kill9(namespace, pod), f"{pod} had no process to kill (it exited on its own):\n{diag()}"
     status = wait_until(running_as(kubectl, namespace, name, "colors-driver-5"), "the fifth restart", 180, diag)
     assert status["restartCount"] == 5
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output to catch up",
