@@ -885,21 +885,22 @@ def _check_upgrade(step: _Step, spec: ExactlyOnceStreamSpec) -> Plan | None:
         return None
     driver = obs.pod(st.driver_pod)
     batch = obs.last_committed_batch
+    deadline = parse(chk.deadline)
+    due = deadline is not None and obs.now >= deadline
+    verified = None
     if (st.pending_launch is None and driver is not None and driver.phase == "Running" and batch is not None
             and (chk.baseline_batch is None or batch > chk.baseline_batch)):
+        verified = f"{driver.name} runs the new spec and committed batch {batch}"
+    elif due and (idle := _idle_since_upgrade(step, spec, chk, driver, deadline)):
+        verified = f"{driver.name} runs the new spec: {idle}"
+    if verified:
         st.upgrade_check = None
         st.last_stable_spec = st.last_reconciled_spec
-        step.event("Normal", "UpgradeVerified", f"{driver.name} runs the new spec and committed batch {batch}")
+        step.event("Normal", "UpgradeVerified", verified)
         return None
-    deadline = parse(chk.deadline)
-    if deadline is None or obs.now < deadline:
+    if not due:
         return None
     st.upgrade_check = None
-    idle = _idle_since_upgrade(step, spec, chk, driver, deadline)
-    if idle:
-        st.last_stable_spec = st.last_reconciled_spec
-        step.event("Normal", "UpgradeVerified", f"{driver.name} runs the new spec: {idle}")
-        return None
     why = (f"the upgraded stream did not run and commit a batch after {chk.baseline_batch} within "
            f"{spec.upgrade_readiness_timeout_seconds}s (last error: {st.last_error or 'none'})")
     previous = overlay_spec(chk.previous_spec, spec) if chk.previous_spec else None

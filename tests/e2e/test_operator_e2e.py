@@ -226,8 +226,8 @@ def test_names_longer_than_derived_names_allow_are_rejected_by_the_api_server(ku
     snapshot = {"apiVersion": stream["apiVersion"], "kind": "ExactlyOnceSnapshot", "spec": {"stream": "colors"}}
     for doc, limit in ((stream, 56), (snapshot, 63)):
         for length, accepted in ((limit, True), (limit + 1, False)):
-            doc = {**doc, "metadata": {"name": ("n" * length)}}
-            dry = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(doc),
+            named = {**doc, "metadata": {"name": "n" * length}}
+            dry = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(named),
                               check=False)
             assert (dry.returncode == 0) == accepted, (doc["kind"], length, dry.stderr)
             if not accepted:
