@@ -27,14 +27,20 @@ stack-down: venv
 stack-status: venv
 	$(PY) -m eos_stack status
 
-# Unit tests only: no servers.
+# Unit tests only: no servers (seconds).
+UNIT := tests/jobs tests/operator $(wildcard tests/model)
 test-unit: venv
-	$(PY) -m pytest -m "not stack" tests/jobs tests/operator
+	$(PY) -m pytest -q -m unit $(UNIT)
 
-# Everything, against the real stack (started by the test session if not running).
+# Everything. Unit tests first, stopping on their failure before any server starts; then the stack,
+# and the real-stack tiers in order (stack, chart, e2e, chaos last; see tests/conftest.py), each with
+# its own per-test timeout. Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest for
+# .ci/run to show when something fails.
+export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
+	$(PY) -m pytest -q -m unit $(UNIT)
 	$(PY) -m eos_stack up
-	$(PY) -m pytest --durations=25 tests
+	$(PY) -m pytest --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit" tests
 
 # The chaos test with more kills (EOS_CHAOS_RUNS, default 100 here; `make test` runs 30).
 soak: venv

@@ -18,11 +18,37 @@ for extra in (REPO / "stack", REPO):
         sys.path.insert(0, str(extra))
 
 
+# Tiers, in the order a run takes them: the cheap ones first, so a broken build fails in seconds, and the
+# chaos test (the longest) last. Each tier has its own per-test timeout (seconds): a hung unit test is
+# caught in a minute, not after the 15 minutes an end-to-end test may need. A test's own
+# ``@pytest.mark.timeout`` wins.
+TIERS = (("unit", 60), ("unit-stack", 180), ("stack", 300), ("chart", 600), ("e2e", 900), ("chaos", 2700))
+
+
+def tier_of(item) -> str:
+    parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+    folder = parts[0] if len(parts) > 1 else ""
+    uses_stack = "stack_env" in getattr(item, "fixturenames", ())
+    if folder in ("jobs", "operator", "model"):
+        return "unit-stack" if uses_stack else "unit"
+    if folder == "e2e" and parts[-1] == "test_chaos.py":
+        return "chaos"
+    return folder if folder in ("stack", "chart", "e2e") else "e2e"
+
+
 def pytest_collection_modifyitems(config, items):
-    # A test that uses the stack fixture is a stack test, whatever its marks say.
+    order = {name: rank for rank, (name, _) in enumerate(TIERS)}
+    timeouts = dict(TIERS)
     for item in items:
+        # A test that uses the stack fixture is a stack test, whatever its marks say.
         if "stack_env" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.stack)
+        if tier_of(item) == "unit":
+            item.add_marker(pytest.mark.unit)
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(timeouts[tier_of(item)]))
+    # Stable: within a tier the collection order (file, then definition) is kept.
+    items.sort(key=lambda it: order[tier_of(it)])
 
 
 @pytest.fixture(scope="session")
