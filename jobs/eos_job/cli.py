@@ -233,11 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     from .runtime import JobFailed, RunSummary, install_signal_handlers, run, termination_message_path
     stop = threading.Event()
     install_signal_handlers(stop)
-    fault = float(os.environ.get("EOS_FAULT_KILL_AFTER_COMMIT", "0") or 0)
     code = EXIT_OK
     try:
-        summary = run(cfg, stop_event=stop, snapshot_dir=args.snapshot_on_stop, fault_kill_after_commit=fault,
-                      drain=args.drain)
+        summary = run(cfg, stop_event=stop, snapshot_dir=args.snapshot_on_stop, drain=args.drain)
     except SinkUnavailable as exc:
         summary, code = RunSummary(reason="SinkUnavailable", error=str(exc)), EXIT_SINK
     except JobFailed as exc:

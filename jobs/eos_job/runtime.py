@@ -10,14 +10,13 @@ import importlib
 import json
 import logging
 import os
-import random
 import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkpoint, protocol
+from . import checkpoint, faults, protocol
 from .ledger import (admin_client, base_config, ensure_ledger_topic, idempotent_producer,
                      produce_sync, require_topics, sink_security)
 from .sink import COMMIT_SCHEMA, HASH_COL, SlotWriterConfig, slot_task
@@ -112,7 +111,7 @@ def prepare_output(df):
 class BatchWriter:
     """The ``foreachBatch`` function: one exactly-once write per micro-batch."""
 
-    def __init__(self, config: RunConfig, fault_kill_after_commit: float = 0.0):
+    def __init__(self, config: RunConfig):
         self.config = config
         spec = config.spec
         self.slots = spec.job.parallelism
@@ -123,7 +122,6 @@ class BatchWriter:
         self._ckpt_id: str | None = None
         self._producer = None
         self._nondet_total: int | None = None   # continued from the ledger's last batch record
-        self.fault = fault_kill_after_commit
         sec = sink_security(spec.sink)
         self.base = dict(bootstrap=spec.sink.bootstrap_servers,
                          producer_config={**spec.sink.producer_config, **sec},
@@ -147,8 +145,7 @@ class BatchWriter:
             if self.stopping:
                 raise StopRequested(f"stop requested before batch {batch_id}; it is replayed on the next start")
             t0 = time.monotonic()
-            cfg = SlotWriterConfig(**self.base, checkpoint_id=self.checkpoint_identity(), batch=batch_id,
-                                   fault_kill_after_commit=self.fault)
+            cfg = SlotWriterConfig(**self.base, checkpoint_id=self.checkpoint_identity(), batch=batch_id)
             rows = df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
             commits = [protocol.SlotCommit.from_row(r.asDict()) for r in rows]
             protocol.check_batch_commits(batch_id, self.slots, commits)
@@ -162,7 +159,7 @@ class BatchWriter:
             produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION,
                          protocol.batch_key(self.base["stream_uid"], self._ckpt_id, self.base["generation"]),
                          record.encode())
-            _maybe_die_before_commit_log(batch_id)
+            faults.batch_in_sink(batch_id)
             s = self.summary
             s.batches += 1
             s.records += count
@@ -200,15 +197,6 @@ class BatchWriter:
         if self._producer is None:
             self._producer = idempotent_producer(self.base["bootstrap"], self.sec)
         return self._producer
-
-
-def _maybe_die_before_commit_log(batch_id: int) -> None:
-    """Test-only fault: every slot and batch-complete are in the sink, Spark's commits/N is not."""
-    prob = float(os.environ.get("EOS_FAULT_KILL_BEFORE_COMMIT_LOG", "0") or 0)
-    if prob > 0 and random.random() < prob:
-        log.warning("fault injection: killing the driver after batch %d reached the sink, before commits/%d",
-                    batch_id, batch_id)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _local_path(path: str) -> str:
@@ -270,7 +258,7 @@ def spark_conf_for(config: RunConfig) -> dict[str, str]:
 
 
 def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapshot_dir: str | None = None,
-        fault_kill_after_commit: float = 0.0, spark=None, drain: bool = False) -> RunSummary:
+        spark=None, drain: bool = False) -> RunSummary:
     """Run the stream until ``stop_event`` is set (graceful stop) or the query fails (raises JobFailed).
 
     ``drain``: only finish the replay batch (offsets logged, no commit) through the normal exactly-once
@@ -298,9 +286,9 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     torn = checkpoint.discard_torn_log_writes(ckpt)
     if torn:
         log.warning("removed %d file(s) a killed driver was writing when it died: %s", len(torn), ", ".join(torn))
-    os.environ["EOS_DRIVER_PGID"] = str(os.getpgrp())  # inherited by the JVM and its Python workers
+    faults.driver_starting()
     spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
-    writer = BatchWriter(config, fault_kill_after_commit)
+    writer = BatchWriter(config)
     if config.replay_offsets_from and not drain:
         _replay_original_batches(spark, config, writer, ckpt, Path(_local_path(config.replay_offsets_from)),
                                  stop_event)

@@ -18,16 +18,13 @@ every output record and the slot's ledger record → commit → report.
 from __future__ import annotations
 
 import logging
-import os
-import random
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import pyarrow as pa
 
-from . import protocol
+from . import faults, protocol
 from .ledger import ledger_consumer, read_latest
 from .protocol import SlotAction, SlotCommit, SlotLedgerRecord
 
@@ -56,8 +53,6 @@ class SlotWriterConfig:
     transaction_timeout_ms: int
     batch: int
     slots: int
-    fault_kill_after_commit: float = 0.0  # probability; test-only fault injection, off by default
-    fault_seed: int | None = None
     has_columns: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -163,11 +158,10 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
             if rows == 0:
                 # Nothing to write, and a replay of this batch has nothing either: no transaction needed.
                 return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
-            _maybe_hold_for_partial_fault(cfg, slot)
+            faults.before_slot_commit(cfg.batch, slot)
             dead = _transaction(cfg, clients, slot, key, batches, count, digest)
             clients.last_commit = (cfg.ledger_topic, key, cfg.batch)
-            _maybe_inject_fault(cfg, slot)
-            _maybe_partial_fault(cfg, slot)
+            faults.slot_committed(cfg.batch, slot)
             return SlotCommit(slot, cfg.batch, count, digest, skipped=False, dead_letters=dead, attempt=attempt)
         except KafkaException as exc:
             err = exc.args[0]
@@ -324,44 +318,6 @@ def _dead_letter(cfg: SlotWriterConfig, producer, topic: str, key, value, why: s
         ("eos.error", str(why)[:4000].encode()), ("eos.topic", topic.encode()),
         ("eos.batch", str(cfg.batch).encode()), ("eos.slot", str(slot).encode()),
     ])
-
-
-def _maybe_inject_fault(cfg: SlotWriterConfig, slot: int) -> None:
-    """Test-only: die right after a slot committed and before the driver hears of it."""
-    if cfg.fault_kill_after_commit <= 0:
-        return
-    rng = random.Random(hash((cfg.fault_seed, cfg.batch, slot, os.getpid(), time.time_ns())))
-    if rng.random() < cfg.fault_kill_after_commit:
-        log.warning("fault injection: killing the driver after slot %d of batch %d committed", slot, cfg.batch)
-        # Python workers run in their own process group: kill the driver's, as a crashed node would.
-        os.killpg(int(os.environ.get("EOS_DRIVER_PGID", os.getpgrp())), signal.SIGKILL)
-
-
-PARTIAL_FAULT_ENV = "EOS_FAULT_PARTIAL_BATCH"   # "<batch>:<slot>", test-only
-
-
-def _partial_fault() -> tuple[int, int] | None:
-    raw = os.environ.get(PARTIAL_FAULT_ENV, "")
-    if not raw:
-        return None
-    batch, slot = raw.split(":")
-    return int(batch), int(slot)
-
-
-def _maybe_hold_for_partial_fault(cfg: SlotWriterConfig, slot: int) -> None:
-    """Test-only: in the faulted batch every other slot waits, so only the chosen slot commits."""
-    fault = _partial_fault()
-    if fault is not None and cfg.batch >= fault[0] and slot != fault[1]:
-        time.sleep(120)   # the driver is killed meanwhile
-
-
-def _maybe_partial_fault(cfg: SlotWriterConfig, slot: int) -> None:
-    """Test-only: leave a partially committed batch: kill the driver once the chosen slot committed."""
-    fault = _partial_fault()
-    if fault is not None and cfg.batch >= fault[0] and slot == fault[1]:
-        log.warning("fault injection: killing the driver after slot %d of batch %d committed (partial batch)",
-                    slot, cfg.batch)
-        os.killpg(int(os.environ.get("EOS_DRIVER_PGID", os.getpgrp())), signal.SIGKILL)
 
 
 def slot_task(cfg: SlotWriterConfig):

@@ -1,0 +1,233 @@
+"""The test-only fault hooks: off by default, enabled by the environment, and called by the sink and the
+driver at their named points (the real kills are exercised by tests/e2e/test_job_runtime.py)."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pyarrow as pa
+import pytest
+
+from eos_job import faults, protocol, runtime, sink
+from eos_job.faults import Faults
+from eos_job.protocol import SlotLedgerRecord
+
+FAULT_ENV = (faults.KILL_AFTER_COMMIT_ENV, faults.KILL_BEFORE_COMMIT_LOG_ENV, faults.PARTIAL_BATCH_ENV,
+             faults.DRIVER_PGID_ENV)
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch):
+    saved = {name: os.environ.pop(name) for name in FAULT_ENV if name in os.environ}
+    faults.reset()
+    yield
+    for name in FAULT_ENV:   # driver_starting() sets one itself
+        os.environ.pop(name, None)
+    os.environ.update(saved)
+    faults.reset()
+
+
+@pytest.fixture
+def kills(monkeypatch):
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(faults, "_killpg", lambda pgid, sig: calls.append((pgid, sig)))
+    return calls
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    calls: list[float] = []
+    monkeypatch.setattr(faults, "_sleep", calls.append)
+    return calls
+
+
+def enable(monkeypatch, **env: str) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    faults.reset()
+
+
+# ------------------------------------------------------------------ settings
+def test_nothing_is_enabled_without_the_variables():
+    assert Faults.from_env({}) == Faults()
+    assert not faults.current().enabled
+    assert not Faults.from_env({faults.KILL_AFTER_COMMIT_ENV: "", faults.KILL_BEFORE_COMMIT_LOG_ENV: "0",
+                                faults.PARTIAL_BATCH_ENV: ""}).enabled
+
+
+def test_the_variables_are_parsed():
+    f = Faults.from_env({faults.KILL_AFTER_COMMIT_ENV: "0.7", faults.KILL_BEFORE_COMMIT_LOG_ENV: "1",
+                         faults.PARTIAL_BATCH_ENV: "1:0"})
+    assert (f.kill_after_commit, f.kill_before_commit_log, f.partial_batch) == (0.7, 1.0, (1, 0))
+    assert f.enabled
+    assert Faults.from_env({faults.PARTIAL_BATCH_ENV: "12:3"}).enabled
+
+
+@pytest.mark.parametrize("env", [{faults.KILL_AFTER_COMMIT_ENV: "often"}, {faults.PARTIAL_BATCH_ENV: "3"},
+                                 {faults.PARTIAL_BATCH_ENV: "a:b"}])
+def test_a_malformed_setting_is_an_error_not_silently_off(env):
+    with pytest.raises(ValueError):
+        Faults.from_env(env)
+
+
+def test_the_environment_is_read_once_per_process(monkeypatch):
+    assert not faults.current().enabled
+    monkeypatch.setenv(faults.KILL_AFTER_COMMIT_ENV, "1")
+    assert not faults.current().enabled   # cached: the hot path never reads the environment again
+    faults.reset()
+    assert faults.current().kill_after_commit == 1.0
+
+
+# ------------------------------------------------------------------ hooks
+def test_disabled_hooks_do_nothing(kills, sleeps):
+    faults.driver_starting()
+    for batch in range(3):
+        for slot in range(2):
+            faults.before_slot_commit(batch, slot)
+            faults.slot_committed(batch, slot)
+        faults.batch_in_sink(batch)
+    assert kills == [] and sleeps == []
+    assert faults.DRIVER_PGID_ENV not in os.environ
+
+
+def test_kill_after_commit_kills_the_drivers_process_group(monkeypatch, kills):
+    enable(monkeypatch, **{faults.KILL_AFTER_COMMIT_ENV: "1"})
+    faults.driver_starting()
+    assert os.environ[faults.DRIVER_PGID_ENV] == str(os.getpgrp())
+    monkeypatch.setenv(faults.DRIVER_PGID_ENV, "4242")   # a Python worker: the driver's group, not its own
+    faults.slot_committed(5, 1)
+    assert kills == [(4242, signal.SIGKILL)]
+
+
+def test_kill_after_commit_without_a_recorded_group_kills_its_own(monkeypatch, kills):
+    enable(monkeypatch, **{faults.KILL_AFTER_COMMIT_ENV: "1"})
+    faults.slot_committed(0, 0)
+    assert kills == [(os.getpgrp(), signal.SIGKILL)]
+
+
+def test_kill_after_commit_is_drawn_per_slot(monkeypatch, kills):
+    enable(monkeypatch, **{faults.KILL_AFTER_COMMIT_ENV: "0.5"})
+    for batch in range(200):
+        faults.slot_committed(batch, batch % 2)
+    assert 40 < len(kills) < 160
+
+
+def test_kill_before_commit_log_kills_the_driver_itself(monkeypatch, kills):
+    enable(monkeypatch, **{faults.KILL_BEFORE_COMMIT_LOG_ENV: "1"})
+    faults.slot_committed(0, 0)          # not this fault's point
+    faults.before_slot_commit(0, 1)
+    assert kills == []
+    faults.batch_in_sink(0)
+    assert kills == [(os.getpgrp(), signal.SIGKILL)]
+
+
+def test_partial_batch_holds_the_other_slots_and_kills_after_the_chosen_one(monkeypatch, kills, sleeps):
+    enable(monkeypatch, **{faults.PARTIAL_BATCH_ENV: "1:0", faults.DRIVER_PGID_ENV: "77"})
+    faults.before_slot_commit(0, 1)      # before the faulted batch: nothing
+    faults.slot_committed(0, 0)
+    assert sleeps == [] and kills == []
+    faults.before_slot_commit(1, 0)      # the chosen slot goes on
+    assert sleeps == []
+    faults.before_slot_commit(1, 1)
+    assert sleeps == [faults.PARTIAL_HOLD_S] == [120]
+    faults.slot_committed(1, 1)          # another slot (it would have been held): no kill
+    assert kills == []
+    faults.slot_committed(1, 0)
+    assert kills == [(77, signal.SIGKILL)]
+    faults.slot_committed(2, 0)          # "from that batch on"
+    assert len(kills) == 2
+
+
+# ------------------------------------------------------------------ where the sink and the driver call them
+class _Clients:
+    def __init__(self):
+        self.consumer = object()
+        self.producer = object()
+        self.fresh = True
+        self.last_commit = None
+
+
+def _slot_rows(n: int) -> list[pa.RecordBatch]:
+    return [pa.RecordBatch.from_pydict({"key": [b"k%d" % i for i in range(n)], "value": [b"v"] * n,
+                                        sink.HASH_COL: list(range(1, n + 1))})]
+
+
+BASE = dict(bootstrap="x:9092", producer_config={}, topic="out", dead_letter_topic=None, ledger_topic="ledger",
+            tx_prefix="p", generation=0, stream_uid="u", spec_hash="h", transaction_timeout_ms=1000, slots=2)
+
+
+def _cfg(batch: int) -> sink.SlotWriterConfig:
+    return sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=batch)
+
+
+@pytest.fixture
+def fake_sink(monkeypatch):
+    """write_slot with its Kafka clients faked; returns the ordered calls and the fake ledger."""
+    calls: list[str] = []
+    ledger: dict[str, bytes] = {}
+    clients = _Clients()
+    monkeypatch.setattr(sink, "_slot_clients", lambda cfg, slot, fresh: clients)
+    monkeypatch.setattr(sink, "read_latest", lambda consumer, topic, partition, key: ledger.get(key))
+
+    def transaction(cfg, clients, slot, key, batches, count, digest):
+        calls.append("commit")
+        ledger[key] = SlotLedgerRecord(cfg.batch, count, digest).encode()
+        return 0
+
+    monkeypatch.setattr(sink, "_transaction", transaction)
+    monkeypatch.setattr(faults, "before_slot_commit", lambda batch, slot: calls.append(f"before {batch}/{slot}"))
+    monkeypatch.setattr(faults, "slot_committed", lambda batch, slot: calls.append(f"committed {batch}/{slot}"))
+    return calls, ledger
+
+
+def test_the_sink_calls_the_hooks_around_the_slot_transaction(fake_sink):
+    calls, _ = fake_sink
+    commit = sink.write_slot(_cfg(3), 1, 0, _slot_rows(4))
+    assert not commit.skipped and commit.count == 4
+    assert calls == ["before 3/1", "commit", "committed 3/1"]
+
+
+def test_no_hook_runs_for_a_skipped_or_empty_slot(fake_sink):
+    calls, _ = fake_sink
+    sink.write_slot(_cfg(3), 1, 0, _slot_rows(4))
+    calls.clear()
+    assert sink.write_slot(_cfg(3), 1, 1, _slot_rows(4)).skipped   # the replay finds the ledger record
+    assert sink.write_slot(_cfg(4), 0, 0, _slot_rows(0)).count == 0
+    assert calls == []
+
+
+class _Df:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def repartition(self, *_):
+        return self
+
+    def mapInArrow(self, *_):
+        return self
+
+    def collect(self):
+        return self.rows
+
+
+class _Row(dict):
+    def asDict(self):
+        return dict(self)
+
+
+def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypatch):
+    calls: list[str] = []
+    writer = runtime.BatchWriter.__new__(runtime.BatchWriter)
+    writer.__dict__.update(slots=2, lock=threading.Lock(), stopping=False, summary=runtime.RunSummary("Running"),
+                           last_done=None, _ckpt_id="c", _producer=object(), _nondet_total=0, config=None,
+                           base=dict(BASE))
+    monkeypatch.setattr(writer, "_source_positions", lambda batch: {}, raising=False)
+    monkeypatch.setattr(runtime.BatchWriter, "checkpoint_identity", lambda self: "c")
+    monkeypatch.setattr(runtime, "produce_sync", lambda *a, **kw: calls.append("batch-complete"))
+    monkeypatch.setattr(faults, "batch_in_sink",
+                        lambda batch: calls.append(f"in sink {batch} (last done {writer.last_done})"))
+    rows = [_Row(protocol.SlotCommit(s, 7, 2, 5, skipped=False).to_row()) for s in range(2)]
+    writer(_Df(rows), 7)
+    assert calls == ["batch-complete", "in sink 7 (last done None)"]   # before the batch counts as done
+    assert writer.last_done == 7 and writer.summary.records == 4
