@@ -18,10 +18,9 @@ Phases:
    failure.
 2. Breakdown (only with ``--breakdown``): the exactly-once write path cut
    after each step (shuffle, Arrow to Python, produce loop, transaction; see
-   ``benchmarks/sink_probes.py``), the sink with candidate fixes
-   (``benchmarks/sink_patches.py``) in all three phases, and per-step timings
-   of the slot tasks. The default run stays well under 10 minutes; this one
-   takes about twice as long.
+   ``benchmarks/sink_probes.py``) next to the sink itself, with the driver's
+   foreachBatch and batch-complete write times. The default run stays well
+   under 10 minutes; this one takes a few minutes more.
 3. Latency: a producer thread writes ``--rate`` records/s for ``--seconds``
    (after ``--latency-warmup`` seconds that are not counted), each stamped with
    its produce time; each sink runs as a continuous query with the same
@@ -68,8 +67,6 @@ import numpy as np  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from benchmarks.sink_patches import TIMING_TAG  # noqa: E402
-
 KEY_BYTES, VALUE_BYTES = 10, 90
 T0 = time.monotonic()
 
@@ -93,7 +90,6 @@ class StderrTee:
         self.path = path
         self.counts = {k: 0 for k in self.PATTERNS}
         self.samples: list[str] = []
-        self.timings: list[dict] = []
         real = os.dup(2)
         r, w = os.pipe()
         os.dup2(w, 2)
@@ -107,12 +103,6 @@ class StderrTee:
     def _pump(self) -> None:
         for line in self.reader:
             self.log.write(line)
-            if line.startswith(TIMING_TAG):
-                try:
-                    self.timings.append(json.loads(line[len(TIMING_TAG):]))
-                except ValueError:
-                    pass
-                continue
             for k, pat in self.PATTERNS.items():
                 if pat.search(line):
                     self.counts[k] += 1
@@ -528,25 +518,12 @@ class Bench:
                 "cpu_us_per_record": {k: round(v / n * 1e6, 2) for k, v in cpu.items()}}
 
     def throughput_run(self, sink: str, in_topic: str, n: int, label: str) -> dict:
-        """``builtin``, ``ours``, or ``ours+<patches>`` (the sink with candidate fixes, sink_patches.py)."""
-        from eos_job import runtime
-
-        from benchmarks.sink_patches import patched_slot_task
-        tag = re.sub(r"[^a-zA-Z0-9._-]", "_", sink)
-        out = f"bench-out-{tag}-{self.run_id}-{self.n_ckpt + 1:03d}"
+        """``builtin`` or ``ours``."""
+        out = f"bench-out-{sink}-{self.run_id}-{self.n_ckpt + 1:03d}"
         self.topics.create({out: self.args.parallelism})
         config = self.config(in_topic, out)
-        original = runtime.slot_task
-        try:
-            if sink == "builtin":
-                dsw = self.builtin_writer(config)
-            else:
-                if "+" in sink:
-                    runtime.slot_task = patched_slot_task(sink.split("+", 1)[1])
-                dsw, _ = self.ours_writer(config)
-            res = self.run_available_now(dsw, n, label)
-        finally:
-            runtime.slot_task = original
+        dsw = self.builtin_writer(config) if sink == "builtin" else self.ours_writer(config)[0]
+        res = self.run_available_now(dsw, n, label)
         res["output_topic"] = out
         return res
 
@@ -588,19 +565,6 @@ class DriverTimer:
     def summary(self) -> dict:
         return {"foreach_batch_calls": len(self.calls), "foreach_batch_s": round(sum(self.calls), 2),
                 "batch_complete_write_s": round(sum(self.batch_complete), 3)}
-
-
-def slot_timing_summary(timings: list[dict]) -> dict:
-    """Sums over the slot tasks of the ``timing`` patch's lines."""
-    if not timings:
-        return {}
-    keys = ("task", "recv", "fence", "read_latest", "digest", "produce_loop", "tx_rest")
-    out = {k + "_s": round(sum(t.get(k, 0.0) for t in timings), 2) for k in keys}
-    out["tasks"] = len(timings)
-    out["failed_tasks"] = sum(1 for t in timings if not t.get("ok", True))
-    out["per_task_ms_median"] = {k: round(statistics.median(t.get(k, 0.0) for t in timings) * 1000, 1)
-                                 for k in keys}
-    return out
 
 
 def time_split(r: dict) -> dict:
@@ -722,39 +686,19 @@ class LatencyProbe:
 
 
 def latency_run(bench: Bench, sink: str) -> dict:
-    from eos_job import runtime
     a = bench.args
-    tag = re.sub(r"[^a-zA-Z0-9._-]", "_", sink)
-    in_topic = f"bench-lat-in-{tag}-{bench.run_id}"
-    out_topic = f"bench-lat-out-{tag}-{bench.run_id}"
+    in_topic = f"bench-lat-in-{sink}-{bench.run_id}"
+    out_topic = f"bench-lat-out-{sink}-{bench.run_id}"
     bench.topics.create({in_topic: 4, out_topic: a.parallelism})
     config = bench.config(in_topic, out_topic)
     probe = LatencyProbe(bench.bootstrap, in_topic, out_topic, a.rate, a.seconds, a.latency_warmup)
     probe.start_consumer()
     writer = None
-    original = runtime.slot_task
-    timer = DriverTimer()
     if sink == "builtin":
         dsw = bench.builtin_writer(config).trigger(processingTime=f"{a.trigger_ms} milliseconds")
-    elif sink == "ours":
-        dsw, writer = bench.ours_writer(config)  # build_query as is: processingTime trigger of the spec
     else:
-        from benchmarks.sink_patches import patched_slot_task
-        runtime.slot_task = patched_slot_task(sink.split("+", 1)[1])
-        dsw, writer = bench.ours_writer(config, timer)
-    n_timings = len(bench.tee.timings)
-    try:
-        with timer:
-            res = _latency_query(bench, sink, dsw, writer, config, probe)
-    finally:
-        runtime.slot_task = original
-    if "+" in sink:
-        time.sleep(0.3)
-        res["driver_timing"] = timer.summary()
-        res["slot_timing"] = slot_timing_summary(bench.tee.timings[n_timings:])
-        say(f"    driver: {res['driver_timing']}")
-        say(f"    slot tasks: {res['slot_timing']}")
-    return res
+        dsw, writer = bench.ours_writer(config)  # build_query as is: processingTime trigger of the spec
+    return _latency_query(bench, sink, dsw, writer, config, probe)
 
 
 def _latency_query(bench: Bench, sink: str, dsw, writer, config, probe: LatencyProbe) -> dict:
@@ -802,7 +746,7 @@ def phase_throughput(bench: Bench, tee: StderrTee) -> dict:
     say(f"  done in {produce_s:.1f}s; {warm_n:,} warm-up records into {warm_topic}")
     produce_records(bench.bootstrap, warm_topic, warm_n)
 
-    sinks = ["builtin", "ours"] + ([THROUGHPUT_FIX] if a.breakdown else [])
+    sinks = ["builtin", "ours"]
     warm = {}
     for sink in sinks:
         say(f"warm-up: {sink} sink on {warm_n:,} records")
@@ -862,19 +806,12 @@ def phase_throughput(bench: Bench, tee: StderrTee) -> dict:
             "time_split_median_run": where}
 
 
-THROUGHPUT_FIX = "ours+fast-read+ledger-check"
-BREAKDOWN_VARIANTS = ("builtin", "builtin+repartition", "arrow", "tx", "tx-onlyerror",
-                      "ours+timing", "ours+fast-read+timing", "ours+fast-read+ledger-check+timing",
-                      "ours+fast-read+refence-each-batch+timing")
-LATENCY_FIX = "ours+fast-read+ledger-check+timing"
+BREAKDOWN_VARIANTS = ("builtin", "builtin+repartition", "arrow", "tx", "tx-onlyerror", "ours")
 
 
 def phase_breakdown(bench: Bench, tee: StderrTee, in_topic: str, n: int) -> dict:
-    """One run per variant over the same input: the exactly-once write path cut after each step,
-    and the sink with candidate fixes (``benchmarks/sink_patches.py``)."""
-    from eos_job import runtime
-
-    from benchmarks.sink_patches import patched_slot_task
+    """One run per variant over the same input: the exactly-once write path cut after each step
+    (``benchmarks/sink_probes.py``), and the sink itself with its driver-side times."""
     out: dict[str, dict] = {}
     for v in BREAKDOWN_VARIANTS:
         say(f"breakdown: {v} on {n:,} records")
@@ -883,34 +820,24 @@ def phase_breakdown(bench: Bench, tee: StderrTee, in_topic: str, n: int) -> dict
         config = bench.config(in_topic, topic)
         stats: list[dict] = []
         before = tee.snapshot()
-        n_timings = len(tee.timings)
-        original = runtime.slot_task
-        timer = DriverTimer()
-        try:
-            if v.startswith("builtin"):
-                dsw = bench.builtin_writer(config, repartition=v == "builtin+repartition")
+        if v.startswith("builtin"):
+            dsw = bench.builtin_writer(config, repartition=v == "builtin+repartition")
+            res = bench.run_available_now(dsw, n, v)
+        elif v == "ours":
+            timer = DriverTimer()
+            dsw, _ = bench.ours_writer(config, timer)
+            with timer:
                 res = bench.run_available_now(dsw, n, v)
-            elif v.startswith("ours"):
-                if "+" in v:
-                    runtime.slot_task = patched_slot_task(v.split("+", 1)[1])
-                dsw, _ = bench.ours_writer(config, timer)
-                with timer:
-                    res = bench.run_available_now(dsw, n, v)
-                res["driver_timing"] = timer.summary()
-                time.sleep(0.3)
-                res["slot_timing"] = slot_timing_summary(tee.timings[n_timings:])
-                say(f"    driver: {res['driver_timing']}")
-                say(f"    slot tasks: {res['slot_timing']}")
-            else:
-                dsw = bench.probe_writer(config, v, stats)
-                res = bench.run_available_now(dsw, n, v)
-        finally:
-            runtime.slot_task = original
+            res["driver_timing"] = timer.summary()
+            say(f"    driver: {res['driver_timing']}")
+        else:
+            dsw = bench.probe_writer(config, v, stats)
+            res = bench.run_available_now(dsw, n, v)
         res["refence_warnings"] = tee.snapshot()["refence"] - before["refence"]
         res["task_failures"] = tee.snapshot()["lost_task"] - before["lost_task"]
         res["time_split"] = time_split(res)
         say(f"    time split: {res['time_split']}")
-        if v.startswith("ours"):
+        if v == "ours":
             au = audit(bench.bootstrap, topic, n)
             res["audit"] = au
             if au["records"] != n or au["distinct"] != n:
@@ -936,7 +863,7 @@ def phase_breakdown(bench: Bench, tee: StderrTee, in_topic: str, n: int) -> dict
 def phase_latency(bench: Bench, tee: StderrTee) -> dict:
     a = bench.args
     res = {}
-    sinks = ("builtin", "ours") + ((LATENCY_FIX,) if a.breakdown else ())
+    sinks = ("builtin", "ours")
     for sink in sinks:
         before = tee.snapshot()
         say(f"latency: {sink} sink, {a.rate:,} rec/s for {a.latency_warmup:.0f}s warm-up + {a.seconds:.0f}s, "
@@ -949,13 +876,10 @@ def phase_latency(bench: Bench, tee: StderrTee) -> dict:
         say(f"  {sink}: p50 {r.get('p50_ms')} ms, p99 {r.get('p99_ms')} ms, max {r.get('max_ms')} ms "
             f"({r['counted']:,} records counted, {r['missing_counted']} missing, {r['duplicates']} duplicates, "
             f"median batch {r['batch_ms_median']} ms)")
-    b = res["builtin"]
-    for sink in sinks[1:]:
-        o = res[sink]
-        if b.get("p50_ms") and o.get("p50_ms"):
-            sfx = "" if sink == "ours" else "_" + sink.split("+", 1)[1]
-            res["ratio_p50" + sfx] = round(o["p50_ms"] / b["p50_ms"], 2)
-            res["ratio_p99" + sfx] = round(o["p99_ms"] / b["p99_ms"], 2)
+    b, o = res["builtin"], res["ours"]
+    if b.get("p50_ms") and o.get("p50_ms"):
+        res["ratio_p50"] = round(o["p50_ms"] / b["p50_ms"], 2)
+        res["ratio_p99"] = round(o["p99_ms"] / b["p99_ms"], 2)
     return res
 
 
@@ -1082,8 +1006,9 @@ def markdown(res: dict) -> str:
         n_bd = res["throughput"]["warmup_records"] if t else "?"
         lines += ["", f"Breakdown: one run per variant over the same {n_bd:,} records (the warm-up topic), same "
                   "settings. The probes (`benchmarks/sink_probes.py`) cut the exactly-once write path after each "
-                  "step; `ours+...` is the sink with a candidate fix applied in the benchmark only "
-                  "(`benchmarks/sink_patches.py`). Slot task seconds are summed over the parallel slot tasks.", "",
+                  "step; `ours` is the sink itself (runs before 2026-11-24 also had `ours+...` variants: "
+                  "candidate fixes applied in the benchmark only, since merged into the sink). Slot task "
+                  "seconds are summed over the parallel slot tasks.", "",
                   "| variant | records/s | CPU µs/rec Spark+broker | of which JVM | Python workers | median batch ms "
                   "| re-fences | failed tasks | recv (shuffle + Arrow) s | convert s | produce loop s | flush/commit s |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -1094,11 +1019,16 @@ def markdown(res: dict) -> str:
                          f"| {r['batch_ms_median']} | {r.get('refence_warnings', '')} | "
                          f"{r.get('task_failures', '')} | {r.get('t_recv_s', '')} | {r.get('t_convert_s', '')} | "
                          f"{r.get('t_produce_s', '')} | {r.get('t_commit_s', '')} |")
+        dr = (bd.get("ours") or {}).get("driver_timing")
+        if dr:
+            lines += ["", f"Driver side of `ours`: {dr['foreach_batch_calls']} foreachBatch calls took "
+                      f"{dr['foreach_batch_s']} s, of which {dr['batch_complete_write_s']} s batch-complete writes."]
     timed = {v: r for v, r in (bd or {}).items() if r.get("slot_timing")}
     if lat:
         timed.update({f"latency: {k}": v for k, v in lat.items() if isinstance(v, dict) and v.get("slot_timing")})
     if timed:
-        lines += ["", "Slot task time split of the timed variants (`timing` patch; seconds summed over slot tasks, "
+        lines += ["", "Slot task time split of the timed variants (a step timer of the runs before 2026-11-24; "
+                  "seconds summed over slot tasks, "
                   "and the median task in ms):", "",
                   "| variant | tasks | task s | recv s | fence s | ledger read s | produce loop s | begin+ledger+commit s "
                   "| median task ms: fence / ledger read / produce / commit | driver foreachBatch s | "
@@ -1130,8 +1060,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", action="append", default=[], choices=["throughput", "latency"],
                     help="skip a phase (repeatable)")
     ap.add_argument("--breakdown", action="store_true",
-                    help="also profile: the write path cut step by step and the sink with candidate fixes "
-                         "(throughput on the warm-up records, and latency); adds about 4 minutes")
+                    help="also profile: the write path cut step by step next to the sink itself "
+                         "(throughput on the warm-up records)")
     ap.add_argument("--out", help="results file (default benchmarks/results/<date>-sink.md)")
     ap.add_argument("--findings", help="a markdown file whose text goes in the results' Findings section")
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the benchmark's topics")
