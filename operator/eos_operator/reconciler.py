@@ -1,11 +1,8 @@
-"""The one reconcile entry point: observe -> validate -> plan -> write status -> act.
+"""A stream's pass of the reconcile loop (loop.py): observe -> validate -> plan -> write status -> act.
 
-Level-based: it reads the stream and its Pods afresh from the API server (never
-a cached body), so the create, update, resume and timer triggers, and a second
-operator start, all converge on the same decisions. The status is written
-*before* the plan's actions run (it is the write-ahead log) and with the
-resourceVersion that was observed, so a stale view is refused with a 409 and
-simply observed again.
+What is particular to streams: the observer (driver and auxiliary Pods, the ledger's progress, the
+checkpoint store during an upgrade, snapshots, the restore source, the replay horizon), the Resolve
+action (resolution runs here and its result is recorded in status at once), and metrics.
 """
 from __future__ import annotations
 
@@ -16,22 +13,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from eos_job.spec import API_GROUP, ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
+from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
 
 from . import children, planner
+from .actions import Event, Plan, Resolve
 from .adapters import CheckpointStore, Clock, Conflict, Kube, KubeError, Progress, Resolver, StoreUnreadable
 from .children import StreamRef
+from .loop import act, converge, dump_status, post_events, write_first
 from .metrics import StreamMetrics
 from .observed import Observed, RestoreSource, SnapshotView, pod_view, snapshot_info
-from .planner import (ApplyConfigMap, ApplyService, CreatePod, CreateSnapshot, DeleteConfigMap, DeletePod,
-                      DeleteService, DeleteSnapshot, Plan, Resolve)
 from .upgrades import current_checkpoint_dir
 from .validation import InvalidSpec, validate_spec
 
 log = logging.getLogger(__name__)
 
-# The runtime may publish progress on its Pod; the observer reads it (see Observed.last_committed_batch).
-PROGRESS_ANNOTATION = f"{API_GROUP}/last-committed-batch"
 _STATUS_FIELDS = {f.alias or n for n, f in ExactlyOnceStreamStatus.model_fields.items()}
 
 
@@ -40,7 +35,7 @@ class Deps:
     kube: Kube
     resolver: Resolver
     clock: Clock
-    progress: Progress | None = None     # where the last committed batch comes from (else Pod annotation)
+    progress: Progress | None = None     # the ledger: last committed batch, replay horizon (None: not read)
     store: CheckpointStore | None = None  # reads snapshots and checkpoints during an upgrade (None: unreadable)
     metrics: StreamMetrics | None = None  # what each status write says, for Prometheus (None: not exported)
 
@@ -66,26 +61,20 @@ def parse_status(raw: dict[str, Any] | None) -> ExactlyOnceStreamStatus:
         raise StatusUnreadable(f"status cannot be parsed: {exc}") from exc
 
 
-def dump_status(status: ExactlyOnceStreamStatus) -> dict[str, Any]:
-    # None values stay in: in a merge patch they remove the field.
-    return status.model_dump(by_alias=True, mode="json")
-
-
 async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
                   spec: ExactlyOnceStreamSpec | InvalidSpec, deps: Deps) -> Observed:
     meta = obj.get("metadata") or {}
     name, namespace = meta["name"], meta.get("namespace", "default")
     raw_pods = await deps.kube.list_driver_pods(namespace, name)
     pods = tuple(sorted((pod_view(p) for p in raw_pods), key=lambda p: p.name))
-    batch = _progress(raw_pods, status.driver_pod)
-    nondet = None
+    batch = nondet = None
     driver = next((p for p in pods if p.name == status.driver_pod), None)
     if (deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec)
             and driver is not None and driver.phase == "Running" and status.pending_launch is None):
         ref = children.StreamRef(name, namespace, meta["uid"])
         tip = await deps.progress.ledger_tip(children.run_config(ref, spec, status.tx_generation))
         if tip is not None:
-            batch = tip.batch if batch is None else batch     # the runtime's own word (annotation) wins
+            batch = tip.batch
             nondet = tip.nondeterministic_slots_total
     snapshot, readable, ckpt_state = await _read_store(status, spec, deps)
     aux = await deps.kube.list_pods(namespace, children.aux_selector(name))
@@ -171,28 +160,12 @@ async def _read_store(status: ExactlyOnceStreamStatus, spec: ExactlyOnceStreamSp
         return None, False, "unknown"
 
 
-def _progress(raw_pods: list[dict[str, Any]], driver: str | None) -> int | None:
-    """The last committed batch as the current driver reports it on its Pod (None = unknown).
-
-    Takes precedence over the ledger read (``Deps.progress``) when the runtime annotates its Pod.
-    """
-    for pod in raw_pods:
-        meta = pod.get("metadata") or {}
-        if meta.get("name") == driver:
-            value = (meta.get("annotations") or {}).get(PROGRESS_ANNOTATION)
-            try:
-                return int(value) if value is not None else None
-            except ValueError:
-                return None
-    return None
-
-
 async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 12) -> Outcome:
     """Drive the stream one or more steps towards its spec; safe to call at any time, concurrently
     with nothing else for the same stream (the kopf layer holds a per-stream lock)."""
-    plan: Plan | None = None
-    lifecycle: str | None = None
-    for _ in range(max_steps):
+    last: dict[str, Any] = {"plan": None, "lifecycle": None}
+
+    async def one_pass() -> Outcome | None:
         obj = await deps.kube.get_stream(namespace, name)
         if obj is None:
             if deps.metrics is not None:
@@ -203,34 +176,33 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
         status = parse_status(obj.get("status"))
         spec = validate_spec(obj.get("spec"))
         observed = await observe(obj, status, spec, deps)
-        plan = planner.plan(spec, status, observed)
-        lifecycle = plan.status.lifecycle_state
+        plan = last["plan"] = planner.plan(spec, status, observed)
+        lifecycle = last["lifecycle"] = plan.status.lifecycle_state
         log.debug("%s/%s: %s", namespace, name, plan.summary())
 
-        rv = meta.get("resourceVersion")
-        try:
-            rv = await _write_status(deps, ref, status, plan.status, rv)
-        except Conflict:
-            log.info("%s/%s changed while planning; observing again", namespace, name)
-            continue
+        rv = await write_first(_write_status(deps, ref, status, plan.status, meta.get("resourceVersion")))
         await _post_events(deps, ref, plan.events)
-
         for action in plan.actions:
             if isinstance(action, Resolve):
                 assert isinstance(spec, ExactlyOnceStreamSpec)
                 follow_up = await _resolve(deps, ref, spec, plan.status, action, observed, rv)
                 if follow_up is not None:
-                    lifecycle = follow_up.status.lifecycle_state
+                    lifecycle = last["lifecycle"] = follow_up.status.lifecycle_state
                     if not follow_up.again:
                         return Outcome(True, lifecycle, follow_up.requeue_after)
                 break  # a Resolve is always the last action of its step
-            await _act(deps, namespace, action)
+            await act(deps.kube, namespace, action)
+        if plan.again:
+            return None
+        if observed.deleting and plan.finished and deps.metrics is not None:
+            deps.metrics.forget(namespace, name)
+        return Outcome(True, lifecycle, plan.requeue_after, plan.finished)
 
-        if not plan.again:
-            if observed.deleting and plan.finished and deps.metrics is not None:
-                deps.metrics.forget(namespace, name)
-            return Outcome(True, lifecycle, plan.requeue_after, plan.finished)
-    return Outcome(True, lifecycle, planner.POLL_SECONDS, plan.finished if plan else True)
+    def exhausted() -> Outcome:
+        plan = last["plan"]
+        return Outcome(True, last["lifecycle"], planner.POLL_SECONDS, plan.finished if plan else True)
+
+    return await converge(one_pass, max_steps=max_steps, exhausted=exhausted, what=f"{namespace}/{name}")
 
 
 async def _write_status(deps: Deps, ref: StreamRef, old: ExactlyOnceStreamStatus,
@@ -243,13 +215,10 @@ async def _write_status(deps: Deps, ref: StreamRef, old: ExactlyOnceStreamStatus
     return rv
 
 
-async def _post_events(deps: Deps, ref: StreamRef, events: list[planner.Event]) -> None:
-    for ev in events:
-        (log.warning if ev.type == "Warning" else log.info)("%s/%s %s: %s", ref.namespace, ref.name,
-                                                            ev.reason, ev.message)
-        await deps.kube.post_event(ref, ev.type, ev.reason, ev.message)
-        if deps.metrics is not None:
-            deps.metrics.event(ref.namespace, ref.name, ev.type, ev.reason)
+async def _post_events(deps: Deps, ref: StreamRef, events: list[Event]) -> None:
+    metrics = deps.metrics
+    await post_events(deps.kube, ref, events, counted=None if metrics is None else (
+        lambda ev: metrics.event(ref.namespace, ref.name, ev.type, ev.reason)))
 
 
 async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, status: ExactlyOnceStreamStatus,
@@ -281,34 +250,6 @@ async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, stat
 
 def _at(observed: Observed, now: datetime) -> Observed:
     return replace(observed, now=now)
-
-
-async def _act(deps: Deps, namespace: str, action: planner.Action) -> None:
-    kube = deps.kube
-    if isinstance(action, DeletePod):
-        await kube.delete_pod(namespace, action.name, action.grace_seconds)
-    elif isinstance(action, ApplyConfigMap):
-        await kube.apply_config_map(namespace, action.body)
-    elif isinstance(action, ApplyService):
-        await kube.apply_service(namespace, action.body)
-    elif isinstance(action, CreatePod):
-        await kube.create_pod(namespace, action.body)
-    elif isinstance(action, DeleteConfigMap):
-        await kube.delete_config_map(namespace, action.name)
-    elif isinstance(action, DeleteService):
-        await kube.delete_service(namespace, action.name)
-    elif isinstance(action, CreateSnapshot):
-        try:
-            await kube.create_snapshot(namespace, action.body)
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            log.warning("the ExactlyOnceSnapshot CRD is not installed (apply crds/): snapshot %s is kept in "
-                        "status only", action.body["metadata"]["name"])
-    elif isinstance(action, DeleteSnapshot):
-        await kube.delete_snapshot(namespace, action.name)
-    else:  # pragma: no cover - a new action type without an executor is a bug
-        raise TypeError(f"no executor for {action!r}")
 
 
 __all__ = ["Deps", "Outcome", "reconcile", "parse_status", "dump_status", "observe", "InvalidSpec"]

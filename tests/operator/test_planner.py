@@ -7,11 +7,11 @@ from datetime import timedelta
 import pytest
 
 from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport
-from eos_operator import planner
 from eos_operator.conditions import get_condition
 from eos_operator.observed import Observed, PodView
-from eos_operator.planner import (ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeletePod, DeleteService,
-                                  Resolve, plan, record_resolution, record_resolution_failure)
+from eos_operator.actions import (ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeletePod, DeleteService,
+                                  Plan, Resolve)
+from eos_operator.planner import plan, record_resolution, record_resolution_failure
 from eos_operator.timeutil import fmt
 from eos_operator.upgrades import spec_json
 from eos_operator.validation import InvalidSpec, validate_spec
@@ -47,11 +47,11 @@ def running_status(s: ExactlyOnceStreamSpec, attempt: int = 0, **kw) -> ExactlyO
     return ExactlyOnceStreamStatus(**base)
 
 
-def reasons(p: planner.Plan) -> list[str]:
+def reasons(p: Plan) -> list[str]:
     return [e.reason for e in p.events]
 
 
-def cond(p: planner.Plan, type_: str):
+def cond(p: Plan, type_: str):
     return get_condition(p.status.conditions, type_)
 
 

@@ -12,11 +12,12 @@ from eos_operator import children
 from eos_operator import snapshots as snaps
 from eos_operator.adapters import KubeError
 from eos_operator.handlers import OperatorConfig, build_registry
-from eos_operator.planner import CreatePod, DeletePod
+from eos_operator.actions import CreatePod, DeletePod
 from eos_operator.reconciler import Deps, reconcile
 from eos_operator.snapshot_reconciler import reconcile_snapshot
-from eos_operator.snapshots import (SnapshotObserved, SnapshotPod, parse_result, plan_snapshot, retry_delay,
-                                    snapshot_pod_view, snapshot_resource)
+from eos_operator.snapshot_planner import plan_snapshot
+from eos_operator.snapshots import (SnapshotObserved, SnapshotPod, parse_result, retry_delay, snapshot_pod_view,
+                                    snapshot_resource)
 from eos_operator.upgrades import spec_json
 from eos_operator.validation import InvalidSpec
 

@@ -9,8 +9,8 @@ import pytest
 
 from eos_job.spec import ExactlyOnceStreamStatus, stream_uid
 from eos_operator.observed import PodView, RestoreSource, SnapshotInfo
-from eos_operator.planner import (ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, DeleteSnapshot, Resolve,
-                                  plan, record_resolution, retention)
+from eos_operator.actions import ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, DeleteSnapshot, Resolve
+from eos_operator.planner import plan, record_resolution, retention
 from eos_operator.timeutil import fmt
 
 from eos_job.spec import ReplayHorizon, ResolutionReport

@@ -12,8 +12,8 @@ from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, Resolu
 from eos_operator import children
 from eos_operator.adapters import LocalCheckpointStore, StoreUnreadable
 from eos_operator.observed import PodView, SnapshotView
-from eos_operator.planner import (ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, Resolve, plan,
-                                  record_resolution)
+from eos_operator.actions import ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, Resolve
+from eos_operator.planner import plan, record_resolution
 from eos_operator.timeutil import parse
 from eos_operator.reconciler import Deps, reconcile
 from eos_operator.upgrades import classify, plan_spec_change, run_affecting_changes

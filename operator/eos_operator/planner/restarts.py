@@ -1,0 +1,118 @@
+"""Failures and launches: the restart strategy applied to a failure, and the intent to launch a driver.
+
+A launch is recorded in ``status.pendingLaunch`` (attempt and Pod name fixed) before anything is
+done, so an operator killed mid-launch continues the same one (see launch.py).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch
+
+from .. import children
+from ..actions import Plan
+from ..observed import Observed
+from ..restart import RestartMemory, decide, jitter_unit_for
+from ..timeutil import fmt, fmt_ceil, parse, seconds_between, utc
+from .step import StreamStep
+
+
+def restart_memory(st: ExactlyOnceStreamStatus) -> RestartMemory:
+    times = tuple(parse(t).timestamp() for t in st.failure_times if parse(t) is not None)
+    return RestartMemory(restarts=st.restart_count, failure_times=times,
+                         last_delay=st.last_restart_delay_seconds)
+
+
+def apply_failure(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str, *, attempt: int | None,
+                   failed_reason: str) -> tuple[bool, float, str]:
+    """Count one failure by the restart strategy; returns (restart?, delay, explanation)."""
+    st = step.st
+    now = step.obs.now
+    started = parse(st.running_since)
+    ran_for = seconds_between(started, now) if started else None
+    this_attempt = attempt if attempt is not None else next_attempt(step)
+    decision = decide(spec.restart_strategy, restart_memory(st), now=utc(now).timestamp(),
+                      ran_for_seconds=ran_for, jitter_unit=jitter_unit_for(f"{step.obs.uid}/{this_attempt}"))
+    st.last_error = error
+    st.running_since = None
+    mem = decision.memory
+    st.restart_count = mem.restarts
+    st.failure_times = [fmt(datetime.fromtimestamp(t, tz=timezone.utc)) for t in mem.failure_times]
+    st.last_restart_delay_seconds = mem.last_delay
+    step.event("Warning", failed_reason, error)
+    return decision.restart, decision.delay_seconds, decision.explanation
+
+
+def exhausted(step: StreamStep, explanation: str) -> Plan:
+    st = step.st
+    st.pending_launch = None
+    st.next_restart_time = None
+    st.lifecycle_state = "Failed"
+    message = f"{explanation}; last error: {st.last_error}"
+    step.event("Warning", "RestartsExhausted",
+               f"{message}. Checkpoint and ledger are kept; change spec.restartNonce to resume")
+    step.conditions(("False", "RestartsExhausted", message),
+                    ("False", "RestartsExhausted", "change spec.restartNonce to resume"),
+                    ("True", "RestartsExhausted", st.last_error or ""))
+    return step.done()
+
+
+def driver_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str) -> Plan:
+    st = step.st
+    restart, delay, explanation = apply_failure(step, spec, error, attempt=None, failed_reason="DriverFailed")
+    if not restart:
+        return exhausted(step, explanation)
+    not_before = step.obs.now + timedelta(seconds=delay)
+    start_launch(step, "Restart", not_before=fmt_ceil(not_before))
+    st.lifecycle_state = "Restarting"
+    step.event("Normal", "Restarting", f"{explanation}, as {st.pending_launch.pod}")
+    step.conditions(("False", "Restarting", error),
+                    ("True", "Restarting", explanation), ("True", "DriverFailed", error))
+    return step.done(again=True)
+
+
+def next_attempt(step: StreamStep) -> int:
+    st, pods = step.st, step.obs.pods
+    if st.driver_pod is None and st.pending_launch is None and st.driver_attempt == 0 and not pods \
+            and st.lifecycle_state in ("Created", "Invalid"):
+        return 0
+    seen = [p.attempt for p in pods if p.attempt is not None]
+    return max([st.driver_attempt, *seen]) + 1
+
+
+def start_launch(step: StreamStep, reason: str, *, not_before: str | None = None) -> None:
+    """Record the intent to launch a new driver (persisted before anything is done)."""
+    st = step.st
+    attempt = next_attempt(step)
+    st.pending_launch = PendingLaunch(attempt=attempt,
+                                      pod=children.driver_pod_name(step.obs.name, attempt),
+                                      reason=reason, requested_at=fmt(step.obs.now), not_before=not_before)
+    st.driver_attempt = attempt
+    st.next_restart_time = not_before
+
+
+def record_resolution_failure(spec: ExactlyOnceStreamSpec, status: ExactlyOnceStreamStatus, error: str, *,
+                              attempt: int, observed: Observed) -> Plan:
+    """Resolution failed (Kafka unreachable, timeout): a failed start, counted by the restart strategy.
+
+    The launch keeps its attempt and Pod name (no Pod was created), and waits for the
+    strategy's delay; exhausted means Failed, as for a failed driver.
+    """
+    step = StreamStep(status, observed)
+    st = step.st
+    launch = st.pending_launch
+    if launch is None or launch.attempt != attempt:
+        return step.done()
+    text = f"resolution before starting {launch.pod} failed: {error}"[:1024]
+    restart, delay, explanation = apply_failure(step, spec, text, attempt=launch.attempt,
+                                                 failed_reason="ResolutionFailed")
+    if not restart:
+        return exhausted(step, explanation)
+    not_before = fmt_ceil(observed.now + timedelta(seconds=delay))
+    st.pending_launch = launch.model_copy(update={"not_before": not_before, "resolved_spec_hash": None})
+    st.next_restart_time = not_before
+    st.lifecycle_state = "Restarting"
+    step.event("Normal", "Restarting", f"{explanation}, as {launch.pod}")
+    step.conditions(("False", "Restarting", text), ("True", "Restarting", explanation),
+                    ("True", "ResolutionFailed", text))
+    return step.done(requeue_after=delay, again=False)
