@@ -1,0 +1,257 @@
+"""The real Kubernetes API: plain JSON (camelCase dicts, as the API returns them) through the
+``kubernetes`` client's transport, called in threads of its own so the kopf event loop never blocks.
+It implements adapters.Kube; tests use the in-memory fake in tests/operator/fakes.py instead.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL, SNAPSHOT_PLURAL
+
+from .children import LABEL_STREAM, selector_string, stream_selector
+
+log = logging.getLogger(__name__)
+FIELD_MANAGER = "eos-operator"
+
+
+class ObjectRef(Protocol):
+    """What an event is about: a StreamRef (kind ExactlyOnceStream) or anything with name, namespace, uid and
+    optionally ``kind`` (e.g. snapshots.SnapshotRef)."""
+    name: str
+    namespace: str
+    uid: str
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0 if no response)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class Conflict(KubeError):
+    """The object changed since it was read (optimistic concurrency): observe again."""
+
+
+
+class KubernetesApi:
+    """The real cluster, through the kubernetes client's transport (sync, in threads of its own).
+
+    API calls get their own thread pool: in the default one (6 threads on 2 cores) a few slow Kafka
+    reads or resolutions, which cannot be cancelled, would hold every thread and stall every
+    reconcile's API calls behind them.
+    """
+
+    CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 5.0, 30.0
+
+    def __init__(self, api_client: Any, threads: int = 16):
+        self.api = api_client
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-api")
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None) -> "KubernetesApi":
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()
+            configuration = client.Configuration.get_default_copy()
+        except config.ConfigException:
+            configuration = client.Configuration()
+            config.load_kube_config(config_file=kubeconfig, context=context,
+                                    client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    # -- transport ------------------------------------------------------------
+    def _request_sync(self, method: str, path: str, body: Any = None,
+                      query: dict[str, str] | None = None,
+                      content_type: str = "application/json") -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method_, url, headers, body_, post = self.api.param_serialize(
+            method=method, resource_path=path, query_params=list((query or {}).items()),
+            header_params=headers, body=body, auth_settings=["BearerToken"])
+        try:
+            resp = self.api.call_api(method_, url, header_params=headers, body=body_, post_params=post,
+                                     _request_timeout=(self.CONNECT_TIMEOUT_S, self.READ_TIMEOUT_S))
+            resp.read()
+        except ApiException as exc:  # transport-level failure with a status
+            raise _error(exc.status or 0, exc.body or str(exc)) from exc
+        status = resp.status
+        text = resp.data.decode("utf-8") if resp.data else ""
+        if status >= 400:
+            raise _error(status, _message(text))
+        return json.loads(text) if text else None
+
+    async def _request(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
+                       content_type: str = "application/json") -> dict[str, Any] | None:
+        call = functools.partial(self._request_sync, method, path, body, query, content_type)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    # -- the stream -----------------------------------------------------------
+    def _stream_path(self, namespace: str, name: str) -> str:
+        return f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{PLURAL}/{quote(name)}"
+
+    async def list_streams(self, namespace: str) -> list[dict[str, Any]]:
+        path = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{PLURAL}"
+        return list((await self._request("GET", path) or {}).get("items") or [])
+
+    async def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._request("GET", self._stream_path(namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any],
+                                  resource_version: str | None) -> dict[str, Any]:
+        return await self._patch_status(self._stream_path(namespace, name), status, resource_version)
+
+    async def _patch_status(self, path: str, status: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            # A merge patch carrying resourceVersion is refused (409) if the object moved on.
+            body["metadata"] = {"resourceVersion": resource_version}
+        result = await self._request("PATCH", path + "/status", body,
+                                     {"fieldManager": FIELD_MANAGER}, "application/merge-patch+json")
+        return result or {}
+
+    # -- snapshots ------------------------------------------------------------
+    def _snapshots_path(self, namespace: str) -> str:
+        return f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{SNAPSHOT_PLURAL}"
+
+    async def list_snapshots(self, namespace: str, stream: str) -> list[dict[str, Any]]:
+        """The ExactlyOnceSnapshots labelled as the stream's (snapshots.snapshot_resource sets the label)."""
+        result = await self._request("GET", self._snapshots_path(namespace),
+                                     query={"labelSelector": selector_string({LABEL_STREAM: stream})})
+        return list((result or {}).get("items") or [])
+
+    async def get_snapshot(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._request("GET", f"{self._snapshots_path(namespace)}/{quote(name)}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create_snapshot(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            await self._request("POST", self._snapshots_path(namespace), body, {"fieldManager": FIELD_MANAGER})
+        except KubeError as exc:
+            if exc.status != 409:  # already there: a deterministic name makes this success
+                raise
+
+    async def delete_snapshot(self, namespace: str, name: str) -> None:
+        # Background: the snapshot goes first (after its finalizer disposed the files), its Pods after it.
+        await self._delete(f"{self._snapshots_path(namespace)}/{quote(name)}")
+
+    async def patch_snapshot_status(self, namespace: str, name: str, status: dict[str, Any],
+                                    resource_version: str | None) -> dict[str, Any]:
+        return await self._patch_status(f"{self._snapshots_path(namespace)}/{quote(name)}", status,
+                                        resource_version)
+
+    # -- pods -----------------------------------------------------------------
+    async def list_driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]:
+        return await self.list_pods(namespace, stream_selector(stream))
+
+    async def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """Pods carrying every one of ``labels`` (equality selector)."""
+        result = await self._request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods",
+                                     query={"labelSelector": selector_string(labels)})
+        return list((result or {}).get("items") or [])
+
+    async def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            await self._request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body,
+                                {"fieldManager": FIELD_MANAGER})
+        except KubeError as exc:
+            if exc.status != 409:  # already there: the deterministic name makes this success
+                raise
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int) -> None:
+        await self._delete(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}",
+                           {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace_seconds})
+
+    async def _delete(self, path: str, options: dict[str, Any] | None = None) -> None:
+        try:
+            await self._request("DELETE", path, options or {"kind": "DeleteOptions", "apiVersion": "v1",
+                                                             "propagationPolicy": "Background"})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    # -- config map and service ------------------------------------------------
+    async def _apply(self, collection: str, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        try:
+            await self._request("POST", collection, body, {"fieldManager": FIELD_MANAGER})
+            return
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        current = await self._request("GET", f"{collection}/{quote(name)}") or {}
+        merged = json.loads(json.dumps(body))
+        merged["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+        if body.get("kind") == "Service":
+            # clusterIP is immutable; keep what the server has.
+            merged["spec"]["clusterIP"] = (current.get("spec") or {}).get("clusterIP", "None")
+        await self._request("PUT", f"{collection}/{quote(name)}", merged, {"fieldManager": FIELD_MANAGER})
+
+    async def apply_config_map(self, namespace: str, body: dict[str, Any]) -> None:
+        await self._apply(f"/api/v1/namespaces/{quote(namespace)}/configmaps", body)
+
+    async def apply_service(self, namespace: str, body: dict[str, Any]) -> None:
+        await self._apply(f"/api/v1/namespaces/{quote(namespace)}/services", body)
+
+    async def delete_config_map(self, namespace: str, name: str) -> None:
+        await self._delete(f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}")
+
+    async def delete_service(self, namespace: str, name: str) -> None:
+        await self._delete(f"/api/v1/namespaces/{quote(namespace)}/services/{quote(name)}")
+
+    # -- events ---------------------------------------------------------------
+    async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str, *,
+                         kind: str | None = None) -> None:
+        """An event on the stream (a StreamRef) or on another of our objects: ``kind``, else ``ref.kind``."""
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
+            "involvedObject": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": event_kind(ref, kind),
+                               "name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            await self._request("POST", f"/api/v1/namespaces/{quote(ref.namespace)}/events", body)
+        except KubeError as exc:  # an event is never worth failing a reconcile for
+            log.warning("could not post event %s for %s/%s: %s", reason, ref.namespace, ref.name, exc)
+
+
+def event_kind(ref: Any, kind: str | None = None) -> str:
+    """The involvedObject kind of an event about ``ref``: explicit, else the ref's own, else a stream."""
+    return kind or getattr(ref, "kind", None) or KIND
+
+
+def _message(text: str) -> str:
+    try:
+        return json.loads(text).get("message") or text
+    except (ValueError, AttributeError):
+        return text
+
+
+def _error(status: int, message: str) -> KubeError:
+    return Conflict(status, message) if status == 409 else KubeError(status, message)
