@@ -40,6 +40,10 @@ CHECKPOINT_VOLUME = "checkpoint"
 LABEL_AUX = f"{API_GROUP}/aux"          # pre-flight and drain Pods (not drivers of the stream)
 PREFLIGHT = "preflight"
 DRAIN = "drain"
+LABEL_SNAPSHOT_ACTION = f"{API_GROUP}/snapshot-action"   # a snapshot's Pods: take, inspect or dispose
+SNAPSHOT_CONTAINER = "snapshot"
+# The container of every Pod the operator makes is named one of these (a Pod may also have sidecars).
+OWN_CONTAINERS = (DRIVER_CONTAINER, PREFLIGHT, DRAIN, SNAPSHOT_CONTAINER)
 
 
 MAX_LABEL = 63                 # a label value, a Service name (DNS-1035 label)
@@ -232,23 +236,28 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "containers": [container],
-    }
-    if spec.job.service_account_name:
-        pod_spec["serviceAccountName"] = spec.job.service_account_name
-    if spec.checkpoint.store == "pvc":
-        container["volumeMounts"] = [{"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.path}]
-        pod_spec["volumes"] = [{"name": CHECKPOINT_VOLUME,
-                                "persistentVolumeClaim": {"claimName": spec.checkpoint.claim_name}}]
     if spec.job.deploy_mode == "cluster":
         container["ports"] = [{"name": "driver-rpc", "containerPort": DRIVER_PORT},
                               {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT}]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": _meta(ref, name, labels, {ANNOTATION_SPEC_HASH: spec.spec_hash()}),
-            "spec": pod_spec}
+    return pod_body(_meta(ref, name, labels, {ANNOTATION_SPEC_HASH: spec.spec_hash()}), container,
+                    grace_seconds=TERMINATION_GRACE_SECONDS, service_account=spec.job.service_account_name,
+                    claim_name=spec.checkpoint.claim_name if spec.checkpoint.store == "pvc" else None,
+                    mount_path=spec.checkpoint.path)
+
+
+def pod_body(meta: dict[str, Any], container: dict[str, Any], *, grace_seconds: int, service_account: str | None,
+             claim_name: str | None, mount_path: str) -> dict[str, Any]:
+    """What every Pod of the operator (driver, pre-flight, drain, snapshot take/inspect/dispose) has in common:
+    one container run to completion (never restarted in place: a new attempt is a new Pod), the stream's
+    identity, and the checkpoint claim mounted at the checkpoint path when the store is a PVC."""
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_seconds,
+                                "containers": [container]}
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    if claim_name is not None:
+        container["volumeMounts"] = [{"name": CHECKPOINT_VOLUME, "mountPath": mount_path}]
+        pod_spec["volumes"] = [{"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
 def driver_service(ref: StreamRef) -> dict[str, Any]:

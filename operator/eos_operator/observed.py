@@ -8,7 +8,7 @@ from typing import Any
 
 from eos_job.spec import ReplayHorizon
 
-from .children import DRIVER_CONTAINER, LABEL_ATTEMPT
+from .children import LABEL_ATTEMPT, LABEL_SNAPSHOT_ACTION, OWN_CONTAINERS
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 MAX_MESSAGE = 1024
@@ -16,19 +16,28 @@ MAX_MESSAGE = 1024
 
 @dataclass(frozen=True)
 class PodView:
+    """Any Pod the operator made (driver, pre-flight, drain, snapshot take/inspect/dispose), as observed."""
     name: str
     phase: str = "Pending"                   # Pending, Running, Succeeded, Failed, Unknown
     deleting: bool = False                   # metadata.deletionTimestamp is set
     exit_code: int | None = None
     reason: str | None = None
-    message: str | None = None
+    message: str | None = None               # the termination message (whole), else the Pod's own message
     attempt: int | None = None
     started_at: str | None = None
-    owner_uid: str | None = None             # uid of the controlling stream, from ownerReferences
+    owner_uid: str | None = None             # uid of the controlling owner (stream or snapshot)
+    action: str | None = None                # a snapshot's Pods: take, inspect or dispose
+    finished_at: str | None = None
 
     @property
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
+
+    @property
+    def index(self) -> int:
+        """The trailing number of the name (the attempt, or a dispose Pod's index)."""
+        tail = self.name.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
 
     def failure_text(self) -> str:
         parts = [f"driver Pod {self.name} {self.phase.lower()}"]
@@ -41,7 +50,7 @@ class PodView:
             parts.append(f"({', '.join(detail)})")
         text = " ".join(parts)
         if self.message:
-            text += f": {_readable(self.message)}"
+            text += f": {_readable(self.message[-MAX_MESSAGE:])}"   # a log tail ends with what matters
         return text[:MAX_MESSAGE]
 
 
@@ -153,9 +162,10 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     """A PodView from a Pod as the API returns it (camelCase dict)."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
-    exit_code = reason = message = started = None
+    labels = meta.get("labels") or {}
+    exit_code = reason = message = started = finished = None
     statuses = status.get("containerStatuses") or []
-    mine = next((c for c in statuses if c.get("name") == DRIVER_CONTAINER), statuses[0] if statuses else None)
+    mine = next((c for c in statuses if c.get("name") in OWN_CONTAINERS), statuses[0] if statuses else None)
     if mine:
         state = mine.get("state") or {}
         term = state.get("terminated") or (mine.get("lastState") or {}).get("terminated")
@@ -163,23 +173,18 @@ def pod_view(pod: dict[str, Any]) -> PodView:
             exit_code = term.get("exitCode")
             reason = term.get("reason")
             message = term.get("message")
+            finished = term.get("finishedAt")
         running = state.get("running")
         if running:
             started = running.get("startedAt")
     if message is None and status.get("message"):
-        message = status.get("message")
+        message = status.get("message")      # e.g. evicted: the Pod's own message
     if reason is None and status.get("reason"):
         reason = status.get("reason")
-    attempt = None
-    raw_attempt = (meta.get("labels") or {}).get(LABEL_ATTEMPT)
-    if raw_attempt is not None:
-        try:
-            attempt = int(raw_attempt)
-        except ValueError:
-            attempt = None
-    if message is not None:
-        message = message[-MAX_MESSAGE:]
+    raw_attempt = labels.get(LABEL_ATTEMPT)
+    attempt = int(raw_attempt) if raw_attempt is not None and raw_attempt.isdigit() else None
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
     return PodView(name=meta.get("name", ""), phase=status.get("phase") or "Pending",
                    deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, reason=reason,
-                   message=message, attempt=attempt, started_at=started, owner_uid=owner)
+                   message=message, attempt=attempt, started_at=started, owner_uid=owner,
+                   action=labels.get(LABEL_SNAPSHOT_ACTION), finished_at=finished)

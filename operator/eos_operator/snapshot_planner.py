@@ -13,8 +13,9 @@ from typing import Any
 from eos_job.spec import ExactlyOnceSnapshotStatus, SnapshotSpec, StreamIdentity, stream_uid
 
 from .actions import CreatePod, DeletePod, Plan, Step
+from .observed import PodView
 from .snapshots import (ATTEMPT_GRACE_SECONDS, DISPOSE_ATTEMPTS, MAX_LABEL_VALUE, MAX_MESSAGE, POLL_SECONDS,
-                        TERMINAL_STATES, SnapshotAction, SnapshotObserved, SnapshotPod, SnapshotRef, SnapshotResult,
+                        TERMINAL_STATES, SnapshotAction, SnapshotObserved, SnapshotRef, SnapshotResult,
                         StreamFacts, access_of, attempt_pod_name, default_path, dispose_command, dispose_pod_name,
                         dispose_retry_delay, failure_text, inspect_command, parse_result, retry_delay, snapshot_pod,
                         stream_facts, take_command)
@@ -164,7 +165,7 @@ def _in_progress(step: _Step, spec: SnapshotSpec) -> Plan:
     return step.done(requeue_after=POLL_SECONDS)
 
 
-def _completed(step: _Step, spec: SnapshotSpec, pod: SnapshotPod, result: SnapshotResult) -> Plan:
+def _completed(step: _Step, spec: SnapshotSpec, pod: PodView, result: SnapshotResult) -> Plan:
     st, obs = step.st, step.obs
     st.state = "Completed"
     st.path = result.path or st.path
@@ -190,7 +191,7 @@ def _completed(step: _Step, spec: SnapshotSpec, pod: SnapshotPod, result: Snapsh
     return step.done()
 
 
-def _attempt_failed(step: _Step, spec: SnapshotSpec, error: str, *, pod: SnapshotPod | None = None,
+def _attempt_failed(step: _Step, spec: SnapshotSpec, error: str, *, pod: PodView | None = None,
                     counted: bool = True) -> Plan:
     """One failed attempt (already counted in status.attempts, or ``counted=False``: count it now).
     Retry with backoff while attempts <= maxRetries, else Failed."""

@@ -17,8 +17,9 @@ from .actions import Plan
 from .adapters import Clock, Kube
 from .loop import act, converge, dump_status, post_events, write_first
 from .snapshot_planner import plan_snapshot
+from .observed import pod_view
 from .snapshots import (POLL_SECONDS, SnapshotObserved, SnapshotRef, parse_snapshot_spec, parse_snapshot_status,
-                        snapshot_pod_view, snapshot_selector)
+                        snapshot_selector)
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ async def observe(obj: dict[str, Any], spec: SnapshotSpec | Any, deps: SnapshotD
     name, namespace = meta["name"], meta.get("namespace", "default")
     stream = await deps.kube.get_stream(namespace, spec.stream) if isinstance(spec, SnapshotSpec) else None
     raw_pods = await deps.kube.list_pods(namespace, snapshot_selector(name))
-    pods = tuple(sorted((snapshot_pod_view(p) for p in raw_pods), key=lambda p: p.name))
+    pods = tuple(sorted((pod_view(p) for p in raw_pods), key=lambda p: p.name))
     return SnapshotObserved(name=name, namespace=namespace, uid=meta.get("uid", ""),
                             generation=int(meta.get("generation") or 0), now=deps.clock.now(), stream=stream,
                             pods=pods, deleting=bool(meta.get("deletionTimestamp")))

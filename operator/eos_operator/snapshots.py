@@ -36,14 +36,14 @@ from eos_job.spec import (API_GROUP, API_VERSION, SNAPSHOT_KIND, ExactlyOnceSnap
 from pydantic import ValidationError
 
 from . import children
-from .children import (LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_STREAM, MANAGED_BY)
+from .children import (LABEL_ATTEMPT, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_SNAPSHOT_ACTION, LABEL_STREAM,
+                       MANAGED_BY)
+from .observed import PodView
 from .upgrades import current_checkpoint_dir
 from .validation import InvalidSpec, validate_spec
 
 LABEL_SNAPSHOT = f"{API_GROUP}/snapshot"
-LABEL_SNAPSHOT_ACTION = f"{API_GROUP}/snapshot-action"   # take, inspect or dispose
 COMPONENT = "snapshot"
-CONTAINER = "snapshot"
 MAX_LABEL_VALUE = 63
 TERMINAL_STATES = ("Completed", "Failed")
 POLL_SECONDS = 2.0
@@ -146,71 +146,22 @@ def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name:
     if attempt is not None:
         labels[LABEL_ATTEMPT] = str(attempt)
     container: dict[str, Any] = {
-        "name": CONTAINER,
+        "name": children.SNAPSHOT_CONTAINER,
         "image": access.image,
         "command": list(command),
         # The CLI writes its result as compact JSON; on a crash the log tail says why.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": ATTEMPT_GRACE_SECONDS,
-                                "containers": [container]}
-    if access.service_account_name:
-        pod_spec["serviceAccountName"] = access.service_account_name
-    if access.store == "pvc":
-        container["volumeMounts"] = [{"name": children.CHECKPOINT_VOLUME, "mountPath": access.mount_path}]
-        pod_spec["volumes"] = [{"name": children.CHECKPOINT_VOLUME,
-                                "persistentVolumeClaim": {"claimName": access.claim_name}}]
     meta: dict[str, Any] = {"name": name, "namespace": ref.namespace, "labels": labels}
     if owned:
         meta["ownerReferences"] = [ref.owner_reference()]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    return children.pod_body(meta, container, grace_seconds=ATTEMPT_GRACE_SECONDS,
+                             service_account=access.service_account_name,
+                             claim_name=access.claim_name if access.store == "pvc" else None,
+                             mount_path=access.mount_path)
 
 
 # ------------------------------------------------------------- what was seen
-@dataclass(frozen=True)
-class SnapshotPod:
-    name: str
-    action: str = "take"
-    phase: str = "Pending"
-    deleting: bool = False
-    exit_code: int | None = None
-    message: str | None = None
-    finished_at: str | None = None
-    attempt: int | None = None
-    owner_uid: str | None = None
-
-    @property
-    def terminal(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
-
-    @property
-    def index(self) -> int:
-        """The trailing number of the name (the attempt, or the dispose Pod's index)."""
-        tail = self.name.rsplit("-", 1)[-1]
-        return int(tail) if tail.isdigit() else -1
-
-
-def snapshot_pod_view(pod: dict[str, Any]) -> SnapshotPod:
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    labels = meta.get("labels") or {}
-    statuses = status.get("containerStatuses") or []
-    mine = next((c for c in statuses if c.get("name") == CONTAINER), statuses[0] if statuses else None)
-    exit_code = message = finished = None
-    if mine:
-        term = (mine.get("state") or {}).get("terminated") or (mine.get("lastState") or {}).get("terminated")
-        if term:
-            exit_code, message, finished = term.get("exitCode"), term.get("message"), term.get("finishedAt")
-    if message is None and status.get("phase") == "Failed" and status.get("message"):
-        message = status["message"]          # e.g. evicted: the Pod's own message
-    attempt = labels.get(LABEL_ATTEMPT)
-    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-    return SnapshotPod(name=meta.get("name", ""), action=labels.get(LABEL_SNAPSHOT_ACTION, "take"),
-                       phase=status.get("phase") or "Pending", deleting=bool(meta.get("deletionTimestamp")),
-                       exit_code=exit_code, message=message, finished_at=finished,
-                       attempt=int(attempt) if attempt and attempt.isdigit() else None, owner_uid=owner)
-
-
 @dataclass(frozen=True)
 class SnapshotObserved:
     """One look at the world, taken before planning a snapshot."""
@@ -220,17 +171,17 @@ class SnapshotObserved:
     generation: int
     now: datetime
     stream: dict[str, Any] | None = None     # the ExactlyOnceStream object (spec and status), None = missing
-    pods: tuple[SnapshotPod, ...] = ()        # the Pods labelled with this snapshot (attempts and dispose)
+    pods: tuple[PodView, ...] = ()        # the Pods labelled with this snapshot (attempts and dispose)
     deleting: bool = False
 
-    def attempt_pods(self) -> list[SnapshotPod]:
+    def attempt_pods(self) -> list[PodView]:
         """Attempt Pods of *this* snapshot (a re-created snapshot of the same name never adopts old ones)."""
         return [p for p in self.pods if p.action != "dispose" and p.owner_uid in (None, self.uid)]
 
-    def dispose_pods(self) -> list[SnapshotPod]:
+    def dispose_pods(self) -> list[PodView]:
         return sorted((p for p in self.pods if p.action == "dispose"), key=lambda p: p.index)
 
-    def pod(self, name: str | None) -> SnapshotPod | None:
+    def pod(self, name: str | None) -> PodView | None:
         return next((p for p in self.attempt_pods() if p.name == name), None) if name else None
 
     @property
@@ -312,7 +263,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def failure_text(pod: SnapshotPod) -> str:
+def failure_text(pod: PodView) -> str:
     """Why a Pod failed, in one line: exit code, its meaning, and the CLI's error (or the log tail)."""
     parts = [f"Pod {pod.name} failed"]
     if pod.exit_code is not None:

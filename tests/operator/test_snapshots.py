@@ -16,8 +16,8 @@ from eos_operator.actions import CreatePod, DeletePod
 from eos_operator.reconciler import Deps, reconcile
 from eos_operator.snapshot_reconciler import reconcile_snapshot
 from eos_operator.snapshot_planner import plan_snapshot
-from eos_operator.snapshots import (SnapshotObserved, SnapshotPod, parse_result, retry_delay, snapshot_pod_view,
-                                    snapshot_resource)
+from eos_operator.observed import PodView, pod_view
+from eos_operator.snapshots import SnapshotObserved, parse_result, retry_delay, snapshot_resource
 from eos_operator.upgrades import spec_json
 from eos_operator.validation import InvalidSpec
 
@@ -40,7 +40,7 @@ def stream_obj(spec: dict | None = None, status: dict | None = None) -> dict:
     return {"metadata": {"name": "colors", "namespace": NS, "uid": "stream-uid"}, "spec": spec, "status": status}
 
 
-def observed(*pods: SnapshotPod, stream: dict | None | str = "default", now=T0, deleting=False,
+def observed(*pods: PodView, stream: dict | None | str = "default", now=T0, deleting=False,
              name="s1") -> SnapshotObserved:
     return SnapshotObserved(name=name, namespace=NS, uid=UID, generation=1, now=now,
                             stream=stream_obj() if stream == "default" else stream, pods=tuple(pods),
@@ -56,8 +56,8 @@ def status(**kw) -> ExactlyOnceSnapshotStatus:
 
 
 def pod(name="s1-snap-1", phase="Running", *, action="take", exit_code=None, message=None, finished_at=None,
-        owner=UID, deleting=False) -> SnapshotPod:
-    return SnapshotPod(name=name, action=action, phase=phase, exit_code=exit_code, message=message,
+        owner=UID, deleting=False) -> PodView:
+    return PodView(name=name, action=action, phase=phase, exit_code=exit_code, message=message,
                        finished_at=finished_at, owner_uid=owner, deleting=deleting)
 
 
@@ -371,7 +371,7 @@ def test_deletion_of_an_upgrade_snapshot_disposes_the_drivers_files_whatever_its
 
 
 def test_failed_disposal_retries_with_backoff_and_gives_up_after_five():
-    failures: list[SnapshotPod] = []
+    failures: list[PodView] = []
     now = T0
     for k in range(snaps.DISPOSE_ATTEMPTS):
         plan = plan_snapshot(spec(), completed(), observed(*failures, deleting=True, now=now))
@@ -439,7 +439,7 @@ def test_pod_view_reads_the_kubelets_status():
                         "ownerReferences": [{"uid": UID, "controller": True}], "deletionTimestamp": "t"},
            "status": {"phase": "Failed", "containerStatuses": [{"name": "snapshot", "state": {"terminated": {
                "exitCode": 5, "message": "m", "finishedAt": "2026-01-01T12:00:00Z"}}}]}}
-    view = snapshot_pod_view(raw)
+    view = pod_view(raw)
     assert (view.name, view.phase, view.exit_code, view.message, view.attempt, view.owner_uid, view.deleting,
             view.index) == ("s1-snap-2", "Failed", 5, "m", 2, UID, True, 2)
 
