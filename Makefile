@@ -42,7 +42,7 @@ test: venv
 	$(PY) -m eos_stack up
 	$(PY) -m pytest --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit" tests
 
-# The chaos test with more kills (EOS_CHAOS_RUNS, default 100 here; `make test` runs 30).
+# The chaos test with more kills (EOS_CHAOS_RUNS, default 100 here; `make test` runs 15).
 soak: venv
 	$(PY) -m eos_stack up
 	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} $(PY) -m pytest -s tests/e2e/test_chaos.py
