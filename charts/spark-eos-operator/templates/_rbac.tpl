@@ -42,7 +42,7 @@ Not granted, on purpose:
 - apiGroups: ["streaming.eos.dev"]
   resources: ["exactlyoncestreams/finalizers"]
   verbs: ["update"]
-# The ExactlyOnceSnapshot resource (snapshots.py, snapshot_reconciler.py):
+# The ExactlyOnceSnapshot resource (snapshot_planner.py, snapshot_reconciler.py):
 #   list, watch: kopf's watch stream of snapshots (handlers.SNAPSHOT_RESOURCE); list also
 #          finds a stream's snapshots by label (adapters.list_snapshots).
 #   get:   the snapshot reconciler reads the snapshot afresh on every pass (adapters.get_snapshot).
@@ -59,7 +59,7 @@ Not granted, on purpose:
   verbs: ["patch"]
 # Driver Pods: list by label (reconciler.observe), create with a deterministic name
 # (409 = already there), delete with a grace period (stop, restart, upgrade). The same
-# for a snapshot's Pods: take, inspect and dispose (snapshot_reconciler, adapters.list_pods).
+# for a snapshot's Pods: take, inspect and dispose (snapshot_reconciler, kube_api.list_pods).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "create", "delete"]
