@@ -169,3 +169,17 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float, diagnostics:
     if value:
         return value
     raise AssertionError(f"{timed_out(what, timeout, last_exc)}\n{diagnostics()}")
+
+
+def holds_for(check: Callable[[], Any], what: str, seconds: float, diagnostics: Callable[[], str] = lambda: "",
+              interval: float = 0.5) -> None:
+    """A quiet period: ``check()`` must stay truthy for ``seconds``, polled all along; fail at the first
+    falsy answer. For "nothing more happens" claims, where a single look after a sleep could miss a change."""
+    started = time.monotonic()
+    while True:
+        if not check():
+            raise AssertionError(f"{what} stopped holding after {time.monotonic() - started:.1f}s of "
+                                 f"{seconds:.0f}s\n{diagnostics()}")
+        if time.monotonic() - started >= seconds:
+            return
+        time.sleep(interval)

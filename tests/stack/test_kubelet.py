@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from eos_stack.cluster import wait_until
+from eos_stack.cluster import holds_for, wait_until
 from tests.harness.kubelet import ProcessKubelet
 
 
@@ -128,16 +128,18 @@ def test_deleted_pod_gets_sigterm_and_disappears(api, namespace, kubelet, tmp_pa
     assert kubelet.pid(namespace, "victim") is None
 
 
-def test_deleted_pod_ignoring_sigterm_is_killed_after_grace(api, namespace, kubelet):
+def test_deleted_pod_ignoring_sigterm_is_killed_after_grace(api, namespace, kubelet, tmp_path):
     v1 = client.CoreV1Api(api)
-    v1.create_namespaced_pod(namespace, pod("stubborn", """
-        import signal, time
+    ignoring = tmp_path / "ignoring"
+    v1.create_namespaced_pod(namespace, pod("stubborn", f"""
+        import pathlib, signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        pathlib.Path({str(ignoring)!r}).write_text("ignoring")
         while True:
             time.sleep(0.1)
         """, terminationGracePeriodSeconds=2))
     wait_phase(v1, namespace, "stubborn", ("Running",))
-    time.sleep(1)  # let it ignore SIGTERM
+    wait_until(ignoring.exists, "the pod's process to ignore SIGTERM", 30)
     t0 = time.monotonic()
     v1.delete_namespaced_pod("stubborn", namespace)
     wait_until(lambda: read_pod(v1, namespace, "stubborn") is None, "the stubborn pod to disappear", 30)
@@ -158,8 +160,7 @@ def test_kill9_ends_failed_137(api, namespace, kubelet):
     t = terminated(p)
     assert t["exitCode"] == 137
     # The pod stays (restartPolicy is treated as Never): the operator decides what comes next.
-    time.sleep(1)
-    assert read_pod(v1, namespace, "chaos")["status"]["phase"] == "Failed"
+    holds_for(lambda: read_pod(v1, namespace, "chaos")["status"]["phase"] == "Failed", "the pod staying Failed", 2)
 
 
 def test_pods_of_other_nodes_and_schedulers_are_left_alone(api, namespace, kubelet):
