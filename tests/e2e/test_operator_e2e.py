@@ -11,7 +11,6 @@ from __future__ import annotations
 from eos_job.spec import stream_uid  # noqa: E402
 import json
 import sys
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -27,7 +26,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO):
 
 from eos_job.verify import audit_counts  # noqa: E402
 from eos_stack import cluster  # noqa: E402
-from eos_stack.cluster import Kubectl, condition, wait_until  # noqa: E402
+from eos_stack.cluster import Kubectl, condition, holds_for, wait_until  # noqa: E402
 from eos_stack.common import free_port  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
@@ -331,9 +330,10 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     assert status["lastError"] in ready["message"]
     reasons = kubectl.events(namespace, name)
     assert "RestartsExhausted" in reasons and reasons.count("DriverFailed") + reasons.count("ResolutionFailed") == 2
-    time.sleep(3)   # stays Failed: nothing more is started
-    assert kubectl.status(namespace, name)["lifecycleState"] == "Failed"
-    assert all(p["status"]["phase"] == "Failed" for p in kubectl.pods(namespace))
+    # It stays Failed: nothing more is started, over a few reconcile periods.
+    holds_for(lambda: kubectl.status(namespace, name)["lifecycleState"] == "Failed"
+              and all(p["status"]["phase"] == "Failed" for p in kubectl.pods(namespace)),
+              "Failed with no new driver", 6, diag, 1)
 
     # The sink comes back; the user asks for a restart with a new nonce.
     topics.create_sink()
@@ -360,8 +360,8 @@ def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kube
         status = wait_until(lambda: (lambda s: s if s.get("pendingLaunch") else None)(
             kubectl.status(namespace, name)), "the launch to be recorded", 60, diag, 0.2)
         assert status["pendingLaunch"]["pod"] == "colors-driver-0"
-        time.sleep(1)
-        assert condition(kubectl.status(namespace, name), "Progressing")["reason"] == "Resolving"
+        wait_until(lambda: condition(kubectl.status(namespace, name), "Progressing")["reason"] == "Resolving",
+                   "the launch to be resolving", 10, diag, 0.2)
     finally:
         slow.kill9()
     assert kubectl.pods(namespace) == []

@@ -11,6 +11,7 @@ import pytest
 from eos_job.verify import audit_counts
 from examples.colors.generator import produce
 from tests.e2e.exactness import assert_exactly_once
+from eos_stack.cluster import holds_for
 from eos_stack.common import free_port
 from tests.e2e.test_operator_e2e import (ColorsTopics, Diagnostics, OperatorProcess, colors_stream,  # noqa: F401
                                          kubectl, kubelet, namespace, operator, wait_until)
@@ -90,7 +91,9 @@ def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, names
     import yaml
     kubectl.run("apply", "--server-side", "--field-manager=gitops", "--force-conflicts", "-n", namespace, "-f", "-",
                 stdin=yaml.safe_dump(manifest))
-    time.sleep(15)  # several reconcile periods
+    # Several reconcile periods, the driver Pod the same one all along.
+    holds_for(lambda: kubectl.json("get", "pod", "colors-driver-0", "-n", namespace)["metadata"]["uid"] == pod_uid,
+              "the same driver Pod", 15, interval=1)
     after = kubectl.stream(namespace, name)
     assert after["metadata"]["generation"] == before["metadata"]["generation"]  # nobody wrote spec
     assert after["spec"] == before["spec"]

@@ -92,7 +92,9 @@ def test_three_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_en
             trickle.start()
             patched_at = []
             for v in range(1, UPGRADES + 1):
-                time.sleep(3)    # output flows before each upgrade
+                flowing = sum(audit_counts(bootstrap, counts).final.values())   # output flows before each upgrade
+                wait_until(lambda: sum(audit_counts(bootstrap, counts).final.values()) > flowing,
+                           f"output before upgrade {v}", 120, diag, 1)
                 patched_at.append(time.time())
                 kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": f"v{v}"}}})
                 status = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-{v}"

@@ -8,7 +8,6 @@ read_committed consumers (tests/e2e/exactness.py).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +181,9 @@ def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
         # No more periodic snapshots from here: retention would otherwise prune the one the fork names
         # before the fork has copied it (retention does not know about other streams' restoreFrom).
         kubectl.patch_spec(namespace, NAME, {"snapshots": {"intervalSeconds": None}})
-        time.sleep(3)
+        generation = kubectl.stream(namespace, NAME)["metadata"]["generation"]
+        wait_until(lambda: kubectl.status(namespace, NAME).get("observedGeneration", 0) >= generation,
+                   "the operator to see the patch", 60, r.diag, 0.5)
         def settled() -> bool:
             items = snapshots()
             states = [(s.get("status") or {}).get("state") for s in items]
@@ -198,7 +199,9 @@ def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
         completed = sorted((s for s in items if s["status"]["state"] == "Completed"),
                            key=lambda s: s["status"]["batch"])
         older = completed[0]
-        time.sleep(10)     # more output after the snapshot the fork starts from
+        # More output after the snapshot the fork starts from: a few batches past it.
+        wait_until(lambda: (kubectl.status(namespace, NAME).get("lastCommittedBatch") or 0)
+                   >= older["status"]["batch"] + 3, "batches after the older snapshot", 120, r.diag, 1)
         expected = trickle.stop()
         wait_until(lambda: audit_counts(r.bootstrap, r.topics.counts).final == expected, "the output", 300,
                    r.diag, 2)
