@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from examples.colors.manifest import colors_manifest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -51,19 +53,11 @@ class ColorsRun:
         self.log_path = self.workdir / "job.log"
 
     def manifest(self) -> dict:
-        spec = {
-            "job": {"module": "examples.colors.job", "parallelism": self.parallelism,
-                    "sparkConf": {"spark.sql.streaming.minBatchesToRetain": "100"}},
-            "source": {"bootstrapServers": self.bootstrap, "topics": [self.events]},
-            "sink": {"bootstrapServers": self.bootstrap, "topic": self.counts, "deadLetterTopic": self.dlq,
-                     "transactionTimeoutMs": self.transaction_timeout_ms},
-            "checkpoint": {"store": "local", "path": str(self.workdir)},
-            "triggerIntervalMs": self.trigger_interval_ms,
-        }
-        if self.max_offsets_per_trigger:
-            spec["source"]["maxOffsetsPerTrigger"] = self.max_offsets_per_trigger
-        return {"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
-                "metadata": {"name": f"colors-{self.run_id}", "namespace": "local"}, "spec": spec}
+        return colors_manifest(f"colors-{self.run_id}", self.bootstrap, self.events, self.counts, self.workdir,
+                               dlq=self.dlq, parallelism=self.parallelism, namespace="local",
+                               max_offsets_per_trigger=self.max_offsets_per_trigger,
+                               trigger_interval_ms=self.trigger_interval_ms,
+                               sink={"transactionTimeoutMs": self.transaction_timeout_ms})
 
     def setup(self, event_partitions: int = 3, count_partitions: int = 3) -> None:
         create_topics(self.bootstrap, {self.events: event_partitions, self.counts: count_partitions, self.dlq: 1})

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -27,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from eos_stack.common import free_port
+from examples.colors.manifest import colors_manifest
 
 from .helpers import (REPO, Helm, Kubectl, by_kind, can_i, install, one, sa_user, token_kubeconfig, unique,
                       wait_until)
@@ -257,24 +259,10 @@ def test_every_rule_and_every_verb_is_needed(helm: Helm, kubectl: Kubectl, stack
 
 
 # ----------------------------------- 4. the operator, under the chart identity
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def stream(name: str, bootstrap: str, topic: str, checkpoint: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream", "metadata": {"name": name},
-        "spec": {
-            # cluster deploy mode: the operator also creates the headless driver Service.
-            "job": {"module": "examples.colors.job", "parallelism": 1, "deployMode": "cluster",
-                    "serviceAccountName": "spark-eos-driver"},
-            "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-            "sink": {"bootstrapServers": bootstrap, "topic": topic + "-out"},
-            "checkpoint": {"store": "local", "path": str(checkpoint)},
-        },
-    }
+    # cluster deploy mode: the operator also creates the headless driver Service.
+    return colors_manifest(name, bootstrap, topic, topic + "-out", checkpoint, parallelism=1,
+                           job={"deployMode": "cluster", "serviceAccountName": "spark-eos-driver"})
 
 
 # The operator runs --namespace NS, so the chart grants nothing cluster-wide. kopf still

@@ -1,26 +1,129 @@
-"""Shared pieces of the operator-level stream tests: a namespace per test, a steady event
-trickle with its expected counts, and a rig of topics, process kubelet and (restartable) operator."""
+"""The building blocks of the end-to-end tests, in one place (fixtures are in conftest.py).
+
+Operator level: the operator process with its test-only switches, a stream's topics and manifest,
+diagnostics for a timed-out wait, a steady event trickle with its expected counts, and a rig of
+topics, process kubelet and (restartable) operator. Job level (no Kubernetes): a run's config,
+the ``eos_job`` command line, exactness of a local run. And the operator's /metrics, scraped."""
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import threading
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import pytest
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
+from eos_job.spec import load_run_config
 from eos_job.verify import audit_counts
+from eos_stack import cluster
 from eos_stack.cluster import Kubectl, wait_until
-from examples.colors.generator import events
+from examples.colors.generator import counted, event_value, events
+from examples.colors.local_run import REPO, ColorsRun, create_topics
+from examples.colors.manifest import colors_manifest
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.test_operator_e2e import PYTHONPATH, ColorsTopics, Diagnostics, OperatorProcess, colors_stream
 from tests.harness.kubelet import ProcessKubelet
 
 NAME = "colors"
+PYTHONPATH = cluster.PYTHONPATH
+
+# The operator as a program, with test-only switches applied from outside its code: slow resolution,
+# die right after a Pod create, die right after a status write containing a marker.
+OPERATOR_WRAPPER = r'''
+import asyncio, os, sys
+from eos_operator import adapters, cli
+delay = float(os.environ.get("EOS_TEST_RESOLVE_DELAY", "0") or 0)
+if delay:
+    _resolve = adapters.JobResolver.resolve
+    async def slow_resolve(self, config):
+        await asyncio.sleep(delay)
+        return await _resolve(self, config)
+    adapters.JobResolver.resolve = slow_resolve
+if os.environ.get("EOS_TEST_CRASH_AFTER_CREATE"):
+    _create = adapters.KubernetesApi.create_pod
+    async def create_then_die(self, namespace, body):
+        await _create(self, namespace, body)
+        os._exit(137)
+    adapters.KubernetesApi.create_pod = create_then_die
+marker = os.environ.get("EOS_TEST_CRASH_AFTER_STATUS")
+if marker:
+    import json
+    _patch = adapters.KubernetesApi.patch_stream_status
+    async def patch_then_die(self, namespace, name, status, resource_version):
+        result = await _patch(self, namespace, name, status, resource_version)
+        if marker in json.dumps(status, separators=(",", ":")):
+            os._exit(137)
+        return result
+    adapters.KubernetesApi.patch_stream_status = patch_then_die
+sys.exit(cli.main(sys.argv[1:]))
+'''
+
+
+class OperatorProcess(cluster.OperatorProcess):
+    """The operator through OPERATOR_WRAPPER, so the test-only switches apply."""
+    wrapper = OPERATOR_WRAPPER
+
+
+class Diagnostics:
+    """What to print when a wait times out."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str, operator: OperatorProcess | None = None,
+                 kubelet: ProcessKubelet | None = None):
+        self.kubectl, self.namespace, self.operator, self.kubelet = kubectl, namespace, operator, kubelet
+
+    def __call__(self) -> str:
+        parts = []
+        try:
+            for s in self.kubectl.json("get", "exactlyoncestreams", "-n", self.namespace)["items"]:
+                parts.append(f"stream {s['metadata']['name']} status: {json.dumps(s.get('status'), indent=1)}")
+            parts.append("pods: " + ", ".join(f"{p['metadata']['name']}={p.get('status', {}).get('phase')}"
+                                              for p in self.kubectl.pods(self.namespace)))
+            parts.append(self.kubectl.run("get", "events", "-n", self.namespace, check=False).stdout)
+        except Exception as exc:  # noqa: BLE001 - diagnostics must not hide the failure
+            parts.append(f"(could not read state: {exc})")
+        if self.operator is not None:
+            parts.append("operator log:\n" + self.operator.tail())
+        if self.kubelet is not None:
+            for log in sorted(self.kubelet.log_dir.glob(f"{self.namespace}_*.log"))[-2:]:
+                lines = log.read_text(errors="replace").splitlines()[-25:]
+                parts.append(f"{log.name}:\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+
+
+
+class ColorsTopics:
+    def __init__(self, bootstrap: str, *, create_sink: bool = True):
+        self.bootstrap = bootstrap
+        run_id = uuid.uuid4().hex[:8]
+        self.events, self.counts, self.dlq = (f"op-colors-events-{run_id}", f"op-colors-counts-{run_id}",
+                                              f"op-colors-dlq-{run_id}")
+        topics = {self.events: 3, self.dlq: 1}
+        if create_sink:
+            topics[self.counts] = 3
+        create_topics(bootstrap, topics)
+
+    def create_sink(self) -> None:
+        create_topics(self.bootstrap, {self.counts: 3})
+
+    def ledger(self, namespace: str, name: str) -> str:
+        return f"{self.counts}.eos-ledger.{namespace}.{name}"
+
+
+def colors_stream(name: str, topics: ColorsTopics, checkpoint: Path, *, attempts: int = 3,
+                  delay: float = 1.0) -> dict[str, Any]:
+    return colors_manifest(name, topics.bootstrap, topics.events, topics.counts, checkpoint, dlq=topics.dlq,
+                           max_offsets_per_trigger=2000, trigger_interval_ms=500,
+                           restartStrategy={"type": "fixed-delay",
+                                            "fixedDelay": {"attempts": attempts, "delaySeconds": delay}},
+                           upgradeMode="last-state")
 
 
 class Trickle(threading.Thread):
@@ -37,8 +140,8 @@ class Trickle(threading.Thread):
 
     def send(self, n: int, seed: int) -> None:
         for i, color in events(n, seed=seed, start_id=self.next_id):
-            self.producer.produce(self.topic, key=str(i).encode(), value=json.dumps({"id": i, "color": color}).encode())
-            if color != "orange":
+            self.producer.produce(self.topic, key=str(i).encode(), value=event_value(i, color))
+            if counted(color):
                 self.expected[color] += 1
         self.next_id += n
         if self.producer.flush(30):
@@ -58,25 +161,6 @@ class Trickle(threading.Thread):
         self.join(30)
         assert self.error is None, self.error
         return dict(sorted(self.expected.items()))
-
-
-@pytest.fixture
-def kubectl(stack_env) -> Kubectl:
-    k = Kubectl(stack_env)
-    k.apply_crds()
-    return k
-
-
-@pytest.fixture
-def namespace(kubectl: Kubectl):
-    ns = f"eos-st-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", ns)
-    yield ns
-    for kind in ("exactlyoncestreams", "exactlyoncesnapshots"):
-        for s in kubectl.json("get", kind, "-n", ns)["items"]:
-            kubectl.run("patch", kind, s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
-                        '{"metadata":{"finalizers":null}}', check=False)
-    kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
 
 
 class Rig:
@@ -157,3 +241,32 @@ def finish_exact(r: Rig, trickle: Trickle, name: str = NAME, counts: str | None 
     return expected
 
 
+# ------------------------------------------------------------ job level
+def run_config(run: ColorsRun):
+    import yaml
+    cfg = load_run_config(yaml.safe_load(run.config_path.read_text()))
+    return cfg.model_copy(update={"checkpoint_dir": str(run.live_checkpoint)})
+
+
+def assert_exact(run: ColorsRun, expected: dict[str, int]) -> None:
+    assert_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
+
+
+def run_job(args: list[str], env_extra: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'jobs'}", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "eos_job", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# ------------------------------------------------------------ metrics
+def scrape(port: int) -> dict[tuple[str, ...], float]:
+    """The colors stream's samples of the operator's /metrics, keyed (name, namespace[, state | type, reason])."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.labels.get("stream") != NAME:
+                continue
+            extra = tuple(s.labels[k] for k in ("state", "type", "reason") if k in s.labels)
+            out[(s.name, s.labels["namespace"], *extra)] = s.value
+    return out

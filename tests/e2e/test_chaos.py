@@ -16,7 +16,7 @@ from eos_stack.common import Stack
 from examples.colors.generator import produce
 from examples.colors.local_run import ColorsRun
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.test_job_runtime import run_config
+from tests.e2e.streams import run_config
 
 pytestmark = pytest.mark.stack
 RUNS = int(os.environ.get("EOS_CHAOS_RUNS", "15"))  # make test; make soak runs 100
@@ -78,10 +78,10 @@ def _wait_exit(run: ColorsRun, timeout: float) -> int | None:
 
 
 @pytest.mark.timeout(2700)
-def test_chaos_exactly_once(stack_env, tmp_path, report_result):
+def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
     st = Stack()
     rng = random.Random(int(os.environ.get("EOS_CHAOS_SEED", "20261123")))
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, parallelism=2, max_offsets_per_trigger=3000,
+    run = colors_run(parallelism=2, max_offsets_per_trigger=3000,
                     trigger_interval_ms=300, transaction_timeout_ms=TX_TIMEOUT_MS)
     run.setup()
     # A backlog for the first runs, then a trickle so every run has new input to write.

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -11,19 +9,14 @@ import pytest
 
 from eos_job import checkpoint
 from eos_job.resolution import resolve
-from eos_job.spec import CheckpointSpec, load_run_config
+from eos_job.spec import CheckpointSpec
 from eos_job.verify import read_committed
 from examples.colors.generator import produce
-from examples.colors.local_run import REPO, ColorsRun
-from tests.e2e.exactness import assert_exactly_once
+from tests.e2e.streams import assert_exact, run_config, run_job
 
 pytestmark = pytest.mark.stack
 
 
-def run_config(run: ColorsRun):
-    import yaml
-    cfg = load_run_config(yaml.safe_load(run.config_path.read_text()))
-    return cfg.model_copy(update={"checkpoint_dir": str(run.live_checkpoint)})
 
 
 def as_pvc(cfg, mount: Path):
@@ -33,12 +26,10 @@ def as_pvc(cfg, mount: Path):
     return cfg.model_copy(update={"spec": spec, "checkpoint_dir": str(mount / "live")})
 
 
-def assert_exact(run: ColorsRun, expected: dict[str, int]) -> None:
-    assert_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
 
 
-def test_replayed_batch_whose_slots_all_committed_writes_nothing(stack_env, tmp_path):
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=None,
+def test_replayed_batch_whose_slots_all_committed_writes_nothing(colors_run, stack_env, tmp_path):
+    run = colors_run(max_offsets_per_trigger=None,
                     extra_env={"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"})
     run.setup()
     expected = produce(run.bootstrap, run.events, 3000)
@@ -73,8 +64,8 @@ def test_replayed_batch_whose_slots_all_committed_writes_nothing(stack_env, tmp_
     assert_exact(run, expected)
 
 
-def test_crash_inside_the_commit_window_then_restart_is_exact(stack_env, tmp_path):
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=1000,
+def test_crash_inside_the_commit_window_then_restart_is_exact(colors_run, stack_env, tmp_path):
+    run = colors_run(max_offsets_per_trigger=1000,
                     extra_env={"EOS_FAULT_KILL_AFTER_COMMIT": "1"})
     run.setup()
     expected = produce(run.bootstrap, run.events, 4000)
@@ -94,11 +85,11 @@ def test_crash_inside_the_commit_window_then_restart_is_exact(stack_env, tmp_pat
     assert_exact(run, expected)
 
 
-def test_a_kill_while_spark_wrote_the_first_offsets_does_not_brick_the_stream(stack_env, tmp_path):
+def test_a_kill_while_spark_wrote_the_first_offsets_does_not_brick_the_stream(colors_run, stack_env, tmp_path):
     """A CI run killed a driver while Spark wrote offsets/0: it left only ``metadata`` and a torn
     ``offsets/.0.<uuid>.tmp``. Spark then took the checkpoint for a new one and refused it on every restart
     (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). The driver clears such torn log writes before it starts."""
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=1000)
+    run = colors_run(max_offsets_per_trigger=1000)
     run.setup()
     expected = produce(run.bootstrap, run.events, 2000)
     ckpt = run.live_checkpoint
@@ -116,8 +107,8 @@ def test_a_kill_while_spark_wrote_the_first_offsets_does_not_brick_the_stream(st
     assert "removed 2 file(s) a killed driver was writing" in run.log_path.read_text()
 
 
-def test_graceful_stop_takes_a_snapshot_at_a_clean_boundary(stack_env, tmp_path):
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=500)
+def test_graceful_stop_takes_a_snapshot_at_a_clean_boundary(colors_run, stack_env, tmp_path):
+    run = colors_run(max_offsets_per_trigger=500)
     run.setup()
     expected = produce(run.bootstrap, run.events, 3000)
     snap = tmp_path / "snapshots" / "s1"
@@ -141,11 +132,6 @@ def test_graceful_stop_takes_a_snapshot_at_a_clean_boundary(stack_env, tmp_path)
     assert_exact(run, expected)
 
 
-def _job(args: list[str], env_extra: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    import os
-    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'jobs'}", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "eos_job", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_bad_config_names_the_field(tmp_path):
@@ -153,20 +139,20 @@ def test_bad_config_names_the_field(tmp_path):
     bad.write_text("kind: ExactlyOnceStream\nmetadata: {name: x}\nspec:\n  job: {module: m, paralelism: 2}\n"
                    "  source: {bootstrapServers: a, topics: [t]}\n  sink: {bootstrapServers: a, topic: t}\n"
                    "  checkpoint: {store: local, path: /tmp/x}\n")
-    r = _job(["validate", "--config", str(bad)])
+    r = run_job(["validate", "--config", str(bad)])
     assert r.returncode == 2
     assert "job.paralelism" in r.stderr
     assert "Traceback" not in r.stderr
     same = bad.read_text().replace("paralelism: 2", "parallelism: 2")
     bad.write_text(same)
-    r = _job(["validate", "--config", str(bad)])
+    r = run_job(["validate", "--config", str(bad)])
     assert r.returncode == 2 and "sink.topic" in r.stderr and "source topic" in r.stderr
 
 
-def test_missing_topic_and_unreachable_broker_give_clear_errors(stack_env, tmp_path):
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path)
+def test_missing_topic_and_unreachable_broker_give_clear_errors(colors_run, stack_env, tmp_path):
+    run = colors_run()
     run.config_path.write_text(__import__("yaml").safe_dump(run.manifest()))  # topics never created
-    r = _job(["run", "--config", str(run.config_path)])
+    r = run_job(["run", "--config", str(run.config_path)])
     assert r.returncode == 3, r.stderr[-2000:]
     assert f"sink.topic: topic '{run.counts}' does not exist" in r.stderr
     assert "Traceback" not in r.stderr
@@ -175,16 +161,16 @@ def test_missing_topic_and_unreachable_broker_give_clear_errors(stack_env, tmp_p
     m["spec"]["sink"]["bootstrapServers"] = "127.0.0.1:1"
     run.config_path.write_text(__import__("yaml").safe_dump(m))
     t0 = time.monotonic()
-    r = _job(["run", "--config", str(run.config_path)])
+    r = run_job(["run", "--config", str(run.config_path)])
     assert r.returncode == 3
     assert "cannot reach Kafka at 127.0.0.1:1" in r.stderr
     assert "Traceback" not in r.stderr
     assert time.monotonic() - t0 < 100
 
 
-def test_poison_records_go_to_the_dead_letter_topic_in_the_same_transaction(stack_env, tmp_path):
+def test_poison_records_go_to_the_dead_letter_topic_in_the_same_transaction(colors_run, stack_env, tmp_path):
     from confluent_kafka import Producer
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=None)
+    run = colors_run(max_offsets_per_trigger=None)
     run.setup()
     m = run.manifest()
     m["spec"]["job"]["module"] = "tests.e2e.jobs.poison"

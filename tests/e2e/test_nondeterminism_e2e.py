@@ -4,8 +4,7 @@ carried in the ledger and reported by the operator (event, status, metric)."""
 from __future__ import annotations
 
 from eos_stack.common import free_port
-from tests.e2e.streams import NAME, finish_exact, kubectl, namespace, rig  # noqa: F401 - fixtures
-from tests.e2e.test_replay_horizon_e2e import scrape
+from tests.e2e.streams import NAME, finish_exact, rig, scrape
 
 
 def test_a_replay_that_differs_from_the_sink_is_reported_and_nothing_is_written_twice(

@@ -12,9 +12,7 @@ from eos_job.spec import stream_uid  # noqa: E402
 import json
 import sys
 import urllib.request
-import uuid
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 import yaml
@@ -25,160 +23,18 @@ for extra in (REPO / "operator", REPO / "jobs", REPO):
         sys.path.insert(0, str(extra))
 
 from eos_job.verify import audit_counts  # noqa: E402
-from eos_stack import cluster  # noqa: E402
-from eos_stack.cluster import Kubectl, condition, holds_for, wait_until  # noqa: E402
-from eos_stack.common import free_port  # noqa: E402
+from eos_stack.cluster import condition, holds_for, wait_until  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
-from examples.colors.local_run import create_topics  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
-from tests.harness.kubelet import ProcessKubelet  # noqa: E402
+from tests.e2e.streams import ColorsTopics, Diagnostics, OperatorProcess, colors_stream  # noqa: E402
 
 pytestmark = pytest.mark.stack
 
-CRD = REPO / "crds" / "exactlyoncestreams.streaming.eos.dev.yaml"
 INVALID = sorted((REPO / "tests" / "operator" / "invalid").glob("*.yaml"))
 # The runtime's log line on SIGTERM: the driver was asked to stop at a batch boundary (a graceful
 # delete), not SIGKILLed. Whether the stop then completes cleanly is the runtime's business (its own tests).
 GRACEFUL = "received SIGTERM: stopping at the next clean batch boundary"
-PYTHONPATH = cluster.PYTHONPATH
 
-# The operator as a program, with test-only switches applied from outside its code: slow resolution,
-# die right after a Pod create, die right after a status write containing a marker.
-OPERATOR_WRAPPER = r'''
-import asyncio, os, sys
-from eos_operator import adapters, cli
-delay = float(os.environ.get("EOS_TEST_RESOLVE_DELAY", "0") or 0)
-if delay:
-    _resolve = adapters.JobResolver.resolve
-    async def slow_resolve(self, config):
-        await asyncio.sleep(delay)
-        return await _resolve(self, config)
-    adapters.JobResolver.resolve = slow_resolve
-if os.environ.get("EOS_TEST_CRASH_AFTER_CREATE"):
-    _create = adapters.KubernetesApi.create_pod
-    async def create_then_die(self, namespace, body):
-        await _create(self, namespace, body)
-        os._exit(137)
-    adapters.KubernetesApi.create_pod = create_then_die
-marker = os.environ.get("EOS_TEST_CRASH_AFTER_STATUS")
-if marker:
-    import json
-    _patch = adapters.KubernetesApi.patch_stream_status
-    async def patch_then_die(self, namespace, name, status, resource_version):
-        result = await _patch(self, namespace, name, status, resource_version)
-        if marker in json.dumps(status, separators=(",", ":")):
-            os._exit(137)
-        return result
-    adapters.KubernetesApi.patch_stream_status = patch_then_die
-sys.exit(cli.main(sys.argv[1:]))
-'''
-
-
-# --------------------------------------------------------------------- helpers
-class OperatorProcess(cluster.OperatorProcess):
-    """The operator through OPERATOR_WRAPPER, so the test-only switches apply."""
-    wrapper = OPERATOR_WRAPPER
-
-
-class Diagnostics:
-    """What to print when a wait times out."""
-
-    def __init__(self, kubectl: Kubectl, namespace: str, operator: OperatorProcess | None = None,
-                 kubelet: ProcessKubelet | None = None):
-        self.kubectl, self.namespace, self.operator, self.kubelet = kubectl, namespace, operator, kubelet
-
-    def __call__(self) -> str:
-        parts = []
-        try:
-            for s in self.kubectl.json("get", "exactlyoncestreams", "-n", self.namespace)["items"]:
-                parts.append(f"stream {s['metadata']['name']} status: {json.dumps(s.get('status'), indent=1)}")
-            parts.append("pods: " + ", ".join(f"{p['metadata']['name']}={p.get('status', {}).get('phase')}"
-                                              for p in self.kubectl.pods(self.namespace)))
-            parts.append(self.kubectl.run("get", "events", "-n", self.namespace, check=False).stdout)
-        except Exception as exc:  # noqa: BLE001 - diagnostics must not hide the failure
-            parts.append(f"(could not read state: {exc})")
-        if self.operator is not None:
-            parts.append("operator log:\n" + self.operator.tail())
-        if self.kubelet is not None:
-            for log in sorted(self.kubelet.log_dir.glob(f"{self.namespace}_*.log"))[-2:]:
-                lines = log.read_text(errors="replace").splitlines()[-25:]
-                parts.append(f"{log.name}:\n" + "\n".join(lines))
-        return "\n".join(parts)
-
-
-
-
-class ColorsTopics:
-    def __init__(self, bootstrap: str, *, create_sink: bool = True):
-        self.bootstrap = bootstrap
-        run_id = uuid.uuid4().hex[:8]
-        self.events, self.counts, self.dlq = (f"op-colors-events-{run_id}", f"op-colors-counts-{run_id}",
-                                              f"op-colors-dlq-{run_id}")
-        topics = {self.events: 3, self.dlq: 1}
-        if create_sink:
-            topics[self.counts] = 3
-        create_topics(bootstrap, topics)
-
-    def create_sink(self) -> None:
-        create_topics(self.bootstrap, {self.counts: 3})
-
-    def ledger(self, namespace: str, name: str) -> str:
-        return f"{self.counts}.eos-ledger.{namespace}.{name}"
-
-
-def colors_stream(name: str, topics: ColorsTopics, checkpoint: Path, *, attempts: int = 3,
-                  delay: float = 1.0) -> dict[str, Any]:
-    return {
-        "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
-        "metadata": {"name": name},
-        "spec": {
-            "job": {"module": "examples.colors.job", "parallelism": 2,
-                    "sparkConf": {"spark.sql.streaming.minBatchesToRetain": "100"}},
-            "source": {"bootstrapServers": topics.bootstrap, "topics": [topics.events],
-                       "maxOffsetsPerTrigger": 2000},
-            "sink": {"bootstrapServers": topics.bootstrap, "topic": topics.counts, "deadLetterTopic": topics.dlq},
-            "checkpoint": {"store": "local", "path": str(checkpoint)},
-            "triggerIntervalMs": 500,
-            "restartStrategy": {"type": "fixed-delay", "fixedDelay": {"attempts": attempts, "delaySeconds": delay}},
-            "upgradeMode": "last-state",
-        },
-    }
-
-
-# -------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def kubectl(stack_env) -> Kubectl:
-    k = Kubectl(stack_env)
-    k.run("apply", "-f", str(CRD))
-    k.run("wait", "--for=condition=Established", "crd/exactlyoncestreams.streaming.eos.dev", "--timeout=60s")
-    return k
-
-
-@pytest.fixture
-def namespace(kubectl: Kubectl):
-    ns = f"eos-op-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", ns)
-    yield ns
-    # The operator is gone by now: release what still carries its finalizer, then drop the namespace.
-    for s in kubectl.json("get", "exactlyoncestreams", "-n", ns)["items"]:
-        kubectl.run("patch", "exactlyoncestream", s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
-                    '{"metadata":{"finalizers":null}}', check=False)
-    kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
-
-
-@pytest.fixture
-def kubelet(stack_env, namespace, tmp_path):
-    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
-                        extra_env={"PYTHONPATH": PYTHONPATH}) as k:
-        yield k
-
-
-@pytest.fixture
-def operator(stack_env, namespace, kubelet, tmp_path):
-    op = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log",
-                         liveness_port=free_port()).start()
-    yield op
-    op.stop()
 
 
 # ----------------------------------------------------------------------- tests

@@ -11,10 +11,9 @@ import pytest
 from eos_job.verify import audit_counts
 from examples.colors.generator import produce
 from tests.e2e.exactness import assert_exactly_once
-from eos_stack.cluster import holds_for
+from eos_stack.cluster import holds_for, wait_until
 from eos_stack.common import free_port
-from tests.e2e.test_operator_e2e import (ColorsTopics, Diagnostics, OperatorProcess, colors_stream,  # noqa: F401
-                                         kubectl, kubelet, namespace, operator, wait_until)
+from tests.e2e.streams import ColorsTopics, Diagnostics, OperatorProcess, colors_stream
 
 pytestmark = pytest.mark.stack
 

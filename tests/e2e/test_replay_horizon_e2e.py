@@ -4,36 +4,22 @@ the user's documented way forward loses exactly those records and nothing else. 
 Prometheus endpoint says the same."""
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from collections import Counter
 
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from prometheus_client.parser import text_string_to_metric_families
 
 from eos_job.verify import audit_counts
 from eos_stack.cluster import condition, wait_until
 from eos_stack.common import free_port
-from examples.colors.generator import events
+from examples.colors.generator import counted, event_value, events
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.streams import NAME, kubectl, namespace, rig  # noqa: F401 - fixtures
+from tests.e2e.streams import NAME, rig, scrape
 
 HOUR_MS = 3_600_000
 
 
-def scrape(port: int) -> dict[tuple[str, ...], float]:
-    """The colors stream's samples of the operator's /metrics, keyed (name, namespace[, state | type, reason])."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.labels.get("stream") != NAME:
-                continue
-            extra = tuple(s.labels[k] for k in ("state", "type", "reason") if k in s.labels)
-            out[(s.name, s.labels["namespace"], *extra)] = s.value
-    return out
 
 
 def produce(bootstrap: str, topic: str, partition: int, n: int, *, start_id: int, age_s: float = 0) -> Counter:
@@ -42,9 +28,8 @@ def produce(bootstrap: str, topic: str, partition: int, n: int, *, start_id: int
     stamp = int((time.time() - age_s) * 1000)
     expected: Counter = Counter()
     for i, color in events(n, seed=start_id, start_id=start_id):
-        p.produce(topic, key=str(i).encode(), value=json.dumps({"id": i, "color": color}).encode(),
-                  partition=partition, timestamp=stamp)
-        if color != "orange":
+        p.produce(topic, key=str(i).encode(), value=event_value(i, color), partition=partition, timestamp=stamp)
+        if counted(color):
             expected[color] += 1
     assert p.flush(30) == 0, "events not delivered"
     return expected

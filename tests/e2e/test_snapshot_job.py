@@ -14,10 +14,9 @@ import yaml
 
 from eos_job import checkpoint
 from eos_job.resolution import resolve
-from eos_job.verify import audit_counts, read_committed
+from eos_job.verify import read_committed
 from examples.colors.generator import produce
-from examples.colors.local_run import ColorsRun
-from tests.e2e.test_job_runtime import _job, assert_exact, run_config
+from tests.e2e.streams import assert_exact, run_config, run_job
 
 pytestmark = pytest.mark.stack
 
@@ -50,8 +49,8 @@ def _trickle(run, stop, counts: Counter, chunk: int = 40, period: float = 0.4, s
         stop.wait(period)
 
 
-def test_live_snapshots_while_running_then_restore_the_older_one(stack_env, tmp_path):
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=250)
+def test_live_snapshots_while_running_then_restore_the_older_one(colors_run, stack_env, tmp_path):
+    run = colors_run(max_offsets_per_trigger=250)
     run.setup()
     expected = Counter(produce(run.bootstrap, run.events, 1000))
     cfg = run_config(run)
@@ -65,7 +64,7 @@ def test_live_snapshots_while_running_then_restore_the_older_one(stack_env, tmp_
         for i in range(3):
             run.wait_for_batches(2)
             dest = tmp_path / "snapshots" / f"live-{i}"
-            r = _job(["snapshot", "take", "--checkpoint", str(run.live_checkpoint), "--dest", str(dest),
+            r = run_job(["snapshot", "take", "--checkpoint", str(run.live_checkpoint), "--dest", str(dest),
                       "--stream-json", stream, "--spec-hash", cfg.spec.spec_hash()])
             assert r.returncode == 0, r.stderr[-3000:]
             taken.append(_result(r))
@@ -89,7 +88,7 @@ def test_live_snapshots_while_running_then_restore_the_older_one(stack_env, tmp_
         assert checkpoint.last_offsets_batch(copied) in (n, n + 1)
         assert max(_state_versions(copied)) == n + 1  # the state batch n wrote, nothing newer
         assert checkpoint.state_gaps(copied, n + 1) == []
-        r = _job(["snapshot", "inspect", "--path", t["path"]])
+        r = run_job(["snapshot", "inspect", "--path", t["path"]])
         assert r.returncode == 0 and _result(r)["reason"] == "SnapshotVerified" and _result(r)["lastBatch"] == n
 
     # Restore the OLDER live snapshot into a new checkpoint location of the same stream. The batches the
@@ -117,8 +116,8 @@ def test_live_snapshots_while_running_then_restore_the_older_one(stack_env, tmp_
     assert len(read_committed(run.bootstrap, run.counts)) >= before
 
 
-def test_preflight_accepts_a_compatible_spec_and_refuses_incompatible_state(stack_env, tmp_path):
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=600)
+def test_preflight_accepts_a_compatible_spec_and_refuses_incompatible_state(colors_run, stack_env, tmp_path):
+    run = colors_run(max_offsets_per_trigger=600)
     run.setup()
     produce(run.bootstrap, run.events, 2000)
     run.start()
@@ -135,7 +134,7 @@ def test_preflight_accepts_a_compatible_spec_and_refuses_incompatible_state(stac
         m["spec"]["job"].update(change)
         path = tmp_path / "next.yaml"
         path.write_text(yaml.safe_dump(m))
-        r = _job(["preflight", "--config", str(path), "--from-checkpoint", str(ckpt), "--scratch", str(scratch)],
+        r = run_job(["preflight", "--config", str(path), "--from-checkpoint", str(ckpt), "--scratch", str(scratch)],
                  env_extra={"EOS_TERMINATION_MESSAGE_PATH": str(tmp_path / "preflight.json")}, timeout=300)
         assert not scratch.exists(), "the scratch copy must be deleted"
         assert json.loads((tmp_path / "preflight.json").read_text()) == _result(r)
@@ -151,8 +150,8 @@ def test_preflight_accepts_a_compatible_spec_and_refuses_incompatible_state(stac
     assert len(read_committed(run.bootstrap, run.counts)) == sink_before, "pre-flight wrote to the sink"
 
 
-def test_drain_finishes_exactly_the_partially_committed_batch(stack_env, tmp_path):
-    run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], tmp_path, max_offsets_per_trigger=1000,
+def test_drain_finishes_exactly_the_partially_committed_batch(colors_run, stack_env, tmp_path):
+    run = colors_run(max_offsets_per_trigger=1000,
                     extra_env={"EOS_FAULT_KILL_AFTER_COMMIT": "1"})
     run.setup()
     expected = produce(run.bootstrap, run.events, 4000)
@@ -163,7 +162,7 @@ def test_drain_finishes_exactly_the_partially_committed_batch(stack_env, tmp_pat
 
     run.extra_env = {}
     drain_env = {"EOS_TERMINATION_MESSAGE_PATH": str(tmp_path / "drain.json")}
-    r = _job(["run", "--config", str(run.config_path), "--drain"], env_extra=drain_env, timeout=300)
+    r = run_job(["run", "--config", str(run.config_path), "--drain"], env_extra=drain_env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = _result(r)
     assert summary["reason"] == "Drained" and summary["last_committed_batch"] == 0, summary
@@ -179,7 +178,7 @@ def test_drain_finishes_exactly_the_partially_committed_batch(stack_env, tmp_pat
 
     # Nothing left to drain (EOS_DRAIN=1 this time): exits at once, without starting Spark.
     t0 = time.monotonic()
-    r = _job(["run", "--config", str(run.config_path)], env_extra={**drain_env, "EOS_DRAIN": "1"})
+    r = run_job(["run", "--config", str(run.config_path)], env_extra={**drain_env, "EOS_DRAIN": "1"})
     assert r.returncode == 0 and _result(r) == {"reason": "Drained", "last_committed_batch": 0, "batches": 0,
                                                 "records": 0, "skipped_slots": 0, "dead_letters": 0,
                                                 "nondeterministic_slots": 0}, r.stderr[-2000:]

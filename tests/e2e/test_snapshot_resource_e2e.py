@@ -17,22 +17,12 @@ import pytest
 from eos_job.spec import stream_uid
 from eos_stack.cluster import Kubectl, wait_until
 from examples.colors.generator import produce
-from tests.e2e.test_operator_e2e import (ColorsTopics, Diagnostics, colors_stream, kubelet,  # noqa: F401 - fixtures
-                                         namespace, operator)
+from tests.e2e.streams import ColorsTopics, Diagnostics, colors_stream
 
 pytestmark = pytest.mark.stack
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT_LABEL = "streaming.eos.dev/snapshot"
-
-
-@pytest.fixture(scope="module")
-def kubectl(stack_env) -> Kubectl:
-    """Both CRDs, before any operator starts (it discovers the resources it serves once, at start)."""
-    k = Kubectl(stack_env)
-    names = k.apply_crds()
-    assert "exactlyoncesnapshots.streaming.eos.dev" in names
-    return k
 
 
 @pytest.fixture

@@ -25,9 +25,10 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
 from eos_job.verify import audit_counts, read_committed  # noqa: E402
 from eos_stack.cluster import PYTHONPATH, OperatorProcess, condition, wait_until  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
+from examples.colors.manifest import colors_manifest  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
-from tests.e2e.streams import Trickle, kubectl, namespace  # noqa: E402,F401 (fixtures)
+from tests.e2e.streams import Trickle  # noqa: E402
 
 pytestmark = pytest.mark.stack
 
@@ -57,19 +58,9 @@ def test_three_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_en
     create_topics(bootstrap, {src: 3, counts: 3, dlq: 1})
     ledger = f"{counts}.eos-ledger.{namespace}.{NAME}"
     checkpoint = tmp_path / "checkpoint"
-    stream = {
-        "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream", "metadata": {"name": NAME},
-        "spec": {
-            "job": {"module": "examples.colors.job", "parallelism": 2,
-                    "sparkConf": {"spark.sql.streaming.minBatchesToRetain": "100"}},
-            "source": {"bootstrapServers": bootstrap, "topics": [src], "maxOffsetsPerTrigger": 2000},
-            "sink": {"bootstrapServers": bootstrap, "topic": counts, "deadLetterTopic": dlq},
-            "checkpoint": {"store": "local", "path": str(checkpoint)},
-            "triggerIntervalMs": 500,
-            "restartStrategy": {"type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 1}},
-            # upgradeMode: snapshot, the default
-        },
-    }
+    stream = colors_manifest(NAME, bootstrap, src, counts, checkpoint, dlq=dlq, max_offsets_per_trigger=2000,
+                             trigger_interval_ms=500,   # upgradeMode: snapshot, the default
+                             restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 1}})
     trickle = Trickle(bootstrap, src)
     with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
                         extra_env={"PYTHONPATH": PYTHONPATH}) as kubelet:

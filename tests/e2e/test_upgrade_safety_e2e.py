@@ -16,8 +16,7 @@ import pytest
 from eos_job.verify import audit_counts
 from eos_stack.cluster import condition, wait_until
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.streams import NAME, Trickle, finish_exact, kubectl, namespace, rig  # noqa: F401 (fixtures)
-from tests.e2e.test_operator_e2e import colors_stream
+from tests.e2e.streams import NAME, Trickle, colors_stream, finish_exact, rig
 
 pytestmark = pytest.mark.stack
 

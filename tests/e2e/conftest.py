@@ -1,0 +1,67 @@
+"""Fixtures of the end-to-end tests: the API server with the CRDs, a namespace per test, a process kubelet,
+the operator, and drivers of the colors job that never outlive their test. Helpers are in streams.py."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from eos_stack.cluster import Kubectl
+from eos_stack.common import free_port
+from examples.colors.local_run import ColorsRun
+from tests.e2e.streams import PYTHONPATH, OperatorProcess
+from tests.harness.kubelet import ProcessKubelet
+
+
+@pytest.fixture(scope="module")
+def kubectl(stack_env) -> Kubectl:
+    """Every CRD, before any operator starts (it discovers the resources it serves once, at start)."""
+    k = Kubectl(stack_env)
+    k.apply_crds()
+    return k
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl):
+    ns = f"eos-e2e-{uuid.uuid4().hex[:6]}"
+    kubectl.run("create", "namespace", ns)
+    yield ns
+    # The operator is gone by now: release what still carries its finalizer, then drop the namespace.
+    for kind in ("exactlyoncestreams", "exactlyoncesnapshots"):
+        for s in kubectl.json("get", kind, "-n", ns)["items"]:
+            kubectl.run("patch", kind, s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}', check=False)
+    kubectl.run("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kubelet(stack_env, namespace, tmp_path):
+    """A process kubelet for the namespace; leaving it kills every Pod process it started."""
+    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
+                        extra_env={"PYTHONPATH": PYTHONPATH}) as k:
+        yield k
+
+
+@pytest.fixture
+def operator(stack_env, namespace, kubelet, tmp_path):
+    op = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log",
+                         liveness_port=free_port()).start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def colors_run(stack_env, tmp_path):
+    """Makes ColorsRuns (a local driver of the colors job); whatever driver one of them still runs at the end
+    is SIGKILLed with its process group, so a failed assertion never leaves a JVM behind."""
+    runs: list[ColorsRun] = []
+
+    def make(**options) -> ColorsRun:
+        run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], options.pop("work_dir", tmp_path), **options)
+        runs.append(run)
+        return run
+
+    yield make
+    for run in runs:
+        if run.proc is not None and run.proc.poll() is None:
+            run.kill9()
