@@ -135,7 +135,7 @@ def main(argv=None) -> int:
                 if rep:
                     res[v].append((w, c))
         print(f"{a.records:,} records per transaction, median of {a.repeats}:")
-        print(f"| variant | wall s | CPU s | records/s (wall) | CPU µs/record | CPU vs sink |")
+        print("| variant | wall s | CPU s | records/s (wall) | CPU µs/record | CPU vs sink |")
         print("| --- | ---: | ---: | ---: | ---: | ---: |")
         base = statistics.median(c for _, c in res["sink"])
         for v in VARIANTS:

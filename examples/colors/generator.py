@@ -34,6 +34,11 @@ def expected_counts(n: int, seed: int = 7, drop: tuple[str, ...] = DROPPED, star
     return {k: v for k, v in sorted(c.items()) if counted(k, drop)}
 
 
+def expected_ids(n: int, seed: int = 7, start_id: int = 0, drop: tuple[str, ...] = DROPPED) -> set[int]:
+    """The ids of the events ``produce`` writes that the job keeps (the unique-id stream's output)."""
+    return {i for i, color in events(n, seed, start_id) if counted(color, drop)}
+
+
 def produce(bootstrap: str, topic: str, n: int, seed: int = 7, start_id: int = 0) -> dict[str, int]:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 20})
     failures: list = []

@@ -40,6 +40,7 @@ class ColorsRun:
     run_id: str = ""
     extra_env: dict | None = None
     transaction_timeout_ms: int = 60000
+    module: str = "examples.colors.job"   # examples.colors.ids: the unique-id stream
 
     def __post_init__(self):
         self.run_id = self.run_id or uuid.uuid4().hex[:8]
@@ -56,7 +57,7 @@ class ColorsRun:
         return colors_manifest(f"colors-{self.run_id}", self.bootstrap, self.events, self.counts, self.workdir,
                                dlq=self.dlq, parallelism=self.parallelism, namespace="local",
                                max_offsets_per_trigger=self.max_offsets_per_trigger,
-                               trigger_interval_ms=self.trigger_interval_ms,
+                               trigger_interval_ms=self.trigger_interval_ms, job={"module": self.module},
                                sink={"transactionTimeoutMs": self.transaction_timeout_ms})
 
     def setup(self, event_partitions: int = 3, count_partitions: int = 3) -> None:

@@ -9,9 +9,12 @@ boundary, for snapshots and pre-flights.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from . import protocol
 
 
 def checkpoint_id(ckpt: str | Path) -> str | None:
@@ -62,6 +65,47 @@ def kafka_offsets(ckpt: str | Path, batch: int) -> dict[str, dict[str, int]]:
             if isinstance(parts, dict):
                 merged.setdefault(topic, {}).update({str(p): int(o) for p, o in parts.items()})
     return merged
+
+
+def initial_kafka_offsets(ckpt: str | Path) -> dict[str, dict[str, int]] | None:
+    """Where the Kafka source started (``sources/0/0``: a version line, then JSON); None if absent."""
+    f = Path(ckpt) / "sources" / "0" / "0"
+    if not f.is_file():
+        return None
+    for line in reversed(f.read_bytes().decode("utf-8", "replace").splitlines()):
+        line = line.strip("\0 ")
+        if line.startswith("{"):
+            return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in json.loads(line).items()}
+    return None
+
+
+def batch_input(ckpt: str | Path, batch: int) -> protocol.Ranges:
+    """Batch ``batch``'s input ranges as the checkpoint logged them (its end: ``offsets/N``; its start: the
+    end of N-1, or the source's initial offsets for batch 0; unknown starts are None)."""
+    end = kafka_offsets(ckpt, batch)
+    if batch == 0:
+        start = initial_kafka_offsets(ckpt)
+    else:
+        start = kafka_offsets(ckpt, batch - 1) if (Path(ckpt) / "offsets" / str(batch - 1)).is_file() else None
+    return protocol.input_ranges(start, end)
+
+
+def offset_log_text(ckpt: str | Path, batch: int) -> str:
+    return (Path(ckpt) / "offsets" / str(batch)).read_text()
+
+
+def write_offset_log(ckpt: str | Path, batch: int, text: str) -> None:
+    """Log ``offsets/<batch>`` as recorded in the ledger, so Spark re-runs the batch with that input.
+
+    Written to a temporary name and renamed, as Spark writes its logs; a checksum file of another
+    content is removed first (Hadoop's local file system would refuse the file), none is needed.
+    """
+    folder = Path(ckpt) / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f".{batch}.crc").unlink(missing_ok=True)
+    tmp = folder / f".{batch}.eos-ledger.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, folder / str(batch))
 
 
 def replay_batch(ckpt: str | Path) -> int | None:

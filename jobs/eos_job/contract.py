@@ -11,13 +11,25 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from .sink import HASH_COL
+from .protocol import HASH_COL
 
 OUTPUT_COLUMNS = {"key", "value", "headers", "topic", "partition", "error"}
 
 
 class JobFailed(RuntimeError):
     """The query cannot go on; the message says why and what to do."""
+
+
+class DriverSuperseded(JobFailed):
+    """A newer driver of the stream started (its epoch is on the slot's ledger record): this one stops for
+    good rather than fence the newer one's producers."""
+    REASON = "Superseded"
+
+
+class BatchRefused(JobFailed):
+    """Batch N is not the input, or not the spec, the ledger recorded for N: it must not run, and running
+    it again would refuse again (the operator fails the stream rather than restart it)."""
+    REASON = "BatchRefused"
 
 
 @dataclass

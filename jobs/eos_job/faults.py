@@ -12,10 +12,31 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     ``batch_in_sink``: every slot and the batch-complete record are in the
     sink, Spark's ``commits/N`` is not: kill the driver with probability p
     (drawn per batch).
+``EOS_FAULT_KILL_IN_TRANSACTION=<p>``
+    ``in_transaction``: a slot produced its records and its ledger record, its
+    transaction is open, the commit not yet sent: kill with probability p.
+``EOS_FAULT_KILL_DURING_COMMIT=<p>``
+    ``committing``: with probability p, a timer kills the driver 0-20 ms after
+    the slot sent its commit: the kill lands while the commit is in flight.
+``EOS_FAULT_HOLD_OPEN=<seconds>``
+    ``in_transaction``: the first transaction of a slot task stays open this
+    long before its commit (longer than transaction.timeout.ms: Kafka aborts
+    it, and the slot must fence again and write it once).
+``EOS_FAULT_FROM_BATCH=<n>``
+    The kill and hold faults above fire only from batch n on, so a run commits
+    something before its planned kill.
 ``EOS_FAULT_PARTIAL_BATCH=<batch>:<slot>``
     From that batch on, every other slot waits 120 s before its transaction
     (``before_slot_commit``) and the chosen one kills the driver once it
     committed (``slot_committed``): a partially committed batch.
+
+``EOS_UNSAFE_DISABLE=<safety>[,<safety>...]``
+    Negative controls: switch a safety of the protocol off, so a test can show
+    that its verifier reports the violation that follows. ``input-check``: the
+    driver neither compares a batch's input with the ledger's nor re-runs a
+    checkpoint that is behind the ledger; ``ledger-skip``: a slot writes even
+    when the ledger says its batch is committed. Never set in production; the
+    driver logs an error when one is.
 
 Python workers run in process groups of their own, so ``driver_starting``
 records the driver's group in ``EOS_DRIVER_PGID`` for them to kill, as a
@@ -27,6 +48,7 @@ import logging
 import os
 import random
 import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -35,6 +57,12 @@ log = logging.getLogger(__name__)
 KILL_AFTER_COMMIT_ENV = "EOS_FAULT_KILL_AFTER_COMMIT"
 KILL_BEFORE_COMMIT_LOG_ENV = "EOS_FAULT_KILL_BEFORE_COMMIT_LOG"
 PARTIAL_BATCH_ENV = "EOS_FAULT_PARTIAL_BATCH"
+KILL_IN_TRANSACTION_ENV = "EOS_FAULT_KILL_IN_TRANSACTION"
+KILL_DURING_COMMIT_ENV = "EOS_FAULT_KILL_DURING_COMMIT"
+HOLD_OPEN_ENV = "EOS_FAULT_HOLD_OPEN"
+FROM_BATCH_ENV = "EOS_FAULT_FROM_BATCH"
+UNSAFE_ENV = "EOS_UNSAFE_DISABLE"
+SAFETIES = ("input-check", "ledger-skip")
 DRIVER_PGID_ENV = "EOS_DRIVER_PGID"
 PARTIAL_HOLD_S = 120   # long enough for the driver to be killed meanwhile
 
@@ -48,10 +76,16 @@ class Faults:
     kill_after_commit: float = 0.0
     kill_before_commit_log: float = 0.0
     partial_batch: tuple[int, int] | None = None   # (batch, slot)
+    unsafe: frozenset[str] = frozenset()
+    kill_in_transaction: float = 0.0
+    kill_during_commit: float = 0.0
+    hold_open_s: float = 0.0
+    from_batch: int = 0
 
     @property
     def enabled(self) -> bool:
-        return self.kill_after_commit > 0 or self.kill_before_commit_log > 0 or self.partial_batch is not None
+        return (self.kill_after_commit > 0 or self.kill_before_commit_log > 0 or self.partial_batch is not None
+                or self.kill_in_transaction > 0 or self.kill_during_commit > 0 or self.hold_open_s > 0)
 
     @classmethod
     def from_env(cls, env) -> Faults:
@@ -60,9 +94,17 @@ class Faults:
         if raw:
             batch, slot = raw.split(":")
             partial = int(batch), int(slot)
+        unsafe = frozenset(s.strip() for s in env.get(UNSAFE_ENV, "").split(",") if s.strip())
+        unknown = unsafe - set(SAFETIES)
+        if unknown:
+            raise ValueError(f"{UNSAFE_ENV}: unknown safety {sorted(unknown)}; known: {', '.join(SAFETIES)}")
         return cls(kill_after_commit=float(env.get(KILL_AFTER_COMMIT_ENV, "0") or 0),
                    kill_before_commit_log=float(env.get(KILL_BEFORE_COMMIT_LOG_ENV, "0") or 0),
-                   partial_batch=partial)
+                   partial_batch=partial, unsafe=unsafe,
+                   kill_in_transaction=float(env.get(KILL_IN_TRANSACTION_ENV, "0") or 0),
+                   kill_during_commit=float(env.get(KILL_DURING_COMMIT_ENV, "0") or 0),
+                   hold_open_s=float(env.get(HOLD_OPEN_ENV, "0") or 0),
+                   from_batch=int(env.get(FROM_BATCH_ENV, "0") or 0))
 
 
 _current: Faults | None = None
@@ -83,6 +125,15 @@ def reset() -> None:
 
 
 # ------------------------------------------------------------------ hooks
+def unsafe(safety: str) -> bool:
+    """Whether a negative control switched ``safety`` off (see the module's docstring)."""
+    off = safety in current().unsafe
+    if off:
+        log.error("UNSAFE: the %s safety of the exactly-once protocol is switched off (%s) for a negative "
+                  "control; the output will not be exact", safety, UNSAFE_ENV)
+    return off
+
+
 def driver_starting() -> None:
     """The driver, before its SparkSession starts: let the Python workers know which group to kill."""
     if current().enabled:
@@ -101,7 +152,7 @@ def slot_committed(batch: int, slot: int) -> None:
     f = current()
     if not f.enabled:
         return
-    if f.kill_after_commit > 0:
+    if f.kill_after_commit > 0 and batch >= f.from_batch:
         rng = random.Random(hash((batch, slot, os.getpid(), time.time_ns())))
         if rng.random() < f.kill_after_commit:
             log.warning("fault injection: killing the driver after slot %d of batch %d committed", slot, batch)
@@ -112,10 +163,42 @@ def slot_committed(batch: int, slot: int) -> None:
         _killpg(_driver_pgid(), signal.SIGKILL)
 
 
+def in_transaction(batch: int, slot: int, round_no: int) -> None:
+    """A slot task with its transaction open (records and ledger record produced), before the commit."""
+    f = current()
+    if batch < f.from_batch:
+        return
+    if f.hold_open_s > 0 and round_no == 0:
+        log.warning("fault injection: holding the transaction of slot %d batch %d open for %.0f s", slot, batch,
+                    f.hold_open_s)
+        _sleep(f.hold_open_s)
+    if f.kill_in_transaction > 0 and _draw(batch, slot) < f.kill_in_transaction:
+        log.warning("fault injection: killing the driver inside the open transaction of slot %d of batch %d",
+                    slot, batch)
+        _killpg(_driver_pgid(), signal.SIGKILL)
+
+
+def committing(batch: int, slot: int) -> None:
+    """A slot task about to send its commit: a timer may kill the driver while the commit is in flight."""
+    f = current()
+    if batch < f.from_batch or f.kill_during_commit <= 0 or _draw(batch, slot) >= f.kill_during_commit:
+        return
+    delay = random.uniform(0, 0.02)
+    log.warning("fault injection: killing the driver %.0f ms into the commit of slot %d of batch %d",
+                delay * 1000, slot, batch)
+    timer = threading.Timer(delay, _killpg, args=(_driver_pgid(), signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
+
+
+def _draw(batch: int, slot: int) -> float:
+    return random.Random(hash((batch, slot, os.getpid(), time.time_ns()))).random()
+
+
 def batch_in_sink(batch: int) -> None:
     """The driver, after every slot and the batch-complete record reached the sink, before ``commits/N``."""
     p = current().kill_before_commit_log
-    if p > 0 and random.random() < p:
+    if p > 0 and batch >= current().from_batch and random.random() < p:
         log.warning("fault injection: killing the driver after batch %d reached the sink, before commits/%d",
                     batch, batch)
         _killpg(os.getpgrp(), signal.SIGKILL)

@@ -25,7 +25,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from .ledger import admin_client, base_config
 from .resolution import last_batch_record
-from .spec import ReplayHorizon, RunConfig
+from .spec import RunConfig
+from .status import ReplayHorizon
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def assess(batch: int, views: list[PartitionView], now: float, *,
         message = (f"retention deleted {lost} records before the stream read them ({v.name}: the stream is at "
                    f"offset {v.checkpointed}, the source keeps only from {v.earliest}); they are lost to this "
                    "stream and Spark stops the query there (failOnDataLoss). To go on without them set "
-                   "source.options.failOnDataLoss: \"false\"; to prevent it, raise the topic's retention.ms")
+                   "source.acceptDataLoss: true; to prevent it, raise the topic's retention.ms")
         return ReplayHorizon(state="Exceeded", batch=batch, checked_at=checked, backlog_records=backlog,
                              lost_records=lost, seconds_left=soonest[0] if soonest else None, partition=v.name,
                              message=message)

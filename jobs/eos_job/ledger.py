@@ -114,6 +114,35 @@ def ensure_ledger_topic(admin: AdminClient, topic: str, slots: int, *, replicati
         wait_partitions(admin, topic, wanted, timeout_s)
 
 
+def check_ledger_topic(admin: AdminClient, consumer: Consumer, topic: str, stream_uid: str,
+                       timeout_s: float = 15.0) -> None:
+    """The ledger's assumptions, checked before a driver writes: compacted (a record must never expire: a
+    replay would write its slot again) and this stream's alone (another stream's open transactions could
+    hide a committed record from a read_committed read)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([res])[res].result(timeout_s)
+    except KafkaException as exc:
+        raise SinkUnavailable(f"cannot read the configuration of the ledger topic {topic!r}: {exc}; grant the sink "
+                              "principal DescribeConfigs on it") from exc
+    policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else ""
+    if "compact" not in (policy or "").split(",") or "delete" in (policy or "").split(","):
+        raise SinkUnavailable(f"ledger topic {topic!r} has cleanup.policy={policy}: its records would expire and "
+                              "a replay would then write committed output again. Set cleanup.policy=compact "
+                              f"(kafka-configs --alter --topic {topic} --add-config cleanup.policy=compact)")
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, protocol.BATCH_PARTITION), timeout=timeout_s,
+                                               cached=False)
+    mine = f"{stream_uid}/".encode()
+    for msg in records(consumer, topic, protocol.BATCH_PARTITION, max(low, high - 8), high,
+                       time.monotonic() + timeout_s):
+        if msg.key() is not None and not msg.key().startswith(mine):
+            raise SinkUnavailable(f"ledger topic {topic!r} holds records of another stream (key "
+                                  f"{msg.key()[:80]!r}): a ledger belongs to one stream. Give this stream its own "
+                                  "sink.ledgerTopic")
+
+
 def wait_partitions(admin: AdminClient, topic: str, wanted: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -168,8 +197,16 @@ def read_latest(consumer: Consumer, topic: str, partition: int, key: str, *,
 
 def _scan(consumer: Consumer, topic: str, partition: int, start: int, end: int, want: bytes,
           deadline: float) -> bytes | None:
-    consumer.assign([TopicPartition(topic, partition, start)])
     found = None
+    for msg in records(consumer, topic, partition, start, end, deadline):
+        if msg.key() == want:
+            found = msg.value()
+    return found
+
+
+def records(consumer: Consumer, topic: str, partition: int, start: int, end: int, deadline: float):
+    """The committed records of ``topic[partition]`` from ``start`` to ``end`` (or the partition's end)."""
+    consumer.assign([TopicPartition(topic, partition, start)])
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -182,12 +219,45 @@ def _scan(consumer: Consumer, topic: str, partition: int, start: int, end: int, 
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
-                return found
+                return
             raise SinkUnavailable(f"reading ledger {topic}[{partition}]: {err}")
         if msg.offset() >= end:
-            return found
-        if msg.key() == want:
-            found = msg.value()
+            return
+        yield msg
+
+
+def read_history(consumer: Consumer, topic: str, prefix: str, since: int | None, *,
+                 timeout_s: float = 60.0) -> dict[int, list[bytes]]:
+    """The values of every batch history key ``<prefix><N>`` in partition 0, newest first, back to the
+    newest tombstone of the key (a tombstoned batch with nothing newer is left out).
+
+    Reads backwards from the partition's end in growing windows and stops once it holds the record of
+    batch ``since`` (the checkpoint's last committed batch): everything the ledger knows beyond the
+    checkpoint is newer than that. Without ``since``, the whole partition (bounded by compaction).
+    """
+    deadline = time.monotonic() + timeout_s
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, protocol.BATCH_PARTITION),
+                                               timeout=timeout_s, cached=False)
+    want = prefix.encode()
+    values: dict[int, list[bytes]] = {}
+    deleted: set[int] = set()
+    end, window = high, 64
+    while end > low:
+        start = max(low, end - window)
+        chunk = [(m.key(), m.value()) for m in records(consumer, topic, protocol.BATCH_PARTITION, start, end,
+                                                         deadline) if m.key() and m.key().startswith(want)]
+        for key, value in reversed(chunk):
+            n = int(key[len(want):])
+            if n in deleted:
+                continue
+            if value is None:
+                deleted.add(n)
+            else:
+                values.setdefault(n, []).append(value)
+        if since is not None and (since in values or since in deleted):
+            break
+        end, window = start, window * 4
+    return values
 
 
 def idempotent_producer(bootstrap: str, extra: dict[str, str] | None = None) -> Producer:
@@ -196,11 +266,13 @@ def idempotent_producer(bootstrap: str, extra: dict[str, str] | None = None) -> 
     return Producer(conf)
 
 
-def produce_sync(producer: Producer, topic: str, partition: int, key: str, value: bytes,
-                 timeout_s: float = 30.0) -> None:
+def produce_sync(producer: Producer, topic: str, partition: int, key: str, value: bytes | None,
+                 timeout_s: float = 30.0, *, more: tuple[tuple[str, bytes | None], ...] = ()) -> None:
+    """Write ``key: value`` (then each of ``more``, in order; None is a tombstone) and wait for all."""
     errors: list = []
-    producer.produce(topic, value=value, key=key.encode(), partition=partition,
-                     on_delivery=lambda err, _msg: errors.append(err) if err else None)
+    for k, v in ((key, value), *more):
+        producer.produce(topic, value=v, key=k.encode(), partition=partition,
+                         on_delivery=lambda err, _msg: errors.append(err) if err else None)
     remaining = producer.flush(timeout_s)
     if remaining or errors:
         raise SinkUnavailable(f"could not write to {topic}[{partition}]: "

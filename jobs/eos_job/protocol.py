@@ -6,6 +6,7 @@ The Kafka side effects live in ``eos_job.ledger`` and ``eos_job.sink``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -13,6 +14,7 @@ from enum import Enum
 import numpy as np
 
 DIGEST_MASK = (1 << 64) - 1
+HASH_COL = "__eos_hash"   # the per-record hash column the runtime adds to the output (digests)
 
 # Ledger partition layout: partition 0 holds the driver's batch-complete
 # records (idempotent, non-transactional writes); slot p writes partition p+1
@@ -44,6 +46,84 @@ def batch_key(stream_uid: str, checkpoint_id: str, generation: int) -> str:
     return f"{stream_uid}/{checkpoint_id}/{generation}/batch"
 
 
+def history_key(stream_uid: str, checkpoint_id: str, batch: int) -> str:
+    """Batch ``batch``'s input record: keyed without the generation, so batch identity and completion are
+    judged across generations."""
+    return f"{stream_uid}/{checkpoint_id}/input/{batch}"
+
+
+def history_prefix(stream_uid: str, checkpoint_id: str) -> str:
+    return f"{stream_uid}/{checkpoint_id}/input/"
+
+
+def epoch_key(stream_uid: str) -> str:
+    """The stream's driver epoch (partition 0): every driver start takes the next one."""
+    return f"{stream_uid}/epoch"
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int
+    started_at: str = ""
+    host: str = ""
+
+    def encode(self) -> bytes:
+        return json.dumps({"kind": "epoch", **asdict(self)}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "EpochRecord":
+        d = json.loads(raw)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def newest_history(values: list[bytes]) -> "BatchHistoryRecord":
+    """Of the records of one batch (newest first), the one of the highest driver epoch: a superseded
+    driver's late write never overrides what the newer driver recorded."""
+    records = [BatchHistoryRecord.decode(v) for v in values]
+    return max(records, key=lambda r: r.epoch)   # max keeps the first (newest) of equal epochs
+
+
+# Input records older than this many batches behind the newest get a tombstone: the ledger stays small,
+# and a checkpoint further behind than that is refused with a message rather than re-planned.
+HISTORY_BATCHES = 10_000
+
+
+# ------------------------------------------------------------------ batch identity
+Ranges = dict[str, dict[str, list]]   # {topic: {partition: [start offset or None, end offset]}}
+
+
+def input_ranges(start: dict[str, dict[str, int]] | None, end: dict[str, dict[str, int]]) -> Ranges:
+    """Batch N's input: per source partition, where it starts (the end of N-1) and where it ends."""
+    start = start or {}
+    return {t: {str(p): [start.get(t, {}).get(str(p)), int(o)] for p, o in sorted(parts.items())}
+            for t, parts in sorted(end.items())}
+
+
+def input_digest(ranges: Ranges) -> str:
+    """A short, order-independent name of an input, carried by every slot record of the batch."""
+    if not ranges:
+        return ""
+    return hashlib.sha256(json.dumps(ranges, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def same_input(a: Ranges, b: Ranges) -> bool:
+    """Equal ends, and equal starts where both sides know them."""
+    if set(a) != set(b):
+        return False
+    for t, parts in a.items():
+        if set(parts) != set(b[t]):
+            return False
+        for p, (start, end) in parts.items():
+            other_start, other_end = b[t][p]
+            if end != other_end or (start is not None and other_start is not None and start != other_start):
+                return False
+    return True
+
+
+def describe_ranges(r: Ranges) -> str:
+    return ", ".join(f"{t}[{p}] {s}..{e}" for t, parts in r.items() for p, (s, e) in parts.items()) or "(none)"
+
+
 @dataclass(frozen=True)
 class SlotLedgerRecord:
     """The last batch a slot committed, written in the same transaction as its output."""
@@ -52,6 +132,9 @@ class SlotLedgerRecord:
     digest: int
     dead_letters: int = 0
     spec_hash: str = ""
+    input: str = ""          # input_digest of the batch's source ranges
+    output_hash: str = ""    # what decides the output: ExactlyOnceStreamSpec.output_hash()
+    epoch: int = 0           # the driver epoch that wrote (or stamped) the record
 
     def encode(self) -> bytes:
         d = asdict(self)
@@ -62,7 +145,30 @@ class SlotLedgerRecord:
     def decode(cls, raw: bytes) -> "SlotLedgerRecord":
         d = json.loads(raw)
         d["digest"] = int(d["digest"], 16)
-        return cls(**d)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class BatchHistoryRecord:
+    """What batch N of a checkpoint was: written before any slot of N commits (``complete`` false) and
+    again once every slot did (``complete`` true). ``offset_log`` is Spark's ``offsets/N`` file as written,
+    so the batch can be re-run with exactly its input (and batch timestamp) from the ledger alone."""
+    batch: int
+    generation: int
+    slots: int
+    input: Ranges
+    offset_log: str = ""
+    output_hash: str = ""
+    complete: bool = False
+    epoch: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps({"kind": "input", **asdict(self)}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "BatchHistoryRecord":
+        d = json.loads(raw)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -93,6 +199,9 @@ class BatchCompleteRecord:
 class SlotAction(Enum):
     WRITE = "write"
     SKIP = "skip"
+    SUPERSEDED = "superseded"   # a newer driver (epoch) wrote or stamped the slot: this driver stops for good
+    REPLAN = "replan"   # the ledger's batch N is another input: fail; the restart re-runs the ledger's batches
+    REFUSE = "refuse"   # the ledger's batch N is another spec's, partially committed: stop for good
 
 
 @dataclass(frozen=True)
@@ -102,14 +211,28 @@ class SlotDecision:
     reason: str
 
 
-def decide_slot(batch: int, recorded: SlotLedgerRecord | None) -> SlotDecision:
-    """Step 2 of the write path, after the fence: write, or skip because already committed.
+def decide_slot(batch: int, recorded: SlotLedgerRecord | None, *, input: str = "",
+                output_hash: str = "", epoch: int = 0) -> SlotDecision:
+    """Step 2 of the write path, after the fence: write, skip because already committed, or refuse.
 
     A recorded batch later than ``batch`` happens after restoring an older
-    snapshot of the same checkpoint: those batches are in the sink already.
+    snapshot of the same checkpoint: those batches are in the sink already (the
+    driver made sure, from the ledger's batch history, that ``batch`` is the same
+    input as then). The same batch number under another input or another spec is
+    never skipped on its number, and never written on top: refused.
     """
     if recorded is None:
         return SlotDecision(SlotAction.WRITE, None, "no ledger record for this slot")
+    if epoch and recorded.epoch > epoch:
+        return SlotDecision(SlotAction.SUPERSEDED, recorded, f"a newer driver (epoch {recorded.epoch}) runs this "
+                            f"stream; this one (epoch {epoch}) stops without writing")
+    if recorded.batch == batch and input and recorded.input and input != recorded.input:
+        return SlotDecision(SlotAction.REPLAN, recorded, f"batch {batch} was committed for another input "
+                            f"(ledger {recorded.input}, now {input})")
+    if recorded.batch == batch and output_hash and recorded.output_hash and output_hash != recorded.output_hash:
+        return SlotDecision(SlotAction.REFUSE, recorded, f"batch {batch} was partially committed by another spec "
+                            f"(output hash {recorded.output_hash}, now {output_hash}); finish it with that spec "
+                            "(drain) first")
     if recorded.batch >= batch:
         why = "batch already committed" if recorded.batch == batch else (
             f"a later batch ({recorded.batch}) is already committed")
@@ -159,3 +282,103 @@ def check_batch_commits(batch: int, slots: int, commits: list[SlotCommit]) -> No
     wrong = [c for c in commits if c.batch != batch]
     if wrong:
         raise RuntimeError(f"batch {batch}: slot commits for other batches {[(c.slot, c.batch) for c in wrong]}")
+
+
+# ------------------------------------------------------------------ the driver's batch checks
+@dataclass(frozen=True)
+class BatchVerdict:
+    action: str   # "run": the slots decide; "skip": all in the sink; "replan": fail, the restart re-runs the
+                  # ledger's batches first; "refuse": stop for good (a restart would refuse again)
+    reason: str
+
+
+def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None, generation: int,
+                output_hash: str) -> BatchVerdict:
+    """Before batch N's slots run: is N the input the ledger says N was, and may it run under this spec?"""
+    if recorded is None:
+        return BatchVerdict("run", "the ledger has no record of this batch")
+    if not same_input(planned, recorded.input):
+        return BatchVerdict("replan", (
+            f"batch {batch} was planned over {describe_ranges(planned)}, but the ledger's batch {batch} of this "
+            f"checkpoint is {describe_ranges(recorded.input)}: skipping it by its number would lose records and "
+            "writing it would duplicate them, so nothing was written. Another driver recorded it since this one "
+            "started; the restart re-runs the ledger's batches before planning new ones"))
+    if recorded.generation != generation:
+        if recorded.complete:
+            return BatchVerdict("skip", f"batch {batch} is complete in the sink (generation "
+                                        f"{recorded.generation}, {recorded.slots} slots)")
+        return BatchVerdict("refuse", (
+            f"batch {batch} is partially committed under generation {recorded.generation} "
+            f"({recorded.slots} slots), and this driver runs generation {generation}: finish it with the spec "
+            "that started it (drain) before another slot count runs; nothing was written"))
+    if not recorded.complete and recorded.output_hash and output_hash and recorded.output_hash != output_hash:
+        return BatchVerdict("refuse", (
+            f"batch {batch} is partially committed by another spec (output hash {recorded.output_hash}, now "
+            f"{output_hash}): finish it with that spec (drain) first; nothing was written"))
+    return BatchVerdict("run", "the same input as the ledger's record")
+
+
+def catch_up(committed: int | None, history: dict[int, BatchHistoryRecord]) -> tuple[list[int], str | None]:
+    """The batches to re-run with their recorded input before Spark plans anything new, or an error.
+
+    The checkpoint's last committed batch is ``committed``; the ledger recorded batches up to ``max(history)``
+    of the same checkpoint identity (a restore of an older snapshot, a stream re-created on a stale
+    checkpoint). Spark would plan those again from what the source holds now: other ranges, same numbers.
+    """
+    first = 0 if committed is None else committed + 1
+    if not history or max(history) < first:
+        return [], None
+    last = max(history)
+    missing = [n for n in range(first, last + 1) if n not in history]
+    if missing:
+        return [], (f"the checkpoint is at batch {committed} and the ledger holds this checkpoint's batches up to "
+                    f"{last}, but not the input of batch(es) {missing[:5]}{'...' if len(missing) > 5 else ''} "
+                    f"(it keeps the last {HISTORY_BATCHES}): restore a newer snapshot, or give the previous "
+                    "checkpoint as replayOffsetsFrom")
+    missing_log = [n for n in range(first, last + 1) if not history[n].offset_log]
+    if missing_log:
+        return [], f"the ledger's records of batch(es) {missing_log[:5]} carry no offset log to re-run them from"
+    return list(range(first, last + 1)), None
+
+
+# ------------------------------------------------------------------ generation history
+def generations_key(stream_uid: str) -> str:
+    """The stream's generation history (partition 0): every (generation, slots, first batch) that wrote."""
+    return f"{stream_uid}/generations"
+
+
+@dataclass(frozen=True)
+class GenerationHistory:
+    generations: list[list[int]] = field(default_factory=list)   # [generation, slots, first batch], ascending
+
+    def encode(self) -> bytes:
+        return json.dumps({"kind": "generations", "generations": self.generations}, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> "GenerationHistory":
+        if raw is None:
+            return cls()
+        return cls([list(g) for g in json.loads(raw).get("generations", [])])
+
+    def slots_of(self) -> dict[int, int]:
+        return {g: s for g, s, _ in self.generations}
+
+    def with_generation(self, generation: int, slots: int, first_batch: int) -> "GenerationHistory":
+        if any(g == generation for g, _, _ in self.generations):
+            return self
+        return GenerationHistory(sorted([*self.generations, [generation, slots, first_batch]]))
+
+
+def effective_generation(requested: int, slots: int, history: GenerationHistory) -> int:
+    """The generation a driver runs: the operator's (``status.txGeneration``) unless the ledger knows a later
+    one. A re-created resource starts at 0 again: it continues the ledger's latest generation when the slot
+    count is the same (the same transactional ids and slot keys as before), and takes a new generation above
+    every one that ever wrote when it differs; it never reuses an old generation's ids for other slots."""
+    if not history.generations:
+        return requested
+    latest, latest_slots, _ = max(history.generations)
+    if requested > latest:
+        return requested
+    if latest_slots == slots:
+        return latest
+    return latest + 1

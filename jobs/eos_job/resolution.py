@@ -16,10 +16,12 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 
 from . import checkpoint, protocol
-from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer,
+from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer, records,
                      read_latest, sink_security)
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
-from .spec import ResolutionReport, RunConfig
+from .epoch import read_generations
+from .spec import RunConfig
+from .status import ResolutionReport
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,33 @@ def fence(bootstrap: str, txid: str, timeout_s: float, sec: dict[str, str]) -> N
         p.init_transactions(timeout_s)
     finally:
         p.flush(0)
+
+
+def _fence_all(bootstrap: str, txids: list[str], timeout_s: float, sec: dict[str, str]) -> int:
+    """Fence every id, a few at a time (each fence is a round trip to the transaction coordinator)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(txid: str) -> None:
+        try:
+            fence(bootstrap, txid, timeout_s, sec)
+        except KafkaException as exc:
+            raise SinkUnavailable(f"resolution could not fence {txid}: {exc.args[0]}; the sink cluster "
+                                  "must be reachable before the stream restarts") from exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(txids))), thread_name_prefix="eos-fence") as pool:
+        list(pool.map(one, txids))
+    return len(txids)
+
+
+def _still_held(admin, topics: dict, names: list[str], timeout_s: float) -> set[tuple[str, int]]:
+    """Partitions an open transaction still holds after fencing; markers of the aborts may trail by a moment."""
+    held: set[tuple[str, int]] = set()
+    for _ in range(10):
+        held = open_transaction_partitions(admin, topics, names, timeout_s)
+        if not held:
+            return held
+        time.sleep(0.5)
+    return held
 
 
 def open_transaction_partitions(admin, topics: dict, names: list[str], timeout_s: float) -> set[tuple[str, int]]:
@@ -72,26 +101,35 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
     ledger = config.ledger_topic()
     md = topics.get(ledger)
     ledger_parts = len(md.partitions) if md is not None and md.error is None else 0
-    # Slots of the previous generation may have been more than now: fence every id the ledger has room for.
-    prev_slots = max(slots, ledger_parts - 1)
-    fenced = 0
     t0 = time.monotonic()
+    generations = protocol.GenerationHistory()
+    if ledger_parts:
+        consumer = ledger_consumer(sink.bootstrap_servers, sec)
+        try:
+            generations = read_generations(consumer, ledger, stream.uid, timeout_s)
+        finally:
+            consumer.close()
+    gen = protocol.effective_generation(stream.generation, slots, generations)
+    # Every generation that ever wrote (the ledger's history), and the previous one with every slot the
+    # ledger has room for (ledgers written before the history existed).
+    to_fence = {g: n for g, n in generations.slots_of().items()}
+    to_fence[gen] = max(slots, to_fence.get(gen, 0))
+    if gen > 0:
+        to_fence[gen - 1] = max(to_fence.get(gen - 1, 0), slots, ledger_parts - 1)
     watched = [t for t in (sink.topic, sink.dead_letter_topic, ledger) if t and t in topics]
     held_before = open_transaction_partitions(admin, topics, watched, timeout_s)
-    for gen, n in ((stream.generation, slots), (stream.generation - 1, prev_slots)):
-        if gen < 0:
-            continue
-        for slot in range(n):
-            txid = protocol.transactional_id(stream.transactional_prefix, gen, slot)
-            try:
-                fence(sink.bootstrap_servers, txid, timeout_s, sec)
-            except KafkaException as exc:
-                raise SinkUnavailable(f"resolution could not fence {txid}: {exc.args[0]}; the sink cluster "
-                                      "must be reachable before the stream restarts") from exc
-            fenced += 1
-    held_after = open_transaction_partitions(admin, topics, watched, timeout_s)
+    txids = [protocol.transactional_id(stream.transactional_prefix, g, slot)
+             for g, n in sorted(to_fence.items()) for slot in range(n)]
+    fenced = _fence_all(sink.bootstrap_servers, txids, timeout_s, sec)
+    held_after = _still_held(admin, topics, watched, timeout_s)
+    held_ledger = sorted(p for t, p in held_after if t == ledger)
+    if held_ledger:
+        raise SinkUnavailable(
+            f"after fencing every generation that wrote ({sorted(to_fence)}), ledger {ledger} partitions "
+            f"{held_ledger} still have an open transaction: another producer writes the ledger topic. A ledger "
+            "belongs to one stream: give this stream its own sink.ledgerTopic (or stop the other writer)")
     report = ResolutionReport(stream_uid=stream.uid, checkpoint_id=ckpt_id, checkpoint_readable=readable,
-                              generation=stream.generation,
+                              generation=gen,
                               slots=slots, fenced_transactional_ids=fenced,
                               checkpoint_last_offsets_batch=checkpoint.last_offsets_batch(ckpt),
                               checkpoint_last_committed_batch=checkpoint.last_committed_batch(ckpt))
@@ -101,11 +139,12 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
             per_slot: dict[str, int] = {}
             for slot in range(min(slots, ledger_parts - 1)):
                 raw = read_latest(consumer, ledger, protocol.ledger_partition(slot),
-                                  protocol.slot_key(stream.uid, ckpt_id, stream.generation, slot), timeout_s=timeout_s)
-                if raw is not None:
-                    per_slot[str(slot)] = SlotLedgerRecord.decode(raw).batch
+                                  protocol.slot_key(stream.uid, ckpt_id, gen, slot), timeout_s=timeout_s)
+                batch = SlotLedgerRecord.decode(raw).batch if raw is not None else -1
+                if batch >= 0:   # -1: only a driver epoch's stamp, no batch yet
+                    per_slot[str(slot)] = batch
             raw = read_latest(consumer, ledger, protocol.BATCH_PARTITION,
-                              protocol.batch_key(stream.uid, ckpt_id, stream.generation), timeout_s=timeout_s)
+                              protocol.batch_key(stream.uid, ckpt_id, gen), timeout_s=timeout_s)
             report.last_complete_batch = BatchCompleteRecord.decode(raw).batch if raw is not None else None
             report.last_committed_batch_per_slot = per_slot
         finally:
@@ -149,9 +188,12 @@ def _summarise(r: ResolutionReport) -> str:
 
 
 def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0) -> BatchCompleteRecord | None:
-    """The newest batch-complete record of the stream's ledger, whatever its checkpoint: partition 0 holds
-    only those, so it is the partition's last record. Cheap (one record), no fencing; None if there is
-    none or Kafka fails. The operator polls it for ``status.lastCommittedBatch``."""
+    """The newest batch-complete record of the stream's ledger, whatever its checkpoint: the driver writes
+    it last of a batch's records in partition 0, so it is among the partition's last few (batch history
+    records and tombstones come before it). Cheap, no fencing; None if there is none or Kafka fails.
+    The operator polls it for ``status.lastCommittedBatch``."""
+    import json
+
     from confluent_kafka import TopicPartition
 
     sink = config.spec.sink
@@ -160,19 +202,16 @@ def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0) -> BatchCom
         tp = TopicPartition(config.ledger_topic(), protocol.BATCH_PARTITION)
         try:
             low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
-        except KafkaException:
-            return None
-        if high <= low:
-            return None
-        consumer.assign([TopicPartition(tp.topic, tp.partition, max(low, high - 1))])
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            msg = consumer.poll(min(1.0, max(0.01, deadline - time.monotonic())))
-            if msg is None:
-                continue
-            if msg.error():
+            if high <= low:
                 return None
-            return BatchCompleteRecord.decode(msg.value())
-        return None
+            newest = None
+            for msg in records(consumer, tp.topic, tp.partition, max(low, high - 8), high,
+                                time.monotonic() + timeout_s):
+                value = msg.value()
+                if value is not None and "kind" not in json.loads(value):
+                    newest = value
+            return BatchCompleteRecord.decode(newest) if newest is not None else None
+        except (KafkaException, SinkUnavailable):
+            return None
     finally:
         consumer.close()

@@ -25,14 +25,15 @@ from typing import Iterator
 import pyarrow as pa
 
 from . import faults, protocol
+from .contract import BatchRefused, DriverSuperseded
 from .ledger import ledger_consumer, read_latest
-from .protocol import SlotAction, SlotCommit, SlotLedgerRecord
+from .protocol import HASH_COL, SlotAction, SlotCommit, SlotLedgerRecord
 
 log = logging.getLogger(__name__)
 
 COMMIT_SCHEMA = ("slot int, batch long, count long, digest string, skipped boolean, dead_letters long, "
                  "nondeterministic boolean, attempt int")
-HASH_COL = "__eos_hash"
+
 # Producer errors that mean "this producer can no longer be trusted": start over with a fresh fence.
 MAX_FENCE_ROUNDS = 5
 
@@ -53,7 +54,10 @@ class SlotWriterConfig:
     transaction_timeout_ms: int
     batch: int
     slots: int
-    has_columns: tuple[str, ...] = field(default_factory=tuple)
+    input: str = ""          # the batch's input digest: a slot record of the same batch for another is refused
+    output_hash: str = ""
+    epoch: int = 0           # the driver's epoch (see eos_job.epoch)
+    skip_all: bool = False   # the whole batch is in the sink (another generation): run the plan, write nothing
 
 
 class _SlotClients:
@@ -131,6 +135,9 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
     from confluent_kafka import KafkaException
 
     count, digest, rows = _count_and_digest(batches)
+    if cfg.skip_all:
+        # The rows were computed (a stateful plan updated its state for this batch), none is written.
+        return SlotCommit(slot, cfg.batch, count, digest, skipped=True, attempt=attempt)
     key = protocol.slot_key(cfg.stream_uid, cfg.checkpoint_id, cfg.generation, slot)
     last_exc: Exception | None = None
     for round_no in range(MAX_FENCE_ROUNDS):
@@ -146,8 +153,16 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
                 raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key)
                 recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
             clients.fresh = False
-            decision = protocol.decide_slot(cfg.batch, recorded)
-            if decision.action is SlotAction.SKIP:
+            decision = protocol.decide_slot(cfg.batch, recorded, input=cfg.input, output_hash=cfg.output_hash,
+                                            epoch=cfg.epoch)
+            if decision.action is SlotAction.SUPERSEDED:
+                raise DriverSuperseded(f"slot {slot}: {decision.reason}")
+            if decision.action is SlotAction.REFUSE:
+                raise BatchRefused(f"slot {slot}: {decision.reason}; nothing was written")
+            if decision.action is SlotAction.REPLAN:
+                raise RuntimeError(f"slot {slot}: {decision.reason}; nothing was written, and the restart re-runs "
+                                   "the ledger's batches before planning new ones")
+            if decision.action is SlotAction.SKIP and not faults.unsafe("ledger-skip"):
                 nondet = recorded.batch == cfg.batch and (recorded.count, recorded.digest) != (count, digest)
                 if nondet:
                     log.warning("slot %d batch %d: replay differs from the committed output "
@@ -159,7 +174,7 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
                 # Nothing to write, and a replay of this batch has nothing either: no transaction needed.
                 return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
             faults.before_slot_commit(cfg.batch, slot)
-            dead = _transaction(cfg, clients, slot, key, batches, count, digest)
+            dead = _transaction(cfg, clients, slot, key, batches, count, digest, round_no)
             clients.last_commit = (cfg.ledger_topic, key, cfg.batch)
             faults.slot_committed(cfg.batch, slot)
             return SlotCommit(slot, cfg.batch, count, digest, skipped=False, dead_letters=dead, attempt=attempt)
@@ -191,7 +206,7 @@ def _count_and_digest(batches: list[pa.RecordBatch]) -> tuple[int, int, int]:
 
 
 def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str,
-                 batches: list[pa.RecordBatch], count: int, digest: int) -> int:
+                 batches: list[pa.RecordBatch], count: int, digest: int, round_no: int) -> int:
     """begin → every record of the slot (poison ones to the dead-letter topic) → ledger record → commit."""
     from confluent_kafka import KafkaError, KafkaException
 
@@ -204,15 +219,20 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
             if err is not None and not err.retriable() and err.code() in _RECORD_ERRORS:
                 failures.append(((msg.topic(), msg.key(), msg.value()), str(err)))
 
+        started = time.monotonic()
         producer.begin_transaction()
         dead = 0
         for b in batches:
             dead += _produce_batch(cfg, producer, b, slot, on_delivery, poison)
-        record = SlotLedgerRecord(cfg.batch, count, digest, dead, cfg.spec_hash)
+        record = SlotLedgerRecord(cfg.batch, count, digest, dead, cfg.spec_hash, cfg.input, cfg.output_hash,
+                                  cfg.epoch)
         producer.produce(cfg.ledger_topic, value=record.encode(), key=key.encode(),
                          partition=protocol.ledger_partition(slot))
+        faults.in_transaction(cfg.batch, slot, round_no)
+        faults.committing(cfg.batch, slot)
         try:
             producer.commit_transaction(cfg.transaction_timeout_ms / 1000)
+            _warn_if_slow(cfg, slot, time.monotonic() - started)
             return dead
         except KafkaException as exc:
             if not failures or not exc.args[0].txn_requires_abort():
@@ -223,6 +243,16 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
             for ident, why in failures:
                 poison[ident] = why
     raise KafkaException(KafkaError(KafkaError._FAIL, "records kept failing after dead-lettering"))
+
+
+def _warn_if_slow(cfg: SlotWriterConfig, slot: int, seconds: float) -> None:
+    """A slot transaction that took over half of transaction.timeout.ms: the next bigger one may be aborted by
+    Kafka (the task then retries it, and retries again: stuck, never lossy). Say so before it happens."""
+    limit = cfg.transaction_timeout_ms / 1000
+    if seconds > limit / 2:
+        log.warning("slot %d batch %d: its transaction took %.1f s of sink.transactionTimeoutMs %.0f s; lower "
+                    "source.maxOffsetsPerTrigger or raise sink.transactionTimeoutMs before batches outgrow it",
+                    slot, cfg.batch, seconds, limit)
 
 
 def _record_errors() -> frozenset:

@@ -68,13 +68,24 @@ class JobSpec(Model):
         "running", description="suspended stops the driver at a clean batch boundary; running resumes it.")
 
 
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
+
+
 class SourceSpec(Model):
     bootstrap_servers: str = Field(..., min_length=1, description="Kafka bootstrap servers of the source cluster.")
     topics: list[str] = Field(..., min_length=1, description="Source topics.")
     starting_offsets: Literal["earliest", "latest"] = Field(
         "earliest", description="Where a fresh checkpoint starts; ignored once the checkpoint has offsets.")
-    max_offsets_per_trigger: int | None = Field(None, ge=1, description="Upper bound of records per micro-batch.")
-    options: dict[str, str] = Field(default_factory=dict, description="Extra options of Spark's Kafka source.")
+    max_offsets_per_trigger: int = Field(DEFAULT_MAX_OFFSETS_PER_TRIGGER, ge=1, description=(
+        "Upper bound of records per micro-batch. Bounded by default, so a start with a backlog runs batches "
+        "whose slot transactions fit in sink.transactionTimeoutMs, not one huge batch."))
+    options: dict[str, str] = Field(default_factory=dict, description=(
+        "Extra options of Spark's Kafka source (not the ones the runtime sets: subscribe, startingOffsets, "
+        "maxOffsetsPerTrigger, failOnDataLoss, kafka.isolation.level, ...)."))
+    accept_data_loss: bool = Field(False, description=(
+        "Go on after the replay horizon was exceeded: records retention deleted before the stream read them "
+        "are skipped (Spark's failOnDataLoss=false). The loss is reported (ReplayHorizonExceeded), never silent; "
+        "leave false otherwise."))
     replay_horizon_warning_seconds: int | None = Field(None, ge=1, description=(
         "Warn (event, Degraded condition) when retention will delete the oldest record the stream has not "
         "processed within this many seconds; default half the topic's retention.ms."))
@@ -205,6 +216,16 @@ class ExactlyOnceStreamSpec(Model):
     def spec_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.wire(), sort_keys=True).encode()).hexdigest()[:16]
 
+    def output_hash(self) -> str:
+        """The part of the spec that decides what a batch writes (code, arguments, slots, topics), not how
+        it runs (resources, nonces, snapshot policy): the ledger refuses to finish one spec's batch with
+        another's."""
+        j, src, snk = self.job, self.source, self.sink
+        decisive = {"image": j.image, "module": j.module, "function": j.function, "args": j.args,
+                    "parallelism": j.parallelism, "outputMode": j.output_mode, "topics": src.topics,
+                    "options": src.options, "topic": snk.topic, "deadLetterTopic": snk.dead_letter_topic}
+        return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
+
 
 def semantic_errors(spec: ExactlyOnceStreamSpec) -> list[str]:
     """Checks the schema cannot express; each message names the field and the fix."""
@@ -219,6 +240,16 @@ def semantic_errors(spec: ExactlyOnceStreamSpec) -> list[str]:
         errors.append("sink.deadLetterTopic: must differ from sink.topic")
     if spec.checkpoint.store == "pvc" and not spec.checkpoint.claim_name:
         errors.append("checkpoint.claimName: required when checkpoint.store is pvc")
+    for key in spec.source.options:
+        if key in SOURCE_RESERVED:
+            via = SOURCE_RESERVED[key]
+            errors.append(f"source.options.{key}: set by the runtime for exactly-once"
+                          f"{f' (from {via})' if via else ''}; remove it")
+    for key in spec.job.spark_conf:
+        if key in SPARK_RESERVED:
+            via = SPARK_RESERVED[key]
+            errors.append(f"job.sparkConf.{key}: the output slots rely on it{f' (set from {via})' if via else ''}; "
+                          "remove it")
     for key in spec.sink.producer_config:
         if key in PRODUCER_RESERVED:
             errors.append(f"sink.producerConfig.{key}: set by the runtime for exactly-once; remove it")
@@ -233,236 +264,20 @@ PRODUCER_RESERVED = frozenset({
     "transactional.id", "enable.idempotence", "acks", "partitioner", "transaction.timeout.ms",
     "bootstrap.servers", "isolation.level",
 })
-
-
-# ------------------------------------------------------------------------- status
-class Condition(Model):
-    """A condition per the Kubernetes API conventions; lastTransitionTime changes only when status flips."""
-    type: str = Field(..., description="Ready, Progressing or Degraded.")
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(..., description="CamelCase reason of the current status.")
-    message: str = ""
-    observed_generation: int | None = Field(None, description="metadata.generation this condition was computed for.")
-    last_transition_time: str | None = Field(None, description="When status last flipped (RFC 3339).")
-
-
-class SlotRecord(Model):
-    slot: int
-    batch: int
-    count: int
-    digest: str
-
-
-class ResolutionReport(Model):
-    """What resolution found before a (re)start; kept compact in status."""
-    stream_uid: str
-    checkpoint_id: str | None = Field(None, description="Spark query id from the checkpoint's metadata, if any.")
-    checkpoint_readable: bool = Field(True, description=(
-        "False: the checkpoint store is not mounted where resolution ran (a PVC seen from the operator); "
-        "the transactions were fenced, and the driver reads its checkpoint itself."))
-    generation: int
-    slots: int
-    fenced_transactional_ids: int = 0
-    open_transactions_aborted: int = 0
-    last_committed_batch_per_slot: dict[str, int] = Field(default_factory=dict)
-    checkpoint_last_offsets_batch: int | None = None
-    checkpoint_last_committed_batch: int | None = None
-    last_complete_batch: int | None = Field(None, description="Last batch with a batch-complete ledger record.")
-    replay_batch: int | None = Field(None, description="Batch the restart replays (offsets logged, not committed).")
-    replay_slots_already_committed: list[int] = Field(default_factory=list)
-    partially_committed: bool = Field(False, description="Some but not all slots committed the replay batch.")
-    summary: str = ""
-
-
-class PendingLaunch(Model):
-    """Write-ahead record of a driver launch in flight.
-
-    Written to status before the old driver is deleted, before resolution and
-    before the new Pod is created, so an operator that restarts mid-launch
-    finishes the same launch (same Pod name) instead of starting another.
-    """
-    attempt: int = Field(..., ge=0, description="Attempt counter n of the driver Pod <name>-driver-<n>.")
-    pod: str = Field(..., description="Name of the driver Pod this launch creates.")
-    reason: Literal["Create", "Restart", "Resume", "SpecChange", "RestartRequested", "Rollback"] = Field(
-        ..., description="Why the driver is (re)launched.")
-    requested_at: str | None = Field(None, description="When the launch was decided (RFC 3339).")
-    not_before: str | None = Field(None, description="The restart delay: no Pod before this time (RFC 3339).")
-    resolved_spec_hash: str | None = Field(None, description=(
-        "Hash of the spec resolution ran for; unset until resolution succeeded for this attempt."))
-
-
-class SnapshotRecord(Model):
-    """A snapshot the operator saw written (its manifest read back), newest last in status."""
-    name: str = Field(..., description="Snapshot name, <stream>-a<driver attempt>.")
-    path: str = Field(..., description="Snapshot directory in the checkpoint store.")
-    batch: int | None = Field(None, description="Last batch committed in the snapshot.")
-    time: str | None = Field(None, description="When the snapshot was written (RFC 3339).")
-
-
-class UpgradeProgress(Model):
-    """Write-ahead record of an upgrade in flight (a spec change classified as an upgrade).
-
-    Written before the old driver is stopped; each step is idempotent, so an
-    operator killed mid-upgrade re-reads it and finishes the same upgrade once.
-    """
-    mode: Literal["snapshot", "last-state", "stateless"] = Field(..., description=(
-        "How this upgrade is carried out (a snapshot upgrade may fall back to last-state, see note)."))
-    step: Literal["PreFlight", "Stopping", "Stopped", "Draining", "Blocked"] = Field(..., description=(
-        "PreFlight: the new spec is tried on a scratch copy of the state while the old driver runs; "
-        "Stopping: the old driver is being stopped (and writes its snapshot); Stopped: the old driver "
-        "is gone and where the new one starts from is decided; Draining: a partially committed batch is "
-        "finished with the old spec before the new one starts; Blocked: no snapshot and no intact "
-        "checkpoint, nothing is started (see note)."))
-    target_spec_hash: str = Field(..., description="Hash of the spec the upgrade was decided for.")
-    from_pod: str | None = Field(None, description="The driver being replaced.")
-    snapshot_name: str | None = None
-    snapshot_path: str | None = Field(None, description="Where the old driver writes its snapshot on stop.")
-    checkpoint_dir: str = Field(..., description="Checkpoint location of the new driver.")
-    restore_from: str | None = Field(None, description="Snapshot that seeds checkpoint_dir (snapshot mode).")
-    replay_offsets_from: str | None = Field(None, description=(
-        "The checkpoint the old driver ran on: batches it logged after the snapshot are re-run with their "
-        "original offsets."))
-    previous_tx_generation: int = Field(0, description=(
-        "status.txGeneration before the upgrade (restored if the upgrade is abandoned before the new driver)."))
-    pre_flight_pod: str | None = Field(None, description="The pre-flight Pod of this upgrade (step PreFlight).")
-    drain_pod: str | None = Field(None, description="The Pod finishing a partially committed batch (step Draining).")
-    drained: bool = Field(False, description="The partially committed batch was finished with the old spec.")
-    rollback: bool = Field(False, description="This upgrade is a rollback to the last stable spec.")
-    requested_at: str | None = None
-    note: str = Field("", description="Why the upgrade deviates from its mode (e.g. no snapshot could be taken).")
-
-
-class UpgradeCheck(Model):
-    """An upgrade (or restore) whose new driver has not yet proven itself: Running and a batch committed."""
-    target_spec_hash: str
-    pod: str = Field(..., description="The new driver.")
-    deadline: str = Field(..., description="Roll back if the new driver is not ready by then (RFC 3339).")
-    baseline_batch: int | None = Field(None, description="A batch after this one must commit.")
-    rollback_snapshot: str | None = Field(None, description="Snapshot taken before the upgrade (rollback source).")
-    previous_spec: str | None = Field(None, description="JSON of the last stable spec (rollback target).")
-    previous_tx_generation: int = 0
-
-
-class RejectedSpec(Model):
-    """A spec the operator will not run (pre-flight refused it, or it was rolled back); the old one keeps running."""
-    spec_hash: str
-    reason: Literal["PreFlightFailed", "RolledBack"]
-    message: str = ""
-    time: str | None = None
-    run_spec: str | None = Field(None, description="JSON of the spec that runs instead (the last stable one).")
-
-
-class ReplayHorizon(Model):
-    """How far the source still reaches back behind the stream (the protocol's replay horizon).
-
-    Compares the source positions of the last batch in the sink (its ledger record) with what
-    the source retains: records deleted by retention before the stream read them are lost to it.
-    """
-    state: Literal["Safe", "Shrinking", "Exceeded"] = Field(..., description=(
-        "Safe; Shrinking: retention deletes an unprocessed record soon (see secondsLeft); Exceeded: "
-        "retention already deleted records the stream had not read (lostRecords)."))
-    batch: int = Field(..., description="The committed batch whose source positions were compared.")
-    checked_at: str = Field(..., description="When the source was read (RFC 3339).")
-    backlog_records: int = Field(0, description="Records retained but not yet processed, all partitions.")
-    lost_records: int = Field(0, description="Records deleted before the stream read them, all partitions.")
-    seconds_left: float | None = Field(None, description=(
-        "Least time before retention may delete an unprocessed record; unset: no backlog or no time limit."))
-    partition: str | None = Field(None, description="The partition that decided the state (topic/partition).")
-    message: str = ""
-
-
-class ExactlyOnceStreamStatus(Model):
-    observed_generation: int | None = Field(None, description="metadata.generation the operator last acted on.")
-    lifecycle_state: Literal["Created", "Deploying", "Running", "Restarting", "Upgrading", "Suspended",
-                             "Failed", "Invalid"] = Field("Created", description="Derived lifecycle state.")
-    conditions: list[Condition] = Field(default_factory=list)
-    last_committed_batch: int | None = Field(None, description="Last batch committed to the sink, as last seen.")
-    nondeterministic_slots: int | None = Field(None, description=(
-        "Replayed slots whose output differed from what the sink holds (the transformation is not "
-        "deterministic), summed over the stream's ledger, as last seen."))
-    restart_count: int = Field(0, description="Restarts since the last reset (restartNonce or a stable run).")
-    next_restart_time: str | None = Field(None, description="When the pending restart may start (RFC 3339).")
-    last_error: str | None = Field(None, description="Why the last driver failed: exit code and termination message.")
-    resolution: ResolutionReport | None = Field(None, description="Report of the last resolution.")
-    last_reconciled_spec: str | None = Field(None, description="JSON of the spec the current driver was launched with.")
-    tx_generation: int = Field(0, description="Transactional-id generation of the running spec.")
-    driver_pod: str | None = Field(None, description="Name of the current driver Pod.")
-    driver_attempt: int = Field(0, description="Attempt counter n of the current (or next) driver Pod.")
-    pending_launch: PendingLaunch | None = None
-    observed_restart_nonce: int | None = Field(None, description="spec.restartNonce the counters were last reset for.")
-    failure_times: list[str] = Field(default_factory=list, description=(
-        "Recent driver failure times (RFC 3339), for the failure-rate strategy."))
-    last_restart_delay_seconds: float | None = Field(None, description=(
-        "Base delay of the last restart, for the exponential-delay strategy."))
-    running_since: str | None = Field(None, description="When the current driver was first seen Running (RFC 3339).")
-    checkpoint_dir: str | None = Field(None, description=(
-        "Checkpoint location of the current driver; unset means <checkpoint.path>/live."))
-    restore_from: str | None = Field(None, description="Snapshot the current checkpoint location was seeded from.")
-    replay_offsets_from: str | None = Field(None, description=(
-        "Checkpoint whose offset log the current driver re-runs after its restore (see RunConfig)."))
-    snapshot_on_stop: str | None = Field(None, description=(
-        "Where the current driver writes its snapshot when stopped gracefully."))
-    upgrade: UpgradeProgress | None = None
-    last_stable_spec: str | None = Field(None, description="JSON of the last spec whose driver reached Running.")
-    snapshots: list[SnapshotRecord] = Field(default_factory=list, description=(
-        "Snapshots taken by upgrades, newest last (bounded)."))
-    observed_snapshot_nonce: int | None = Field(None, description="spec.snapshotNonce a snapshot was last requested for.")
-    upgrade_check: UpgradeCheck | None = None
-    rejected_spec: RejectedSpec | None = Field(None, description=(
-        "The current spec is not run (pre-flight failed or rolled back); the last stable spec runs instead. "
-        "Change the spec to try again."))
-    restored_from_snapshot: str | None = Field(None, description="spec.restoreFrom the stream was last restored from.")
-    replay_horizon: ReplayHorizon | None = Field(None, description=(
-        "Checkpointed source positions versus what the source still retains, as last checked."))
-
-
-# ------------------------------------------------------- ExactlyOnceSnapshot
-SNAPSHOT_KIND = "ExactlyOnceSnapshot"
-SNAPSHOT_PLURAL = "exactlyoncesnapshots"
-SNAPSHOT_SHORT_NAMES = ["eoss"]
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-
-
-class SnapshotSpec(Model):
-    stream: str = Field(..., pattern=DNS_LABEL, max_length=63, description="The ExactlyOnceStream (same namespace).")
-    trigger: Literal["manual", "periodic", "nonce", "upgrade"] = Field("manual", description=(
-        "Who asked: manual (created by a user), periodic (snapshots.intervalSeconds), nonce (snapshotNonce), "
-        "upgrade (written by the driver when it stopped for an upgrade)."))
-    path: str | None = Field(None, min_length=1, description=(
-        "Snapshot directory; default <checkpoint.path>/snapshots/<name>. For trigger upgrade: the snapshot "
-        "the driver wrote (it is verified, not copied)."))
-    max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed attempt before the snapshot is Failed.")
-    dispose_on_delete: bool = Field(True, description="Delete the snapshot's files when this resource is deleted.")
-
-
-class SnapshotAccess(Model):
-    """How a Pod reaches the snapshot's files, recorded at its first attempt: disposal works after its
-    stream is gone (snapshots outlive their streams)."""
-    image: str
-    service_account_name: str | None = None
-    store: Literal["pvc", "local"]
-    claim_name: str | None = None
-    mount_path: str = Field(..., description="checkpoint.path of the stream (the claim's mount path).")
-
-
-class ExactlyOnceSnapshotStatus(Model):
-    state: Literal["Pending", "InProgress", "Completed", "Failed"] = Field("Pending", description=(
-        "Pending: waiting to start (or to retry); InProgress: the copy runs; Completed; Failed: retries exhausted."))
-    path: str | None = Field(None, description="Snapshot directory in the checkpoint store.")
-    batch: int | None = Field(None, description="Last batch committed in the snapshot.")
-    checkpoint_id: str | None = None
-    stream_uid: str | None = Field(None, description="Stream id in the manifest (eos_job.spec.stream_uid).")
-    spec_hash: str | None = None
-    size_bytes: int | None = None
-    taken_at: str | None = Field(None, description="When the snapshot was written (RFC 3339, from the manifest).")
-    attempts: int = Field(0, description="Attempts started so far.")
-    pod: str | None = Field(None, description="The Pod of the current attempt.")
-    next_attempt_time: str | None = Field(None, description="A retry starts no earlier than this (RFC 3339).")
-    last_error: str | None = None
-    access: SnapshotAccess | None = Field(None, description=(
-        "The stream's image, ServiceAccount and checkpoint volume, as the snapshot's Pods use them."))
-    message: str = ""
-    observed_generation: int | None = None
+# Spark Kafka source options the runtime sets (with the spec field that sets them, if any): a batch's input
+# must be the offset ranges of the offset log, read only from committed transactions, never silently short.
+SOURCE_RESERVED = {
+    "subscribe": "source.topics", "subscribePattern": "source.topics", "assign": "source.topics",
+    "kafka.bootstrap.servers": "source.bootstrapServers", "startingOffsets": "source.startingOffsets",
+    "maxOffsetsPerTrigger": "source.maxOffsetsPerTrigger", "failOnDataLoss": "source.acceptDataLoss",
+    "kafka.isolation.level": None, "endingOffsets": None, "startingTimestamp": None,
+    "startingOffsetsByTimestamp": None,
+}
+# Spark settings the slots rely on: P shuffle partitions, never merged or split by adaptive execution.
+SPARK_RESERVED = {
+    "spark.sql.shuffle.partitions": "job.parallelism", "spark.sql.adaptive.enabled": None,
+    "spark.sql.adaptive.coalescePartitions.enabled": None, "spark.sql.adaptive.skewJoin.enabled": None,
+}
 
 
 # ---------------------------------------------------------------- the job config

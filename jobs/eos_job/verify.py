@@ -71,17 +71,21 @@ def audit_counts(bootstrap: str, topic: str, timeout_s: float = 60.0) -> CountsA
 
 
 def ledger_monotone(bootstrap: str, ledger_topic: str, timeout_s: float = 60.0) -> list[str]:
-    """Problems found: a slot key whose recorded batch went backwards within one ledger partition."""
-    seen: dict[tuple[int, bytes], int] = {}
+    """Problems found: a slot key whose recorded batch did not grow within one ledger partition (a record
+    of the same batch is allowed only as a newer driver's epoch stamp)."""
+    seen: dict[tuple[int, bytes], tuple[int, int]] = {}
     problems = []
     for m in read_committed(bootstrap, ledger_topic, timeout_s):
         if m.partition() == protocol.BATCH_PARTITION:
             continue
         rec = protocol.SlotLedgerRecord.decode(m.value())
         k = (m.partition(), m.key())
-        if k in seen and rec.batch <= seen[k]:
-            problems.append(f"partition {m.partition()} key {m.key().decode()}: batch {rec.batch} after {seen[k]}")
-        seen[k] = rec.batch
+        if k in seen:
+            batch, epoch = seen[k]
+            if rec.batch < batch or (rec.batch == batch and rec.epoch <= epoch):
+                problems.append(f"partition {m.partition()} key {m.key().decode()}: batch {rec.batch} (epoch "
+                                f"{rec.epoch}) after batch {batch} (epoch {epoch})")
+        seen[k] = (rec.batch, rec.epoch)
     return problems
 
 
@@ -92,3 +96,40 @@ def open_transactions(bootstrap: str, topics: list[str], timeout_s: float = 30.0
     admin = AdminClient({"bootstrap.servers": bootstrap})
     md = admin.list_topics(timeout=timeout_s).topics
     return open_transaction_partitions(admin, md, [t for t in topics if t in md], timeout_s)
+
+
+@dataclass
+class IdAudit:
+    """A unique-id stream read back: every expected id exactly once, nothing else."""
+    records: int
+    missing: list[int]
+    duplicates: dict[int, int]        # id -> times seen (> 1)
+    unexpected: list[str]
+
+    def violations(self) -> list[str]:
+        out = []
+        if self.missing:
+            out.append(f"{len(self.missing)} ids lost (e.g. {self.missing[:8]})")
+        if self.duplicates:
+            out.append(f"{len(self.duplicates)} ids written more than once (e.g. {list(self.duplicates.items())[:8]})")
+        if self.unexpected:
+            out.append(f"{len(self.unexpected)} records with keys nobody sent (e.g. {self.unexpected[:8]})")
+        return out
+
+
+def audit_ids(bootstrap: str, topic: str, expected: set[int], timeout_s: float = 60.0) -> IdAudit:
+    """Read ``topic`` read_committed (keys are record ids) and compare it, as a set, with ``expected``.
+
+    Unlike final counts per key, nothing hides a loss here: a lost transaction of any batch leaves its ids
+    missing, a record written twice shows its id twice."""
+    seen: dict[int, int] = {}
+    unexpected: list[str] = []
+    records = read_committed(bootstrap, topic, timeout_s)
+    for m in records:
+        key = (m.key() or b"").decode(errors="replace")
+        if key.isdigit() and int(key) in expected:
+            seen[int(key)] = seen.get(int(key), 0) + 1
+        else:
+            unexpected.append(key)
+    return IdAudit(len(records), sorted(expected - set(seen)), {k: n for k, n in sorted(seen.items()) if n > 1},
+                   unexpected)

@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from eos_job.spec import ExactlyOnceStreamSpec, ReplayHorizon, ResolutionReport, RunConfig
+from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
+from eos_job.status import ReplayHorizon, ResolutionReport
 
 from .kube_api import Conflict, KubeError, KubernetesApi, ObjectRef, event_kind  # noqa: F401 - one import for all adapters
 from .observed import CheckpointState, SnapshotView

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from eos_job.spec import Condition
+from eos_job.status import Condition
 
 from .timeutil import fmt
 

@@ -24,9 +24,10 @@ from typing import Any
 
 import yaml
 
-from eos_job.spec import (API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAMES, SNAPSHOT_KIND, SNAPSHOT_PLURAL,
-                          SNAPSHOT_SHORT_NAMES, ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec,
-                          ExactlyOnceStreamStatus, SnapshotSpec)
+from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAMES, ExactlyOnceStreamSpec
+from eos_job.status import ExactlyOnceStreamStatus
+from eos_job.snapshot_resource import (SNAPSHOT_KIND, SNAPSHOT_PLURAL, SNAPSHOT_SHORT_NAMES,
+                                       ExactlyOnceSnapshotStatus, SnapshotSpec)
 
 from .children import MAX_LABEL, MAX_STREAM_NAME
 

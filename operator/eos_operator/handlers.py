@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import kopf
 
-from eos_job.spec import API_GROUP, API_VERSION, PLURAL, SNAPSHOT_PLURAL
+from eos_job.spec import API_GROUP, API_VERSION, PLURAL
+from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
 from .adapters import JobResolver, KubernetesApi, LedgerProgress, LocalCheckpointStore, SystemClock
 from .metrics import StreamMetrics

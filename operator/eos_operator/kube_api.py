@@ -13,7 +13,8 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL, SNAPSHOT_PLURAL
+from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL
+from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
 from .children import LABEL_STREAM, selector_string, stream_selector
 

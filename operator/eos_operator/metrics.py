@@ -20,7 +20,7 @@ import typing
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from eos_job.spec import ExactlyOnceStreamStatus
+from eos_job.status import ExactlyOnceStreamStatus
 
 from .conditions import get_condition
 

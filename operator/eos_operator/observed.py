@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from eos_job.spec import ReplayHorizon
+from eos_job.status import ReplayHorizon
 
 from .children import LABEL_ATTEMPT, LABEL_SNAPSHOT_ACTION, OWN_CONTAINERS
 
@@ -38,6 +38,18 @@ class PodView:
         """The trailing number of the name (the attempt, or a dispose Pod's index)."""
         tail = self.name.rsplit("-", 1)[-1]
         return int(tail) if tail.isdigit() else -1
+
+    @property
+    def summary_reason(self) -> str | None:
+        """The ``reason`` of the run summary the job runtime wrote as its termination message, if any."""
+        text = (self.message or "").strip()
+        if not text.startswith("{"):
+            return None
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return None
+        return doc.get("reason") if isinstance(doc, dict) else None
 
     def failure_text(self) -> str:
         parts = [f"driver Pod {self.name} {self.phase.lower()}"]

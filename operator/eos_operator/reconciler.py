@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
+from eos_job.spec import ExactlyOnceStreamSpec
+from eos_job.status import ExactlyOnceStreamStatus
 
 from . import children, planner
 from .actions import Event, Plan, Resolve

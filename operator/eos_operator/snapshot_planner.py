@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from eos_job.spec import ExactlyOnceSnapshotStatus, SnapshotSpec, StreamIdentity, stream_uid
+from eos_job.spec import StreamIdentity, stream_uid
+from eos_job.snapshot_resource import ExactlyOnceSnapshotStatus, SnapshotSpec
 
 from .actions import CreatePod, DeletePod, Plan, Step
 from .observed import PodView

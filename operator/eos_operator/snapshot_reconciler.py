@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from eos_job.spec import SnapshotSpec
+from eos_job.snapshot_resource import SnapshotSpec
 
 from .actions import Plan
 from .adapters import Clock, Kube

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from eos_job.spec import (API_GROUP, API_VERSION, SNAPSHOT_KIND, ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec,
-                          SnapshotAccess, SnapshotSpec, StreamIdentity)
+from eos_job.spec import API_GROUP, API_VERSION, ExactlyOnceStreamSpec, StreamIdentity
+from eos_job.snapshot_resource import SNAPSHOT_KIND, ExactlyOnceSnapshotStatus, SnapshotAccess, SnapshotSpec
 from pydantic import ValidationError
 
 from . import children

@@ -67,6 +67,7 @@ OPERATOR_ONLY_FIELDS = (("job", "state"), ("restartNonce",), ("restartStrategy",
 RESTART_ONLY_FIELDS = (
     "job.driver", "job.executor", "job.serviceAccountName", "job.deployMode", "triggerIntervalMs",
     "source.bootstrapServers", "source.maxOffsetsPerTrigger", "source.options", "source.startingOffsets",
+    "source.acceptDataLoss",
     "sink.producerConfig", "sink.credentials", "sink.transactionTimeoutMs",
 )
 

@@ -5,10 +5,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 

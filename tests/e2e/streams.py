@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from eos_job.spec import load_run_config
-from eos_job.verify import audit_counts
+from eos_job.verify import audit_counts, audit_ids, ledger_monotone, open_transactions
 from eos_stack import cluster
 from eos_stack.cluster import Kubectl, wait_until
 from examples.colors.generator import counted, event_value, events
@@ -118,9 +118,11 @@ class ColorsTopics:
 
 
 def colors_stream(name: str, topics: ColorsTopics, checkpoint: Path, *, attempts: int = 3,
-                  delay: float = 1.0) -> dict[str, Any]:
+                  delay: float = 1.0, module: str | None = None) -> dict[str, Any]:
+    """The colors stream under the operator; ``module="examples.colors.ids"``: the unique-id stream."""
     return colors_manifest(name, topics.bootstrap, topics.events, topics.counts, checkpoint, dlq=topics.dlq,
                            max_offsets_per_trigger=2000, trigger_interval_ms=500,
+                           job={"module": module} if module else None,
                            restartStrategy={"type": "fixed-delay",
                                             "fixedDelay": {"attempts": attempts, "delaySeconds": delay}},
                            upgradeMode="last-state")
@@ -250,6 +252,47 @@ def run_config(run: ColorsRun):
 
 def assert_exact(run: ColorsRun, expected: dict[str, int]) -> None:
     assert_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
+
+
+def assert_ids_exact(run: ColorsRun, expected: set[int]) -> None:
+    assert_ids_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
+
+
+def assert_ids_exactly_once(bootstrap: str, topic: str, ledger: str, expected: set[int],
+                            other_topics: tuple[str, ...] = ()) -> None:
+    """The unique-id verifier: the output, read_committed, is the expected ids as a set, none twice; the
+    ledger only grew per slot; no transaction is left open."""
+    audit = audit_ids(bootstrap, topic, expected)
+    assert audit.violations() == [], f"not exactly once: {audit.violations()}"
+    assert ledger_monotone(bootstrap, ledger) == []
+    assert open_transactions(bootstrap, [topic, ledger, *other_topics]) == set()
+
+
+def wait_ids(bootstrap: str, topic: str, expected: set[int], diag: Callable[[], str], timeout: float = 420) -> None:
+    """Until every expected id is in the output (read_committed)."""
+    wait_until(lambda: not audit_ids(bootstrap, topic, expected).missing, "every id in the output", timeout,
+               diag, 2)
+
+
+def wait_consumed(run: ColorsRun, ckpt: Path, timeout: float = 240) -> None:
+    """Until the run has committed, in checkpoint ``ckpt``, a batch that ends where the source topic ends."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from eos_job import checkpoint
+    c = Consumer({"bootstrap.servers": run.bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:6]}"})
+    try:
+        parts = c.list_topics(run.events, timeout=15).topics[run.events].partitions
+        ends = {str(p): c.get_watermark_offsets(TopicPartition(run.events, p), timeout=15)[1] for p in parts}
+    finally:
+        c.close()
+
+    def caught_up() -> bool:
+        if run.proc is not None and run.proc.poll() is not None:
+            raise AssertionError(f"the job exited with {run.proc.returncode}")
+        done = checkpoint.last_committed_batch(ckpt)
+        return done is not None and checkpoint.kafka_offsets(ckpt, done).get(run.events) == ends
+
+    wait_until(caught_up, f"the run to consume {run.events} up to {ends}", timeout, run.log_tail)
 
 
 def run_job(args: list[str], env_extra: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -1,5 +1,11 @@
-"""Chaos: SIGKILL the driver again and again (also inside the commit window), restart the broker,
-and take the sink away for longer than the transaction timeout; the output stays exactly once."""
+"""Chaos on the unique-id stream: SIGKILL the driver again and again at planned points of the write path
+(inside an open slot transaction, while a commit is in flight, after a slot committed, after the batch
+reached the sink but before Spark's commit log) and at random moments after progress; hard-kill the broker
+under running commits; hold a transaction open past transaction.timeout.ms so Kafka aborts it; take the
+sink away for longer than the transaction timeout. Then every id is in the output exactly once.
+
+Honest accounting: a planned-fault run counts only if it ended by SIGKILL (a run that failed otherwise fails
+the test), every run commits a batch before its kill, and the results say what each kill hit."""
 from __future__ import annotations
 
 import os
@@ -10,49 +16,59 @@ from collections import Counter
 
 import pytest
 
+from eos_job import checkpoint
 from eos_job.resolution import resolve
 from eos_stack import kafka
 from eos_stack.common import Stack
-from examples.colors.generator import produce
+from examples.colors.generator import expected_ids, produce
 from examples.colors.local_run import ColorsRun
-from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.streams import run_config
+from tests.e2e.streams import assert_ids_exact, run_config, wait_consumed
 
 pytestmark = pytest.mark.stack
 RUNS = int(os.environ.get("EOS_CHAOS_RUNS", "15"))  # make test; make soak runs 100
 TX_TIMEOUT_MS = 10_000
+# Kafka aborts a timed-out transaction at its next check (transaction.abort.timed.out.transaction.cleanup.
+# interval.ms, 10 s by default) after transaction.timeout.ms: hold longer than both.
+HOLD_S = TX_TIMEOUT_MS / 1000 + 12
+PLANNED = {   # kind -> the fault switches of the run (they fire from the run's second batch on)
+    "in-transaction": {"EOS_FAULT_KILL_IN_TRANSACTION": "0.5"},
+    "during-commit": {"EOS_FAULT_KILL_DURING_COMMIT": "0.5"},
+    "after-slot-commit": {"EOS_FAULT_KILL_AFTER_COMMIT": "0.7"},
+    "before-commit-log": {"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"},
+}
+CYCLE = ("random", *PLANNED)
 
 
-class EventFeed(threading.Thread):
-    """Produces color events in small chunks while the job is being killed; knows the expected counts."""
+class IdFeed(threading.Thread):
+    """Produces events with unique ids in small chunks while the job is being killed; knows every id sent."""
 
     def __init__(self, bootstrap: str, topic: str, chunk: int = 100, pause: float = 2.0):
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.chunk, self.pause = bootstrap, topic, chunk, pause
-        self.expected: Counter = Counter()
+        self.chunks: list[tuple[int, int, int]] = []   # (n, seed, first id)
         self.sent = 0
         self.stop_flag = threading.Event()
         self.paused = threading.Event()
         self._producing = threading.Lock()
         self.error: Exception | None = None
 
+    def send(self, n: int, seed: int, start_id: int) -> None:
+        produce(self.bootstrap, self.topic, n, seed=seed, start_id=start_id)
+        self.chunks.append((n, seed, start_id))
+
     def run(self):
         try:
             while not self.stop_flag.is_set():
                 with self._producing:
                     if not self.paused.is_set():
-                        self.expected.update(produce(self.bootstrap, self.topic, self.chunk, seed=self.sent,
-                                                     start_id=self.sent))
+                        self.send(self.chunk, self.sent, self.sent)
                         self.sent += self.chunk
                 time.sleep(self.pause)
         except Exception as exc:  # noqa: BLE001 - surfaced by the test
             self.error = exc
 
     def hold(self) -> None:
-        """Stop producing and wait for a chunk in flight to be delivered, so the broker can be taken down.
-
-        A chunk still in flight when the broker went away failed its flush and ended the feed: every later
-        run then had no input, and the test failed with nothing wrong in the job (seen in a CI run)."""
+        """Stop producing and wait for a chunk in flight to be delivered, so the broker can be taken down."""
         self.paused.set()
         with self._producing:
             pass
@@ -62,12 +78,12 @@ class EventFeed(threading.Thread):
     def resume(self) -> None:
         self.paused.clear()
 
-    def finish(self) -> dict[str, int]:
+    def finish(self) -> set[int]:
         self.stop_flag.set()
         self.join(120)
         if self.error:
             raise self.error
-        return dict(sorted(self.expected.items()))
+        return set().union(*(expected_ids(n, seed, start) for n, seed, start in self.chunks))
 
 
 def _wait_exit(run: ColorsRun, timeout: float) -> int | None:
@@ -77,71 +93,116 @@ def _wait_exit(run: ColorsRun, timeout: float) -> int | None:
         return None
 
 
+def _log_since(run: ColorsRun, offset: int) -> str:
+    with open(run.log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def _what_a_random_kill_hit(ckpt) -> str:
+    replay = checkpoint.replay_batch(ckpt)
+    return f"inside batch {replay}" if replay is not None else "between batches"
+
+
+def _fault_line(text: str) -> str:
+    lines = [ln.split("fault injection: ", 1)[1] for ln in text.splitlines() if "fault injection: killing" in ln]
+    return lines[-1] if lines else ""
+
+
 @pytest.mark.timeout(2700)
 def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
     st = Stack()
-    rng = random.Random(int(os.environ.get("EOS_CHAOS_SEED", "20261123")))
-    run = colors_run(parallelism=2, max_offsets_per_trigger=3000,
-                    trigger_interval_ms=300, transaction_timeout_ms=TX_TIMEOUT_MS)
+    rng = random.Random(int(os.environ.get("EOS_CHAOS_SEED", "20261124")))
+    run = colors_run(parallelism=2, max_offsets_per_trigger=3000, module="examples.colors.ids",
+                     trigger_interval_ms=300, transaction_timeout_ms=TX_TIMEOUT_MS)
     run.setup()
-    # A backlog for the first runs, then a trickle so every run has new input to write.
-    backlog = produce(run.bootstrap, run.events, 20_000, seed=-1, start_id=-20_000)
-    feed = EventFeed(run.bootstrap, run.events)
-    feed.expected.update(backlog)
+    feed = IdFeed(run.bootstrap, run.events)
+    feed.send(20_000, -1, 1_000_000)   # a backlog for the first runs, then a trickle: every run has new input
     feed.start()
-    kills = {"random": 0, "after-slot-commit": 0, "before-commit-log": 0}
-    broker_restart_at, outage_at = RUNS // 3, (2 * RUNS) // 3
-    failures_seen, outage = 0, 0.0
+    hit: Counter = Counter()
+    journal: list[str] = []
+    broker_kill_at, hold_at, outage_at = RUNS // 3, RUNS // 2, (2 * RUNS) // 3
+    failures_seen, outage, held = 0, 0.0, 0
     try:
         for i in range(RUNS):
             assert feed.error is None, f"the event feed failed before run {i}: {feed.error!r}"
-            kind = ("random", "after-slot-commit", "before-commit-log")[i % 3]
-            if i in (broker_restart_at, outage_at):
-                kind = "random"  # these runs must commit a batch first: no self-inflicted kill
-            run.extra_env = {"after-slot-commit": {"EOS_FAULT_KILL_AFTER_COMMIT": "0.7"},
-                             "before-commit-log": {"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"}}.get(kind, {})
+            kind = CYCLE[i % len(CYCLE)]
+            if i in (broker_kill_at, hold_at, outage_at):
+                kind = {broker_kill_at: "broker-hard-kill", hold_at: "hold-open", outage_at: "sink-outage"}[i]
+            done = checkpoint.last_committed_batch(run.live_checkpoint)
+            first = 0 if done is None else done + 1
+            env = dict(PLANNED.get(kind, {}))
+            if env:
+                env["EOS_FAULT_FROM_BATCH"] = str(first + 1)   # the run commits `first` before its kill
+            if kind == "hold-open":
+                env = {"EOS_FAULT_HOLD_OPEN": str(HOLD_S), "EOS_FAULT_FROM_BATCH": str(first + 1)}
+            run.extra_env = env
             # Like the operator: resolution before every start; afterwards nothing is left open.
             report = resolve(run_config(run), timeout_s=60)
             assert report.fenced_transactional_ids >= 2
+            offset = run.log_path.stat().st_size if run.log_path.exists() else 0
             run.start()
-            if i == broker_restart_at:
-                run.wait_for_batches(1)
-                kafka.restart(st)
-                print(f"run {i}: broker restarted under the running job")
-            if i == outage_at:
-                run.wait_for_batches(1)
+            run.wait_for_batches(1, timeout=240)               # progress before any kill
+            if kind in PLANNED:
+                code = _wait_exit(run, 90)
+                text = _log_since(run, offset)
+                if code == -9:
+                    where = _fault_line(text)
+                    assert where, f"run {i}: killed, but no planned fault said where:\n{text[-3000:]}"
+                    hit[kind] += 1
+                    journal.append(f"run {i} {kind}: {where}")
+                    continue
+                assert code is None, f"run {i} ({kind}) ended by exit {code}, not by its planned kill:\n{text[-3000:]}"
+                run.kill9()   # the fault's draw never came up within 90 s: say so, do not count it as planned
+                hit["random (planned fault did not fire)"] += 1
+                journal.append(f"run {i} {kind}: did not fire; killed {_what_a_random_kill_hit(run.live_checkpoint)}")
+                continue
+            if kind == "broker-hard-kill":
+                time.sleep(rng.uniform(0, 1.5))                 # batches (and their commits) are running
+                kafka.hard_kill(st)
+                journal.append(f"run {i}: broker SIGKILLed under running commits, restarted")
+                if _wait_exit(run, 20) not in (None, -9):
+                    failures_seen += 1                          # the query failed with the broker: restart it
+                    continue
+            elif kind == "hold-open":
+                deadline = time.monotonic() + 120
+                while "holding the transaction" not in _log_since(run, offset) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                run.wait_for_batches(1, timeout=HOLD_S + 90)   # the aborted slot was written again
+                text = _log_since(run, offset)
+                assert "holding the transaction" in text and run.proc.poll() is None, text[-3000:]
+                # The timeout-abort path really happened: the commit after the hold failed and the slot fenced
+                # again (the batch then committed, as waited for above).
+                assert "fencing again" in text, f"run {i}: the held transaction's commit did not fail:\n{text[-3000:]}"
+                held += text.count("holding the transaction")
+                journal.append(f"run {i}: a transaction held {HOLD_S:.0f}s, past its {TX_TIMEOUT_MS / 1000:.0f}s "
+                               "timeout; Kafka aborted it, the slot fenced again and wrote it once")
+            elif kind == "sink-outage":
                 feed.hold()
                 kafka.down(st)
                 down_at = time.monotonic()
-                time.sleep(TX_TIMEOUT_MS / 1000 + 8)  # longer than the transaction timeout
-                code = _wait_exit(run, 40)           # does the job give up (never with success) or retry?
+                time.sleep(TX_TIMEOUT_MS / 1000 + 8)            # longer than the transaction timeout
+                code = _wait_exit(run, 40)                      # does the job give up (never with success)?
                 outage = time.monotonic() - down_at
-                print(f"run {i}: sink outage of {outage:.0f}s; job exit code {code} (None = still retrying)")
+                journal.append(f"run {i}: sink down {outage:.0f}s; job exit {code} (None = still retrying)")
                 kafka.up(st)
                 feed.resume()
                 if code is not None and code != -9:
                     failures_seen += 1
                     assert code != 0, "the job must not report success while the sink is down"
                     continue
-            if kind == "random":
-                # Any moment: JVM start-up, recovery, inside a batch, between batches.
-                code = _wait_exit(run, rng.uniform(4, 24))
-                if code is not None and i == broker_restart_at and code != 0:
-                    failures_seen += 1  # the broker restart failed the query: the next run restarts it
-                    continue
-                if code is not None:
-                    raise AssertionError(f"run {i}: the job exited on its own ({run.proc.returncode}):\n"
-                                         f"{run.log_tail()}")
-            elif _wait_exit(run, 90) == -9:
-                kills[kind] += 1
-                continue
+            else:
+                code = _wait_exit(run, rng.uniform(0, 8))      # any moment after progress
+                assert code is None, f"run {i}: the job exited on its own ({code}):\n{run.log_tail()}"
+            where = _what_a_random_kill_hit(run.live_checkpoint)
             run.kill9()
-            kills["random"] += 1
+            hit["random"] += 1
+            journal.append(f"run {i} random kill: {where}")
         expected = feed.finish()
-        report = resolve(run_config(run), timeout_s=60)
+        resolve(run_config(run), timeout_s=60)
         run.extra_env = {}
         run.start()
-        run.wait_caught_up(expected, timeout=600)
+        wait_consumed(run, run.live_checkpoint, timeout=600)
         assert run.stop() == 0, run.log_tail()
     finally:
         feed.stop_flag.set()
@@ -149,9 +210,11 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
             run.kill9()
         if kafka.status(st)[0] != "running":
             kafka.up(st)
-    assert_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
-    total = sum(kills.values())
-    report_result(f"chaos: survived {total} SIGKILLs of the driver ({kills}), 1 broker restart, 1 sink outage of "
-                  f"{outage:.0f}s against a transaction timeout of {TX_TIMEOUT_MS / 1000:.0f}s ({failures_seen} job "
-                  f"failure(s) from it); {feed.sent} events, final counts exact: {expected}")
-    assert total >= RUNS - 2
+    assert_ids_exact(run, expected)
+    planned = sum(hit[k] for k in PLANNED)
+    print("\n".join(journal))
+    report_result(f"chaos: {sum(hit.values())} driver SIGKILLs ({dict(hit)}), 1 broker SIGKILL under commits, "
+                  f"{held} transaction(s) held past the {TX_TIMEOUT_MS / 1000:.0f}s timeout, 1 sink outage of "
+                  f"{outage:.0f}s ({failures_seen} job failure(s) from broker and sink, restarted); "
+                  f"{len(expected)} unique ids out of {feed.sent + 20_000} events, every one exactly once")
+    assert planned >= len(PLANNED), f"every planned kill point must have been hit at least once: {dict(hit)}"

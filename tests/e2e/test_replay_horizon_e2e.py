@@ -89,7 +89,7 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
         assert m[("eos_stream_lifecycle_state", namespace, "Suspended")] == 1
         assert m[("eos_stream_events_total", namespace, "Warning", "ReplayHorizonExceeded")] == 1
         kubectl.patch_spec(namespace, NAME, {"job": {"state": "running"},
-                                             "source": {"options": {"failOnDataLoss": "false"}}})
+                                             "source": {"acceptDataLoss": True}})
         expected += behind[1] + behind[2]
         wait_until(lambda: audit_counts(r.bootstrap, r.topics.counts).final == dict(expected),
                    "the rest to be counted", 300, r.diag, 2)
@@ -99,4 +99,4 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
                             dict(sorted(expected.items())), (r.topics.dlq,))
         report_result(f"replay horizon: Safe, then Shrinking ({h['backlogRecords'] + 50} behind) while suspended, "
                       f"then Exceeded with exactly the 50 deleted records reported lost; resumed with "
-                      f"failOnDataLoss=false, output exact without them")
+                      f"acceptDataLoss (failOnDataLoss=false), output exact without them")

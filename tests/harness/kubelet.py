@@ -71,6 +71,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException

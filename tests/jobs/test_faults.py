@@ -5,16 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
 
 from eos_job import faults, protocol, runtime, sink
+from eos_job import writer as writer_module
 from eos_job.faults import Faults
 from eos_job.protocol import SlotLedgerRecord
 
 FAULT_ENV = (faults.KILL_AFTER_COMMIT_ENV, faults.KILL_BEFORE_COMMIT_LOG_ENV, faults.PARTIAL_BATCH_ENV,
-             faults.DRIVER_PGID_ENV)
+             faults.DRIVER_PGID_ENV, faults.KILL_IN_TRANSACTION_ENV, faults.KILL_DURING_COMMIT_ENV,
+             faults.HOLD_OPEN_ENV, faults.FROM_BATCH_ENV, faults.UNSAFE_ENV)
 
 
 @pytest.fixture(autouse=True)
@@ -170,7 +173,7 @@ def fake_sink(monkeypatch):
     monkeypatch.setattr(sink, "_slot_clients", lambda cfg, slot, fresh: clients)
     monkeypatch.setattr(sink, "read_latest", lambda consumer, topic, partition, key: ledger.get(key))
 
-    def transaction(cfg, clients, slot, key, batches, count, digest):
+    def transaction(cfg, clients, slot, key, batches, count, digest, round_no):
         calls.append("commit")
         ledger[key] = SlotLedgerRecord(cfg.batch, count, digest).encode()
         return 0
@@ -216,18 +219,55 @@ class _Row(dict):
         return dict(self)
 
 
-def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypatch):
+def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypatch, tmp_path):
     calls: list[str] = []
+    for n in (6, 7):
+        (tmp_path / "offsets").mkdir(exist_ok=True)
+        (tmp_path / "offsets" / str(n)).write_text(f'v1\n{{"batchTimestampMs":1}}\n{{"t":{{"0":{n * 10}}}}}\n')
     writer = runtime.BatchWriter.__new__(runtime.BatchWriter)
     writer.__dict__.update(slots=2, lock=threading.Lock(), stopping=False, summary=runtime.RunSummary("Running"),
-                           last_done=None, _ckpt_id="c", _producer=object(), _nondet_total=0, config=None,
-                           base=dict(BASE))
+                           last_done=None, _ckpt_id="c", _producer=object(), _nondet_total=0,
+                           config=SimpleNamespace(checkpoint_dir=str(tmp_path)), base=dict(BASE, epoch=3), history={},
+                           output_hash="h", checked=True)
     monkeypatch.setattr(writer, "_source_positions", lambda batch: {}, raising=False)
-    monkeypatch.setattr(runtime.BatchWriter, "checkpoint_identity", lambda self: "c")
-    monkeypatch.setattr(runtime, "produce_sync", lambda *a, **kw: calls.append("batch-complete"))
+    monkeypatch.setattr(writer_module.BatchWriter, "checkpoint_identity", lambda self: "c")
+    monkeypatch.setattr(writer_module, "produce_sync", lambda _p, _t, _part, key, value, **kw: calls.append(
+        ("complete " if b'"complete": true' in value else "intent ") + key.rsplit("/", 1)[-1]))
     monkeypatch.setattr(faults, "batch_in_sink",
                         lambda batch: calls.append(f"in sink {batch} (last done {writer.last_done})"))
     rows = [_Row(protocol.SlotCommit(s, 7, 2, 5, skipped=False).to_row()) for s in range(2)]
     writer(_Df(rows), 7)
-    assert calls == ["batch-complete", "in sink 7 (last done None)"]   # before the batch counts as done
+    # The input record before any slot runs; the completion (with the batch-complete record) after all did,
+    # and the fault point after that, before the batch counts as done.
+    assert calls == ["intent 7", "complete 7", "in sink 7 (last done None)"]
+    assert writer.history[7].input == {"t": {"0": [60, 70]}} and writer.history[7].complete
     assert writer.last_done == 7 and writer.summary.records == 4
+
+
+def test_kills_inside_the_transaction_and_during_the_commit_fire_from_their_batch_on(monkeypatch, kills):
+    enable(monkeypatch, **{faults.KILL_IN_TRANSACTION_ENV: "1", faults.FROM_BATCH_ENV: "5",
+                           faults.DRIVER_PGID_ENV: "4242"})
+    faults.in_transaction(4, 0, 0)
+    assert kills == []                               # the run must commit something first
+    faults.in_transaction(5, 1, 0)
+    assert kills == [(4242, signal.SIGKILL)]
+    kills.clear()
+    enable(monkeypatch, **{faults.KILL_DURING_COMMIT_ENV: "1", faults.FROM_BATCH_ENV: "0"})
+    done = threading.Event()
+    monkeypatch.setattr(faults, "_killpg", lambda pgid, sig: (kills.append((pgid, sig)), done.set()))
+    faults.committing(0, 0)                          # returns at once: the commit goes on while the timer runs
+    assert done.wait(5) and kills == [(4242, signal.SIGKILL)]
+
+
+def test_a_held_transaction_is_held_once_per_slot_task(monkeypatch, sleeps, kills):
+    enable(monkeypatch, **{faults.HOLD_OPEN_ENV: "12"})
+    faults.in_transaction(3, 0, 0)
+    faults.in_transaction(3, 0, 1)                   # the retry after Kafka aborted it on the timeout
+    assert sleeps == [12.0] and kills == []
+
+
+def test_unsafe_switches_are_named_and_unknown_ones_refused(monkeypatch):
+    enable(monkeypatch, **{faults.UNSAFE_ENV: "input-check"})
+    assert faults.unsafe("input-check") and not faults.unsafe("ledger-skip")
+    with pytest.raises(ValueError, match="unknown safety"):
+        Faults.from_env({faults.UNSAFE_ENV: "fence,typo"})

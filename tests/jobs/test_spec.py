@@ -76,3 +76,33 @@ def test_operator_folder_does_not_shadow_the_stdlib():
     out = subprocess.run([sys.executable, "-c", "import operator, pydantic; print(operator.__file__)"],
                          cwd=repo, capture_output=True, text=True, check=True).stdout
     assert "/operator/" not in out.replace("operator.py", "")
+
+
+@pytest.mark.parametrize("field,key,named", [
+    ("source.options", "kafka.isolation.level", None),
+    ("source.options", "failOnDataLoss", None),
+    ("source.options", "subscribe", "source.topics"),
+    ("source.options", "subscribePattern", "source.topics"),
+    ("source.options", "startingOffsets", "source.startingOffsets"),
+    ("job.sparkConf", "spark.sql.adaptive.enabled", None),
+    ("job.sparkConf", "spark.sql.shuffle.partitions", "job.parallelism"),
+])
+def test_settings_the_protocol_relies_on_are_reserved(field, key, named):
+    s = ExactlyOnceStreamSpec.model_validate(spec(**{field: {key: "x", "kafka.fetch.max.bytes": "1"} if
+                                                     field == "source.options" else {key: "x", "spark.ui.enabled": "false"}}))
+    errs = semantic_errors(s)
+    assert len(errs) == 1, errs            # the other key is the user's to set
+    assert errs[0].startswith(f"{field}.{key}:") and "remove it" in errs[0]
+    if named:
+        assert named in errs[0]
+
+
+def test_a_batch_is_bounded_by_default_and_output_hash_ignores_how_it_runs():
+    s = ExactlyOnceStreamSpec.model_validate(spec())
+    assert s.source.max_offsets_per_trigger == 100_000
+    same = ExactlyOnceStreamSpec.model_validate(spec(**{"restartNonce": 3, "job.driver": {"cpu": "2"},
+                                                        "source.maxOffsetsPerTrigger": 10}))
+    assert same.output_hash() == s.output_hash() and same.spec_hash() != s.spec_hash()
+    for path, value in (("job.args", {"drop": "red"}), ("job.parallelism", 3), ("sink.topic", "other"),
+                        ("job.module", "examples.colors.ids")):
+        assert ExactlyOnceStreamSpec.model_validate(spec(**{path: value})).output_hash() != s.output_hash(), path

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from eos_job.spec import ReplayHorizon, ResolutionReport, RunConfig
+from eos_job.spec import RunConfig
+from eos_job.status import ReplayHorizon, ResolutionReport
 from eos_operator.adapters import Conflict, KubeError, LedgerTip, event_kind
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

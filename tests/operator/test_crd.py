@@ -8,7 +8,9 @@ import yaml
 
 import pytest
 
-from eos_job.spec import ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, SnapshotSpec
+from eos_job.spec import ExactlyOnceStreamSpec
+from eos_job.status import ExactlyOnceStreamStatus
+from eos_job.snapshot_resource import ExactlyOnceSnapshotStatus, SnapshotSpec
 from eos_operator import crd
 
 ALLOWED_KEYS = {"type", "description", "enum", "default", "pattern", "minLength", "maxLength", "minimum", "maximum",

@@ -6,7 +6,7 @@ import urllib.request
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from eos_job.spec import ReplayHorizon
+from eos_job.status import ReplayHorizon
 from eos_stack.common import free_port
 from eos_operator.metrics import LIFECYCLE_STATES, StreamMetrics
 

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport
+from eos_job.spec import ExactlyOnceStreamSpec
+from eos_job.status import ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport
 from eos_operator.conditions import get_condition
 from eos_operator.observed import Observed, PodView
 from eos_operator.actions import (ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeletePod, DeleteService,
@@ -269,6 +270,25 @@ def test_exhausted_restarts_fail_the_stream_and_keep_it_failed():
     assert p.actions == []                       # checkpoint, ledger and the failed Pod untouched
     stay = plan(s, p.status, observed(failed, at=3600))
     assert stay.actions == [] and stay.events == [] and stay.status == p.status
+
+
+def test_a_refused_batch_fails_the_stream_at_once_and_a_nonce_retries():
+    s = spec()   # two restarts allowed: none is spent on a batch that would be refused again
+    st = running_status(s)
+    summary = ('{"reason": "BatchRefused", "error": "batch 7 was planned over events[0] 10..31, but the '
+               'ledger\'s batch 7 of this checkpoint is events[0] 10..20"}')
+    refused = pod("colors-driver-0", "Failed", exit_code=1, message=summary)
+    p = plan(s, st, observed(refused))
+    assert p.status.lifecycle_state == "Failed"
+    assert reasons(p) == ["BatchRefused"]
+    assert p.status.restart_count == 0 and p.status.pending_launch is None and p.actions == []
+    ready = cond(p, "Ready")
+    assert ready.reason == "BatchRefused" and "10..31" in ready.message and "10..20" in ready.message
+    assert "restartNonce" in cond(p, "Progressing").message
+    stay = plan(s, p.status, observed(refused, at=3600))
+    assert stay.actions == [] and stay.events == [] and stay.status == p.status
+    again = plan(spec(restartNonce=1), p.status, observed(refused, at=3700))
+    assert again.status.pending_launch is not None and again.status.pending_launch.reason == "RestartRequested"
 
 
 def test_restart_nonce_resumes_a_failed_stream_and_resets_counters():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from eos_job.spec import ReplayHorizon
+from eos_job.status import ReplayHorizon
 from eos_operator.planner import plan
 
 from .fakes import FakeProgress

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from eos_job.spec import ExactlyOnceSnapshotStatus, ExactlyOnceStreamSpec, SnapshotSpec, stream_uid
+from eos_job.spec import ExactlyOnceStreamSpec, stream_uid
+from eos_job.snapshot_resource import ExactlyOnceSnapshotStatus, SnapshotSpec
 from eos_operator import children
 from eos_operator import snapshots as snaps
 from eos_operator.adapters import KubeError

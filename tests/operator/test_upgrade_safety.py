@@ -7,13 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from eos_job.spec import ExactlyOnceStreamStatus, stream_uid
+from eos_job.spec import stream_uid
+from eos_job.status import ExactlyOnceStreamStatus
 from eos_operator.observed import PodView, RestoreSource, SnapshotInfo
 from eos_operator.actions import ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, DeleteSnapshot, Resolve
 from eos_operator.planner import plan, record_resolution, retention
 from eos_operator.timeutil import fmt
 
-from eos_job.spec import ReplayHorizon, ResolutionReport
+from eos_job.status import ReplayHorizon, ResolutionReport
 
 from .fakes import T0
 from .test_planner import cond, observed, pod, reasons, spec

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, ResolutionReport,
-                          stream_uid)
+from eos_job.spec import ExactlyOnceStreamSpec, stream_uid
+from eos_job.status import ExactlyOnceStreamStatus, ResolutionReport
 from eos_operator import children
 from eos_operator.adapters import LocalCheckpointStore, StoreUnreadable
 from eos_operator.observed import PodView, SnapshotView
@@ -30,7 +30,7 @@ SNAP0 = children.snapshot_path(REF, spec(), 0)
     ("restartStrategy.type", "ignore"), ("restartNonce", "ignore"), ("upgradeMode", "ignore"),
     ("job.state", "ignore"),
     ("job.driver.memory", "restart"), ("job.executor.instances", "restart"), ("triggerIntervalMs", "restart"),
-    ("source.maxOffsetsPerTrigger", "restart"), ("source.options.kafka.x", "restart"),
+    ("source.maxOffsetsPerTrigger", "restart"), ("source.options.kafka.x", "restart"), ("source.acceptDataLoss", "restart"),
     ("sink.producerConfig.linger.ms", "restart"), ("sink.credentials", "restart"),
     ("job.module", "upgrade"), ("job.function", "upgrade"), ("job.args.drop", "upgrade"),
     ("job.sparkConf.spark.x", "upgrade"), ("job.image", "upgrade"), ("job.parallelism", "upgrade"),

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus
+from eos_job.spec import ExactlyOnceStreamSpec
+from eos_job.status import ExactlyOnceStreamStatus
 
 from .. import children
 from ..actions import CreateSnapshot, DeleteSnapshot

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport, RunConfig, \
-    UpgradeCheck, UpgradeProgress
+from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
+from eos_job.status import ExactlyOnceStreamStatus, PendingLaunch, ResolutionReport, UpgradeCheck, UpgradeProgress
 
 from .. import children
 from ..actions import (ApplyConfigMap, ApplyService, CreatePod, CreateSnapshot, DeleteConfigMap, DeleteService,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from eos_job.spec import ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch
+from eos_job.spec import ExactlyOnceStreamSpec
+from eos_job.status import ExactlyOnceStreamStatus, PendingLaunch
 
 from .. import children
 from ..actions import Plan
@@ -54,6 +55,26 @@ def exhausted(step: StreamStep, explanation: str) -> Plan:
     step.conditions(("False", "RestartsExhausted", message),
                     ("False", "RestartsExhausted", "change spec.restartNonce to resume"),
                     ("True", "RestartsExhausted", st.last_error or ""))
+    return step.done()
+
+
+BATCH_REFUSED = "BatchRefused"
+
+
+def batch_refused(step: StreamStep, error: str) -> Plan:
+    """The driver refused a batch whose number the ledger knows as another input or another spec's: a
+    restart would plan and refuse it again, so the stream fails at once (no restart is counted), with
+    what to do. Nothing of that batch was written; checkpoint and ledger are kept."""
+    st = step.st
+    st.pending_launch = None
+    st.next_restart_time = None
+    st.running_since = None
+    st.last_error = error
+    st.lifecycle_state = "Failed"
+    hint = ("restore a snapshot taken after that batch, or finish the batch with the spec that started it, "
+            "then change spec.restartNonce")
+    step.event("Warning", BATCH_REFUSED, f"{error}. {hint}")
+    step.conditions(("False", BATCH_REFUSED, error), ("False", BATCH_REFUSED, hint), ("True", BATCH_REFUSED, error))
     return step.done()
 
 

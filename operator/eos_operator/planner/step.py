@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from eos_job.spec import ExactlyOnceStreamStatus, RejectedSpec
+from eos_job.status import ExactlyOnceStreamStatus, RejectedSpec
 
 from .. import children
 from ..actions import DeletePod, Step

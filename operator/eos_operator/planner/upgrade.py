@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from eos_job.spec import (ExactlyOnceStreamSpec, ExactlyOnceStreamStatus, PendingLaunch, RejectedSpec,
-                          SnapshotRecord, UpgradeCheck, UpgradeProgress, stream_uid)
+from eos_job.spec import ExactlyOnceStreamSpec, stream_uid
+from eos_job.status import (ExactlyOnceStreamStatus, PendingLaunch, RejectedSpec, SnapshotRecord, UpgradeCheck,
+                            UpgradeProgress)
 
 from .. import children
 from ..actions import ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, Plan

@@ -1,0 +1,55 @@
+"""The ``ExactlyOnceSnapshot`` resource: a snapshot of a stream's checkpoint, its spec and status."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .spec import Model
+
+SNAPSHOT_KIND = "ExactlyOnceSnapshot"
+SNAPSHOT_PLURAL = "exactlyoncesnapshots"
+SNAPSHOT_SHORT_NAMES = ["eoss"]
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class SnapshotSpec(Model):
+    stream: str = Field(..., pattern=DNS_LABEL, max_length=63, description="The ExactlyOnceStream (same namespace).")
+    trigger: Literal["manual", "periodic", "nonce", "upgrade"] = Field("manual", description=(
+        "Who asked: manual (created by a user), periodic (snapshots.intervalSeconds), nonce (snapshotNonce), "
+        "upgrade (written by the driver when it stopped for an upgrade)."))
+    path: str | None = Field(None, min_length=1, description=(
+        "Snapshot directory; default <checkpoint.path>/snapshots/<name>. For trigger upgrade: the snapshot "
+        "the driver wrote (it is verified, not copied)."))
+    max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed attempt before the snapshot is Failed.")
+    dispose_on_delete: bool = Field(True, description="Delete the snapshot's files when this resource is deleted.")
+
+
+class SnapshotAccess(Model):
+    """How a Pod reaches the snapshot's files, recorded at its first attempt: disposal works after its
+    stream is gone (snapshots outlive their streams)."""
+    image: str
+    service_account_name: str | None = None
+    store: Literal["pvc", "local"]
+    claim_name: str | None = None
+    mount_path: str = Field(..., description="checkpoint.path of the stream (the claim's mount path).")
+
+
+class ExactlyOnceSnapshotStatus(Model):
+    state: Literal["Pending", "InProgress", "Completed", "Failed"] = Field("Pending", description=(
+        "Pending: waiting to start (or to retry); InProgress: the copy runs; Completed; Failed: retries exhausted."))
+    path: str | None = Field(None, description="Snapshot directory in the checkpoint store.")
+    batch: int | None = Field(None, description="Last batch committed in the snapshot.")
+    checkpoint_id: str | None = None
+    stream_uid: str | None = Field(None, description="Stream id in the manifest (eos_job.spec.stream_uid).")
+    spec_hash: str | None = None
+    size_bytes: int | None = None
+    taken_at: str | None = Field(None, description="When the snapshot was written (RFC 3339, from the manifest).")
+    attempts: int = Field(0, description="Attempts started so far.")
+    pod: str | None = Field(None, description="The Pod of the current attempt.")
+    next_attempt_time: str | None = Field(None, description="A retry starts no earlier than this (RFC 3339).")
+    last_error: str | None = None
+    access: SnapshotAccess | None = Field(None, description=(
+        "The stream's image, ServiceAccount and checkpoint volume, as the snapshot's Pods use them."))
+    message: str = ""
+    observed_generation: int | None = None

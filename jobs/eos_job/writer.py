@@ -1,0 +1,213 @@
+"""The foreachBatch function: one exactly-once write per micro-batch (see shared/design/exactly-once-protocol.md).
+
+Before batch N's slots run, the driver checks that N is the input the ledger recorded for N (a batch is its
+input, not its number) and records N's input; the slot tasks (``sink``) fence, read their ledger record and
+skip or write; once every slot reported, the driver marks N complete and Spark writes ``commits/N``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import checkpoint, faults, protocol
+from .contract import BatchRefused, JobFailed
+from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_history, sink_security
+from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
+from .spec import RunConfig
+
+log = logging.getLogger("eos_job")
+
+
+class StopRequested(RuntimeError):
+    """Raised inside a batch that started after a graceful stop was requested: nothing of it is written."""
+
+
+@dataclass
+class RunSummary:
+    reason: str
+    last_committed_batch: int | None = None
+    batches: int = 0
+    records: int = 0
+    skipped_slots: int = 0
+    dead_letters: int = 0
+    nondeterministic_slots: int = 0
+    snapshot: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in self.__dict__.items() if v is not None}, sort_keys=True)
+
+
+class BatchWriter:
+    """The ``foreachBatch`` function: one exactly-once write per micro-batch."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        spec = config.spec
+        self.slots = spec.job.parallelism
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.summary = RunSummary(reason="Running")
+        self.last_done: int | None = None
+        self._ckpt_id: str | None = None
+        self._producer = None
+        self._nondet_total: int | None = None   # continued from the ledger's last batch record
+        # The ledger's batch history of this checkpoint beyond its last commit (load_history): what each
+        # batch number was, so a batch is checked to be that input before it runs.
+        self.history: dict[int, protocol.BatchHistoryRecord] = {}
+        self.output_hash = spec.output_hash()
+        self.checked = not faults.unsafe("input-check")
+        sec = sink_security(spec.sink)
+        self.base = dict(bootstrap=spec.sink.bootstrap_servers,
+                         producer_config={**spec.sink.producer_config, **sec},
+                         topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic,
+                         ledger_topic=config.ledger_topic(), tx_prefix=config.stream.transactional_prefix,
+                         generation=config.stream.generation, stream_uid=config.stream.uid,
+                         spec_hash=spec.spec_hash(), transaction_timeout_ms=spec.sink.transaction_timeout_ms,
+                         slots=self.slots, epoch=0)
+        self.sec = sec
+
+    def checkpoint_identity(self) -> str:
+        if self._ckpt_id is None:
+            self._ckpt_id = checkpoint.checkpoint_id(local_path(self.config.checkpoint_dir))
+            if not self._ckpt_id:
+                raise JobFailed(f"checkpoint {self.config.checkpoint_dir} has no metadata file after the query "
+                                "started; is the checkpoint store writable?")
+        return self._ckpt_id
+
+    def claim(self, ckpt: Path) -> int:
+        """This driver's generation (the ledger's history may know a later one) and epoch (the next of the
+        stream, stamped on every slot of the checkpoint). Returns the epoch."""
+        from . import epoch
+        b = self.base
+        last = checkpoint.last_committed_batch(ckpt)
+        b["generation"] = epoch.generation(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"],
+                                           b["generation"], self.slots, 0 if last is None else last + 1)
+        e = epoch.take(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
+        ckpt_id = checkpoint.checkpoint_id(ckpt)
+        if ckpt_id is not None:   # a fresh checkpoint has no records to stamp: its keys are new
+            epoch.stamp(bootstrap=b["bootstrap"], sec=self.sec, ledger_topic=b["ledger_topic"],
+                        tx_prefix=b["tx_prefix"], generation=b["generation"], stream_uid=b["stream_uid"],
+                        checkpoint_id=ckpt_id, slots=self.slots, epoch=e,
+                        transaction_timeout_ms=b["transaction_timeout_ms"])
+        b["epoch"] = e
+        return e
+
+    def load_history(self, ckpt: Path) -> None:
+        """Read what the ledger recorded of this checkpoint's batches after its last commit."""
+        ckpt_id = checkpoint.checkpoint_id(ckpt)
+        if ckpt_id is None:
+            return
+        consumer = ledger_consumer(self.base["bootstrap"], self.sec)
+        try:
+            raw = read_history(consumer, self.base["ledger_topic"],
+                               protocol.history_prefix(self.base["stream_uid"], ckpt_id),
+                               checkpoint.last_committed_batch(ckpt))
+        finally:
+            consumer.close()
+        self.history = {n: protocol.newest_history(values) for n, values in raw.items()}
+
+    def __call__(self, df, batch_id: int) -> None:
+        with self.lock:
+            if self.stopping:
+                raise StopRequested(f"stop requested before batch {batch_id}; it is replayed on the next start")
+            t0 = time.monotonic()
+            ckpt_id = self.checkpoint_identity()
+            ckpt = local_path(self.config.checkpoint_dir)
+            planned = checkpoint.batch_input(ckpt, batch_id)
+            gen = self.base["generation"]
+            recorded = self.history.get(batch_id)
+            if self.checked:
+                verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash)
+                if verdict.action == "refuse":
+                    raise BatchRefused(verdict.reason)
+                if verdict.action == "replan":
+                    raise JobFailed(verdict.reason)
+                if verdict.action == "skip":
+                    # The plan still runs (a stateful job's state must advance with the batch); no slot writes.
+                    cfg = SlotWriterConfig(**self.base, checkpoint_id=ckpt_id, batch=batch_id, skip_all=True)
+                    df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
+                    log.info("batch %d skipped as a whole: %s", batch_id, verdict.reason)
+                    self._done(batch_id, 0, self.slots, 0, 0, self._nondeterministic_total())
+                    return
+            intent = protocol.BatchHistoryRecord(batch_id, gen, self.slots, planned,
+                                                 checkpoint.offset_log_text(ckpt, batch_id), self.output_hash,
+                                                 epoch=self.base["epoch"])
+            if recorded is None or not recorded.complete:
+                # Before any slot commits: the ledger knows what batch N is even if this driver dies mid-batch.
+                self._write_ledger(protocol.history_key(self.base["stream_uid"], ckpt_id, batch_id), intent.encode())
+                self.history[batch_id] = intent
+            cfg = SlotWriterConfig(**self.base, checkpoint_id=ckpt_id, batch=batch_id,
+                                   input=protocol.input_digest(planned) if self.checked else "",
+                                   output_hash=self.output_hash)
+            rows = df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
+            commits = [protocol.SlotCommit.from_row(r.asDict()) for r in rows]
+            protocol.check_batch_commits(batch_id, self.slots, commits)
+            count = sum(c.count for c in commits if not c.skipped)
+            skipped = sum(1 for c in commits if c.skipped)
+            dead = sum(c.dead_letters for c in commits if not c.skipped)
+            nondet = sum(1 for c in commits if c.nondeterministic)
+            nondet_total = self._nondeterministic_total() + nondet
+            record = protocol.BatchCompleteRecord(batch_id, self.slots, count, skipped, dead,
+                                                  self._source_positions(batch_id), nondet, nondet_total)
+            complete = replace(self.history.get(batch_id) or intent, complete=True)
+            uid = self.base["stream_uid"]
+            old = batch_id - protocol.HISTORY_BATCHES
+            more = [(protocol.batch_key(uid, ckpt_id, gen), record.encode())]   # stays the partition's last
+            if old >= 0:
+                more.insert(0, (protocol.history_key(uid, ckpt_id, old), None))
+            self._write_ledger(protocol.history_key(uid, ckpt_id, batch_id), complete.encode(), more=tuple(more))
+            self.history[batch_id] = complete
+            faults.batch_in_sink(batch_id)
+            self._done(batch_id, count, skipped, dead, nondet, nondet_total)
+            log.info("batch %d committed: %d records, %d/%d slots skipped as already committed, %d dead letters%s "
+                     "(%.0f ms)", batch_id, count, skipped, self.slots, dead,
+                     f", {nondet} NON-DETERMINISTIC slots" if nondet else "", (time.monotonic() - t0) * 1000)
+
+    def _done(self, batch_id: int, count: int, skipped: int, dead: int, nondet: int, nondet_total: int) -> None:
+        s = self.summary
+        s.batches += 1
+        s.records += count
+        s.skipped_slots += skipped
+        s.dead_letters += dead
+        s.nondeterministic_slots += nondet
+        s.last_committed_batch = batch_id
+        self.last_done = batch_id
+        self._nondet_total = nondet_total
+
+    def _write_ledger(self, key: str, value: bytes, more: tuple = ()) -> None:
+        produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION, key, value,
+                     more=more)
+
+    def _nondeterministic_total(self) -> int:
+        """Detections so far, from the ledger's last batch record (read once per driver)."""
+        if self._nondet_total is None:
+            from .resolution import last_batch_record
+
+            last = last_batch_record(self.config, timeout_s=10.0)
+            self._nondet_total = last.nondeterministic_slots_total if last is not None else 0
+        return self._nondet_total
+
+    def _source_positions(self, batch_id: int) -> dict[str, dict[str, int]]:
+        """offsets/<batch_id> of the checkpoint (Spark logs it before the batch runs); {} if unreadable.
+
+        Informative only (the operator's replay-horizon check): never a reason to fail the batch.
+        """
+        try:
+            return checkpoint.kafka_offsets(local_path(self.config.checkpoint_dir), batch_id)
+        except (OSError, ValueError) as exc:
+            log.debug("source offsets of batch %d not read: %s", batch_id, exc)
+            return {}
+
+    def _batch_producer(self):
+        if self._producer is None:
+            self._producer = idempotent_producer(self.base["bootstrap"], self.sec)
+        return self._producer
+
+
+def local_path(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path

@@ -1,0 +1,111 @@
+"""A batch is its input, not its number: a restore of an older snapshot of the same stream, with nothing
+telling the driver where the stream ran before (no replayOffsetsFrom), on the unique-id stream.
+
+The first run commits small batches while events trickle in; a live snapshot is taken after a few of them;
+the run goes on for several more batches and stops; more events arrive. The restored driver's checkpoint is
+then behind the ledger: planned again, batch S+1 would cover everything the topic holds now, and every slot
+would skip it because the ledger records later batches (the loss the lifecycle issue names first). The
+driver re-runs S+1.. with the input the ledger recorded for them instead, so the output is every kept id
+exactly once. The negative control switches that check off and the verifier must report lost ids."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+import pytest
+import yaml
+
+from eos_job import checkpoint
+from eos_job.verify import audit_ids
+from examples.colors.generator import expected_ids, produce
+from tests.e2e.streams import assert_ids_exact, run_config, run_job, wait_consumed
+
+pytestmark = pytest.mark.stack
+
+
+def _trickle(run, stop: threading.Event, sent: list[tuple[int, int, int]]) -> None:
+    """Chunks of 40 events every 0.4 s: many small batches (no maxOffsetsPerTrigger)."""
+    next_id, seed = 10_000, 100
+    while not stop.is_set():
+        seed += 1
+        produce(run.bootstrap, run.events, 40, seed=seed, start_id=next_id)
+        sent.append((40, seed, next_id))
+        next_id += 40
+        stop.wait(0.4)
+
+
+@pytest.mark.parametrize("safety", ["on", "off"], ids=["input-check", "negative-control-without-it"])
+def test_restore_of_an_older_snapshot_re_runs_the_ledgers_batches_not_new_ones(colors_run, tmp_path, safety):
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None)
+    run.setup()
+    produce(run.bootstrap, run.events, 200, seed=1)
+    sent = [(200, 1, 0)]
+    cfg = run_config(run)
+    run.start()
+    stop = threading.Event()
+    feeder = threading.Thread(target=_trickle, args=(run, stop, sent), daemon=True)
+    feeder.start()
+    try:
+        run.wait_for_batches(2)
+        snap = tmp_path / "snapshots" / "older"
+        r = run_job(["snapshot", "take", "--checkpoint", str(run.live_checkpoint), "--dest", str(snap),
+                     "--stream-json", json.dumps(cfg.stream.wire()), "--spec-hash", cfg.spec.spec_hash()])
+        assert r.returncode == 0, r.stderr[-3000:]
+        at = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])["lastBatch"]
+        run.wait_for_batches(4)
+    finally:
+        stop.set()
+        feeder.join(30)
+    assert run.stop() == 0, run.log_tail()
+    later = run.committed_batches()
+    assert later >= at + 4, (at, later)
+    produce(run.bootstrap, run.events, 600, seed=2, start_id=50_000)   # the topic now holds more than then
+    sent.append((600, 2, 50_000))
+    expected = set().union(*(expected_ids(n, seed, start) for n, seed, start in sent))
+
+    restored = tmp_path / "restored"
+    doc = cfg.model_copy(update={"checkpoint_dir": str(restored), "restore_from": str(snap),
+                                 "replay_offsets_from": None})
+    run.config_path.write_text(yaml.safe_dump(doc.model_dump(by_alias=True, mode="json")))
+    run.extra_env = {"EOS_UNSAFE_DISABLE": "input-check"} if safety == "off" else None
+    run.start()
+    wait_consumed(run, restored)
+    assert run.stop() == 0, run.log_tail()
+    log = run.log_path.read_text()
+    assert checkpoint.checkpoint_id(restored) == checkpoint.checkpoint_id(run.live_checkpoint)
+
+    if safety == "on":
+        m = re.search(r"re-ran (\d+) batches with the input the ledger recorded", log)
+        assert m, run.log_tail(80)
+        assert int(m.group(1)) in (later - at, later - at + 1), (m.group(0), at, later)
+        assert_ids_exact(run, expected)
+    else:
+        assert "UNSAFE: the input-check safety" in log
+        audit = audit_ids(run.bootstrap, run.counts, expected)
+        # The check this test relies on sees the loss the switched-off safety lets through.
+        assert audit.missing, f"the negative control lost nothing: {audit}"
+        assert not audit.duplicates and not audit.unexpected
+
+
+@pytest.mark.parametrize("safety", ["on", "off"], ids=["ledger-skip", "negative-control-without-it"])
+def test_a_batch_replayed_after_it_reached_the_sink_is_skipped_not_written_again(colors_run, safety):
+    """The driver dies after every slot of batch 0 committed, before Spark's commit log: the restart replays
+    batch 0. With the ledger's skip every id is written once; without it the verifier sees duplicates."""
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None,
+                     extra_env={"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"})
+    run.setup()
+    produce(run.bootstrap, run.events, 600, seed=5)
+    expected = expected_ids(600, 5)
+    run.start()
+    assert run.proc.wait(240) == -9, run.log_tail()   # batch 0 is in the sink, commits/0 is not
+    assert checkpoint.replay_batch(run.live_checkpoint) == 0
+    run.extra_env = {"EOS_UNSAFE_DISABLE": "ledger-skip"} if safety == "off" else {}
+    run.start()
+    wait_consumed(run, run.live_checkpoint)
+    assert run.stop() == 0, run.log_tail()
+    if safety == "on":
+        assert_ids_exact(run, expected)
+    else:
+        audit = audit_ids(run.bootstrap, run.counts, expected)
+        assert audit.duplicates and not audit.missing, f"the negative control wrote nothing twice: {audit}"

@@ -1,0 +1,45 @@
+"""The ledger's assumptions are checked before a driver writes (real broker, no Spark): a ledger topic whose
+records would expire, or one that holds another stream's records, stops the start with what to do."""
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from eos_job.ledger import SinkUnavailable
+from eos_job.runtime import preflight
+from tests.e2e.streams import run_config
+
+pytestmark = pytest.mark.stack
+
+
+def _ledger(run, config: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": run.bootstrap})
+    admin.create_topics([NewTopic(run.ledger_topic(), num_partitions=3, replication_factor=1,
+                                  config=config)])[run.ledger_topic()].result(30)
+
+
+def test_a_fresh_ledger_passes_and_is_created_compacted(colors_run):
+    run = colors_run()
+    run.setup()
+    preflight(run_config(run))          # creates the ledger topic
+    preflight(run_config(run))          # and accepts it the second time
+
+
+def test_a_ledger_whose_records_expire_is_refused(colors_run):
+    run = colors_run()
+    run.setup()
+    _ledger(run, {"cleanup.policy": "delete"})
+    with pytest.raises(SinkUnavailable, match=r"cleanup.policy=delete.*Set cleanup.policy=compact"):
+        preflight(run_config(run))
+
+
+def test_a_ledger_holding_another_streams_records_is_refused(colors_run):
+    run = colors_run()
+    run.setup()
+    _ledger(run, {"cleanup.policy": "compact"})
+    p = Producer({"bootstrap.servers": run.bootstrap})
+    p.produce(run.ledger_topic(), key=b"0123456789abcdef-other-stream/epoch", value=b'{"epoch": 1}', partition=0)
+    assert p.flush(30) == 0
+    with pytest.raises(SinkUnavailable, match=r"holds records of another stream.*sink.ledgerTopic"):
+        preflight(run_config(run))
