@@ -132,8 +132,7 @@ def check_ledger_topic(admin: AdminClient, consumer: Consumer, topic: str, strea
         raise SinkUnavailable(f"ledger topic {topic!r} has cleanup.policy={policy}: its records would expire and "
                               "a replay would then write committed output again. Set cleanup.policy=compact "
                               f"(kafka-configs --alter --topic {topic} --add-config cleanup.policy=compact)")
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, protocol.BATCH_PARTITION), timeout=timeout_s,
-                                               cached=False)
+    low, high = watermarks(consumer, topic, protocol.BATCH_PARTITION, timeout_s)
     mine = f"{stream_uid}/".encode()
     for msg in records(consumer, topic, protocol.BATCH_PARTITION, max(low, high - 8), high,
                        time.monotonic() + timeout_s):
@@ -175,6 +174,24 @@ def ledger_consumer(bootstrap: str, extra: dict[str, str] | None = None) -> Cons
     return Consumer(conf)
 
 
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """A partition's low and high watermarks; retried while its leader is not yet known (a topic or
+    partitions just created, a leader moving after a broker restart)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() and exc.args[0].code() not in _LEADER_ERRORS or \
+                    time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+_LEADER_ERRORS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
 def read_latest(consumer: Consumer, topic: str, partition: int, key: str, *,
                 timeout_s: float = 30.0) -> bytes | None:
     """The value of the newest committed record with ``key`` in one ledger partition.
@@ -183,7 +200,7 @@ def read_latest(consumer: Consumer, topic: str, partition: int, key: str, *,
     transaction holds the read_committed end back and the read is complete.
     """
     deadline = time.monotonic() + timeout_s
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+    low, high = watermarks(consumer, topic, partition, timeout_s)
     want = key.encode()
     end, window = high, 8
     while end > low:
@@ -236,8 +253,7 @@ def read_history(consumer: Consumer, topic: str, prefix: str, since: int | None,
     checkpoint is newer than that. Without ``since``, the whole partition (bounded by compaction).
     """
     deadline = time.monotonic() + timeout_s
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, protocol.BATCH_PARTITION),
-                                               timeout=timeout_s, cached=False)
+    low, high = watermarks(consumer, topic, protocol.BATCH_PARTITION, timeout_s)
     want = prefix.encode()
     values: dict[int, list[bytes]] = {}
     deleted: set[int] = set()

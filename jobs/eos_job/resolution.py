@@ -16,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 
 from . import checkpoint, protocol
-from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer, records,
+from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer, records, watermarks,
                      read_latest, sink_security)
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .epoch import read_generations
@@ -201,7 +201,7 @@ def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0) -> BatchCom
     try:
         tp = TopicPartition(config.ledger_topic(), protocol.BATCH_PARTITION)
         try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            low, high = watermarks(consumer, tp.topic, tp.partition, timeout_s)
             if high <= low:
                 return None
             newest = None
