@@ -22,9 +22,10 @@ from examples.colors.manifest import colors_manifest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+def create_topics(bootstrap: str, topics: dict[str, int], replication: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futs = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=1) for t, n in topics.items()])
+    futs = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=replication)
+                                for t, n in topics.items()])
     for t, f in futs.items():
         f.result(30)
 
@@ -60,8 +61,9 @@ class ColorsRun:
                                trigger_interval_ms=self.trigger_interval_ms, job={"module": self.module},
                                sink={"transactionTimeoutMs": self.transaction_timeout_ms})
 
-    def setup(self, event_partitions: int = 3, count_partitions: int = 3) -> None:
-        create_topics(self.bootstrap, {self.events: event_partitions, self.counts: count_partitions, self.dlq: 1})
+    def setup(self, event_partitions: int = 3, count_partitions: int = 3, replication: int = 1) -> None:
+        create_topics(self.bootstrap, {self.events: event_partitions, self.counts: count_partitions, self.dlq: 1},
+                      replication)
         self.config_path.write_text(yaml.safe_dump(self.manifest()))
 
     @property

@@ -141,9 +141,12 @@ class BatchWriter:
                 # Before any slot commits: the ledger knows what batch N is even if this driver dies mid-batch.
                 self._write_ledger(protocol.history_key(self.base["stream_uid"], ckpt_id, batch_id), intent.encode())
                 self.history[batch_id] = intent
+            # A batch complete in the sink is skipped whole by its slots whatever spec wrote it (after a
+            # rollback, say); only a partial one must be finished by the spec that started it.
+            complete = recorded is not None and recorded.complete
             cfg = SlotWriterConfig(**self.base, checkpoint_id=ckpt_id, batch=batch_id,
                                    input=protocol.input_digest(planned) if self.checked else "",
-                                   output_hash=self.output_hash)
+                                   output_hash="" if complete else self.output_hash)
             rows = df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
             commits = [protocol.SlotCommit.from_row(r.asDict()) for r in rows]
             protocol.check_batch_commits(batch_id, self.slots, commits)
@@ -154,14 +157,14 @@ class BatchWriter:
             nondet_total = self._nondeterministic_total() + nondet
             record = protocol.BatchCompleteRecord(batch_id, self.slots, count, skipped, dead,
                                                   self._source_positions(batch_id), nondet, nondet_total)
-            complete = replace(self.history.get(batch_id) or intent, complete=True)
+            done_record = replace(self.history.get(batch_id) or intent, complete=True)
             uid = self.base["stream_uid"]
             old = batch_id - protocol.HISTORY_BATCHES
             more = [(protocol.batch_key(uid, ckpt_id, gen), record.encode())]   # stays the partition's last
             if old >= 0:
                 more.insert(0, (protocol.history_key(uid, ckpt_id, old), None))
-            self._write_ledger(protocol.history_key(uid, ckpt_id, batch_id), complete.encode(), more=tuple(more))
-            self.history[batch_id] = complete
+            self._write_ledger(protocol.history_key(uid, ckpt_id, batch_id), done_record.encode(), more=tuple(more))
+            self.history[batch_id] = done_record
             faults.batch_in_sink(batch_id)
             self._done(batch_id, count, skipped, dead, nondet, nondet_total)
             log.info("batch %d committed: %d records, %d/%d slots skipped as already committed, %d dead letters%s "

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 import uuid
 from collections import Counter
@@ -25,7 +26,7 @@ from eos_job.spec import load_run_config
 from eos_job.verify import audit_counts, audit_ids, ledger_monotone, open_transactions
 from eos_stack import cluster
 from eos_stack.cluster import Kubectl, wait_until
-from examples.colors.generator import counted, event_value, events
+from examples.colors.generator import counted, event_value, events, expected_ids, produce
 from examples.colors.local_run import REPO, ColorsRun, create_topics
 from examples.colors.manifest import colors_manifest
 from tests.e2e.exactness import assert_exactly_once
@@ -163,6 +164,53 @@ class Trickle(threading.Thread):
         self.join(30)
         assert self.error is None, self.error
         return dict(sorted(self.expected.items()))
+
+
+class IdFeed(threading.Thread):
+    """Produces events with unique ids in small chunks while the job is being killed; knows every id sent."""
+
+    def __init__(self, bootstrap: str, topic: str, chunk: int = 100, pause: float = 2.0):
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.chunk, self.pause = bootstrap, topic, chunk, pause
+        self.chunks: list[tuple[int, int, int]] = []   # (n, seed, first id)
+        self.sent = 0
+        self.stop_flag = threading.Event()
+        self.paused = threading.Event()
+        self._producing = threading.Lock()
+        self.error: Exception | None = None
+
+    def send(self, n: int, seed: int, start_id: int) -> None:
+        produce(self.bootstrap, self.topic, n, seed=seed, start_id=start_id)
+        self.chunks.append((n, seed, start_id))
+
+    def run(self):
+        try:
+            while not self.stop_flag.is_set():
+                with self._producing:
+                    if not self.paused.is_set():
+                        self.send(self.chunk, self.sent, self.sent)
+                        self.sent += self.chunk
+                time.sleep(self.pause)
+        except Exception as exc:  # noqa: BLE001 - surfaced by the test
+            self.error = exc
+
+    def hold(self) -> None:
+        """Stop producing and wait for a chunk in flight to be delivered, so the broker can be taken down."""
+        self.paused.set()
+        with self._producing:
+            pass
+        if self.error:
+            raise self.error
+
+    def resume(self) -> None:
+        self.paused.clear()
+
+    def finish(self) -> set[int]:
+        self.stop_flag.set()
+        self.join(120)
+        if self.error:
+            raise self.error
+        return set().union(*(expected_ids(n, seed, start) for n, seed, start in self.chunks))
 
 
 class Rig:

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from eos_job import checkpoint
-from eos_job.verify import audit_ids
+from eos_job.resolution import resolve
+from eos_job.verify import audit_ids, read_committed
 from examples.colors.generator import expected_ids, produce
 from tests.e2e.streams import assert_ids_exact, run_config, run_job, wait_consumed
 
@@ -109,3 +110,39 @@ def test_a_batch_replayed_after_it_reached_the_sink_is_skipped_not_written_again
     else:
         audit = audit_ids(run.bootstrap, run.counts, expected)
         assert audit.duplicates and not audit.missing, f"the negative control wrote nothing twice: {audit}"
+
+
+def test_another_spec_never_finishes_a_partially_committed_batch(colors_run, tmp_path):
+    """Batch 0 is partially committed by spec A (slot 0 committed, the driver died). Spec B (other
+    arguments: another output) must not skip slot 0 and write the rest with its own output: the driver
+    refuses the batch (reason BatchRefused, nothing written). A drain with spec A finishes it; then B runs."""
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None,
+                     extra_env={"EOS_FAULT_PARTIAL_BATCH": "0:0"})
+    run.setup()
+    produce(run.bootstrap, run.events, 800, seed=9)
+    expected = expected_ids(800, 9)
+    spec_a = run.config_path.read_text()
+    run.start()
+    assert run.proc.wait(240) == -9, run.log_tail()
+    report = resolve(run_config(run))
+    assert report.partially_committed and report.replay_slots_already_committed == [0], report.summary
+    in_sink = len(read_committed(run.bootstrap, run.counts))
+
+    doc = yaml.safe_load(spec_a)
+    doc["spec"]["job"]["args"] = {"version": "2"}          # spec B: another output hash
+    run.config_path.write_text(yaml.safe_dump(doc))
+    run.extra_env = {}
+    run.start()
+    assert run.proc.wait(240) == 1, run.log_tail()
+    summary = json.loads((run.workdir / "termination.json").read_text())
+    assert summary["reason"] == "BatchRefused" and "partially committed by another spec" in summary["error"], summary
+    assert len(read_committed(run.bootstrap, run.counts)) == in_sink       # nothing written
+
+    run.config_path.write_text(spec_a)                      # finish batch 0 with the spec that started it
+    r = run_job(["run", "--config", str(run.config_path), "--drain"], timeout=300)
+    assert r.returncode == 0 and '"reason": "Drained"' in r.stdout, r.stderr[-3000:]
+    run.config_path.write_text(yaml.safe_dump(doc))         # then spec B
+    run.start()
+    wait_consumed(run, run.live_checkpoint)
+    assert run.stop() == 0, run.log_tail()
+    assert_ids_exact(run, expected)

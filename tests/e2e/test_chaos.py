@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from collections import Counter
 
@@ -20,9 +19,8 @@ from eos_job import checkpoint
 from eos_job.resolution import resolve
 from eos_stack import kafka
 from eos_stack.common import Stack
-from examples.colors.generator import expected_ids, produce
 from examples.colors.local_run import ColorsRun
-from tests.e2e.streams import assert_ids_exact, run_config, wait_consumed
+from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, wait_consumed
 
 pytestmark = pytest.mark.stack
 RUNS = int(os.environ.get("EOS_CHAOS_RUNS", "15"))  # make test; make soak runs 100
@@ -37,53 +35,6 @@ PLANNED = {   # kind -> the fault switches of the run (they fire from the run's 
     "before-commit-log": {"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"},
 }
 CYCLE = ("random", *PLANNED)
-
-
-class IdFeed(threading.Thread):
-    """Produces events with unique ids in small chunks while the job is being killed; knows every id sent."""
-
-    def __init__(self, bootstrap: str, topic: str, chunk: int = 100, pause: float = 2.0):
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.chunk, self.pause = bootstrap, topic, chunk, pause
-        self.chunks: list[tuple[int, int, int]] = []   # (n, seed, first id)
-        self.sent = 0
-        self.stop_flag = threading.Event()
-        self.paused = threading.Event()
-        self._producing = threading.Lock()
-        self.error: Exception | None = None
-
-    def send(self, n: int, seed: int, start_id: int) -> None:
-        produce(self.bootstrap, self.topic, n, seed=seed, start_id=start_id)
-        self.chunks.append((n, seed, start_id))
-
-    def run(self):
-        try:
-            while not self.stop_flag.is_set():
-                with self._producing:
-                    if not self.paused.is_set():
-                        self.send(self.chunk, self.sent, self.sent)
-                        self.sent += self.chunk
-                time.sleep(self.pause)
-        except Exception as exc:  # noqa: BLE001 - surfaced by the test
-            self.error = exc
-
-    def hold(self) -> None:
-        """Stop producing and wait for a chunk in flight to be delivered, so the broker can be taken down."""
-        self.paused.set()
-        with self._producing:
-            pass
-        if self.error:
-            raise self.error
-
-    def resume(self) -> None:
-        self.paused.clear()
-
-    def finish(self) -> set[int]:
-        self.stop_flag.set()
-        self.join(120)
-        if self.error:
-            raise self.error
-        return set().union(*(expected_ids(n, seed, start) for n, seed, start in self.chunks))
 
 
 def _wait_exit(run: ColorsRun, timeout: float) -> int | None:
