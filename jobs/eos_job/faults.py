@@ -25,6 +25,8 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
 ``EOS_FAULT_FROM_BATCH=<n>``
     The kill and hold faults above fire only from batch n on, so a run commits
     something before its planned kill.
+``EOS_FAULT_JOURNAL=<file>``
+    Every fault also appends what it does to this file, synced before a kill.
 ``EOS_FAULT_PARTIAL_BATCH=<batch>:<slot>``
     From that batch on, every other slot waits 120 s before its transaction
     (``before_slot_commit``) and the chosen one kills the driver once it
@@ -62,6 +64,7 @@ KILL_DURING_COMMIT_ENV = "EOS_FAULT_KILL_DURING_COMMIT"
 HOLD_OPEN_ENV = "EOS_FAULT_HOLD_OPEN"
 FROM_BATCH_ENV = "EOS_FAULT_FROM_BATCH"
 UNSAFE_ENV = "EOS_UNSAFE_DISABLE"
+JOURNAL_ENV = "EOS_FAULT_JOURNAL"
 SAFETIES = ("input-check", "ledger-skip")
 DRIVER_PGID_ENV = "EOS_DRIVER_PGID"
 PARTIAL_HOLD_S = 120   # long enough for the driver to be killed meanwhile
@@ -155,10 +158,10 @@ def slot_committed(batch: int, slot: int) -> None:
     if f.kill_after_commit > 0 and batch >= f.from_batch:
         rng = random.Random(hash((batch, slot, os.getpid(), time.time_ns())))
         if rng.random() < f.kill_after_commit:
-            log.warning("fault injection: killing the driver after slot %d of batch %d committed", slot, batch)
+            _say("fault injection: killing the driver after slot %d of batch %d committed", slot, batch)
             _killpg(_driver_pgid(), signal.SIGKILL)
     if f.partial_batch is not None and batch >= f.partial_batch[0] and slot == f.partial_batch[1]:
-        log.warning("fault injection: killing the driver after slot %d of batch %d committed (partial batch)",
+        _say("fault injection: killing the driver after slot %d of batch %d committed (partial batch)",
                     slot, batch)
         _killpg(_driver_pgid(), signal.SIGKILL)
 
@@ -169,11 +172,11 @@ def in_transaction(batch: int, slot: int, round_no: int) -> None:
     if batch < f.from_batch:
         return
     if f.hold_open_s > 0 and round_no == 0:
-        log.warning("fault injection: holding the transaction of slot %d batch %d open for %.0f s", slot, batch,
+        _say("fault injection: holding the transaction of slot %d batch %d open for %.0f s", slot, batch,
                     f.hold_open_s)
         _sleep(f.hold_open_s)
     if f.kill_in_transaction > 0 and _draw(batch, slot) < f.kill_in_transaction:
-        log.warning("fault injection: killing the driver inside the open transaction of slot %d of batch %d",
+        _say("fault injection: killing the driver inside the open transaction of slot %d of batch %d",
                     slot, batch)
         _killpg(_driver_pgid(), signal.SIGKILL)
 
@@ -184,11 +187,25 @@ def committing(batch: int, slot: int) -> None:
     if batch < f.from_batch or f.kill_during_commit <= 0 or _draw(batch, slot) >= f.kill_during_commit:
         return
     delay = random.uniform(0, 0.02)
-    log.warning("fault injection: killing the driver %.0f ms into the commit of slot %d of batch %d",
+    _say("fault injection: killing the driver %.0f ms into the commit of slot %d of batch %d",
                 delay * 1000, slot, batch)
     timer = threading.Timer(delay, _killpg, args=(_driver_pgid(), signal.SIGKILL))
     timer.daemon = True
     timer.start()
+
+
+def _say(fmt: str, *args) -> None:
+    """Log what a fault does, and append it to ``EOS_FAULT_JOURNAL`` (synced before the kill that follows):
+    a Python worker's stderr reaches the driver's log through the JVM, which the kill may stop first."""
+    log.warning(fmt, *args)
+    path = os.environ.get(JOURNAL_ENV)
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, ((fmt % args) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _draw(batch: int, slot: int) -> float:
@@ -199,7 +216,7 @@ def batch_in_sink(batch: int) -> None:
     """The driver, after every slot and the batch-complete record reached the sink, before ``commits/N``."""
     p = current().kill_before_commit_log
     if p > 0 and batch >= current().from_batch and random.random() < p:
-        log.warning("fault injection: killing the driver after batch %d reached the sink, before commits/%d",
+        _say("fault injection: killing the driver after batch %d reached the sink, before commits/%d",
                     batch, batch)
         _killpg(os.getpgrp(), signal.SIGKILL)
 

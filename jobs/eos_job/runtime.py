@@ -120,8 +120,11 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     def run_once(batch: int) -> None:
         """One trigger: Spark re-runs exactly the batch logged without a commit."""
         query = build_query(spark, config, writer, once=True).start()
-        query.awaitTermination()
-        exc = query.exception()
+        try:
+            query.awaitTermination()          # raises the query's failure
+            exc = query.exception()
+        except Exception as failure:  # noqa: BLE001 - mapped below
+            exc = failure
         if exc is not None:
             final = _final(exc)
             if final is not None:

@@ -102,6 +102,7 @@ class KafkaCluster:
 
     # -- lifecycle -------------------------------------------------------------
     def up(self) -> str:
+        self.home.mkdir(parents=True, exist_ok=True)    # again after a purge
         kafka.ensure_libs(self.st)
         cluster_id = self._cluster_id()
         for n in NODES:
@@ -178,8 +179,13 @@ class KafkaCluster:
         self.st.pidfile(self.name(node)).unlink(missing_ok=True)
 
     def down(self, purge: bool = False) -> None:
+        """Stop every node (SIGKILL when purging: the data goes anyway, and the last node of a quorum
+        waits long for the others in a controlled shutdown)."""
         for n in NODES:
-            self.st.stop_daemon(self.name(n), grace=kafka.STOP_GRACE)
+            if purge:
+                self.hard_kill(n)
+            else:
+                self.st.stop_daemon(self.name(n), grace=kafka.STOP_GRACE)
         if purge:
             shutil.rmtree(self.home, ignore_errors=True)
 

@@ -141,7 +141,9 @@ def test_another_spec_never_finishes_a_partially_committed_batch(colors_run, tmp
     run.config_path.write_text(spec_a)                      # finish batch 0 with the spec that started it
     r = run_job(["run", "--config", str(run.config_path), "--drain"], timeout=300)
     assert r.returncode == 0 and '"reason": "Drained"' in r.stdout, r.stderr[-3000:]
-    run.config_path.write_text(yaml.safe_dump(doc))         # then spec B
+    run.config_path.write_text(yaml.safe_dump(doc))         # then spec B, on new input
+    produce(run.bootstrap, run.events, 300, seed=10, start_id=5_000)
+    expected |= expected_ids(300, 10, 5_000)
     run.start()
     wait_consumed(run, run.live_checkpoint)
     assert run.stop() == 0, run.log_tail()

@@ -55,6 +55,14 @@ def _what_a_random_kill_hit(ckpt) -> str:
     return f"inside batch {replay}" if replay is not None else "between batches"
 
 
+def _journal_since(path, offset: int) -> str:
+    if not path.exists():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
 def _fault_line(text: str) -> str:
     lines = [ln.split("fault injection: ", 1)[1] for ln in text.splitlines() if "fault injection: killing" in ln]
     return lines[-1] if lines else ""
@@ -87,7 +95,10 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
                 env["EOS_FAULT_FROM_BATCH"] = str(first + 1)   # the run commits `first` before its kill
             if kind == "hold-open":
                 env = {"EOS_FAULT_HOLD_OPEN": str(HOLD_S), "EOS_FAULT_FROM_BATCH": str(first + 1)}
+            journal_file = tmp_path / "faults.journal"
+            env["EOS_FAULT_JOURNAL"] = str(journal_file)      # what a fault did, written before its kill
             run.extra_env = env
+            jstart = journal_file.stat().st_size if journal_file.exists() else 0
             # Like the operator: resolution before every start; afterwards nothing is left open.
             report = resolve(run_config(run), timeout_s=60)
             assert report.fenced_transactional_ids >= 2
@@ -98,7 +109,7 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
                 code = _wait_exit(run, 90)
                 text = _log_since(run, offset)
                 if code == -9:
-                    where = _fault_line(text)
+                    where = _fault_line(_journal_since(journal_file, jstart))
                     assert where, f"run {i}: killed, but no planned fault said where:\n{text[-3000:]}"
                     hit[kind] += 1
                     journal.append(f"run {i} {kind}: {where}")
@@ -117,15 +128,17 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
                     continue
             elif kind == "hold-open":
                 deadline = time.monotonic() + 120
-                while "holding the transaction" not in _log_since(run, offset) and time.monotonic() < deadline:
+                while "holding the transaction" not in _journal_since(journal_file, jstart) and \
+                        time.monotonic() < deadline:
                     time.sleep(0.5)
                 run.wait_for_batches(1, timeout=HOLD_S + 90)   # the aborted slot was written again
                 text = _log_since(run, offset)
-                assert "holding the transaction" in text and run.proc.poll() is None, text[-3000:]
+                assert "holding the transaction" in _journal_since(journal_file, jstart), text[-3000:]
+                assert run.proc.poll() is None, text[-3000:]
                 # The timeout-abort path really happened: the commit after the hold failed and the slot fenced
                 # again (the batch then committed, as waited for above).
                 assert "fencing again" in text, f"run {i}: the held transaction's commit did not fail:\n{text[-3000:]}"
-                held += text.count("holding the transaction")
+                held += _journal_since(journal_file, jstart).count("holding the transaction")
                 journal.append(f"run {i}: a transaction held {HOLD_S:.0f}s, past its {TX_TIMEOUT_MS / 1000:.0f}s "
                                "timeout; Kafka aborted it, the slot fenced again and wrote it once")
             elif kind == "sink-outage":

@@ -32,8 +32,10 @@ def cluster():
     c.down(purge=True)
 
 
-def _holding(run: ColorsRun, offset: int) -> bool:
-    with open(run.log_path, "rb") as f:
+def _holding(journal, offset: int) -> bool:
+    if not journal.exists():
+        return False
+    with open(journal, "rb") as f:
         f.seek(offset)
         return b"holding the transaction" in f.read()
 
@@ -42,7 +44,9 @@ def _holding(run: ColorsRun, offset: int) -> bool:
 def test_node_kills_under_open_transactions_on_a_replicated_cluster(cluster, tmp_path, report_result):
     run = ColorsRun(cluster.bootstrap(), tmp_path, parallelism=2, max_offsets_per_trigger=500,
                     trigger_interval_ms=300, module="examples.colors.ids",
-                    extra_env={"EOS_FAULT_HOLD_OPEN": str(HOLD_S)})
+                    extra_env={"EOS_FAULT_HOLD_OPEN": str(HOLD_S),
+                               "EOS_FAULT_JOURNAL": str(tmp_path / "faults.journal")})
+    journal_file = tmp_path / "faults.journal"
     run.setup(replication=3)
     feed = IdFeed(run.bootstrap, run.events, chunk=50, pause=1.0)
     feed.send(1000, -1, 1_000_000)
@@ -56,8 +60,8 @@ def test_node_kills_under_open_transactions_on_a_replicated_cluster(cluster, tmp
         run.start()
         run.wait_for_batches(1, timeout=300)
         for target in ("ledger", "coordinator", "sink", "driver"):
-            offset = run.log_path.stat().st_size
-            wait_until(lambda: _holding(run, offset), "a slot transaction to be open", 120, run.log_tail)
+            offset = journal_file.stat().st_size if journal_file.exists() else 0
+            wait_until(lambda: _holding(journal_file, offset), "a slot transaction to be open", 120, run.log_tail)
             if target == "driver":
                 run.kill9()
                 journal.append("driver SIGKILLed with a slot transaction open")
