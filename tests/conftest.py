@@ -31,7 +31,7 @@ def tier_of(item) -> str:
     uses_stack = "stack_env" in getattr(item, "fixturenames", ())
     if folder in ("jobs", "operator", "model"):
         return "unit-stack" if uses_stack else "unit"
-    if folder == "e2e" and parts[-1] == "test_chaos.py":
+    if folder == "e2e" and parts[-1].startswith("test_chaos"):
         return "chaos"
     return folder if folder in ("stack", "chart", "e2e") else "e2e"
 

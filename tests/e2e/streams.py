@@ -298,6 +298,14 @@ def run_config(run: ColorsRun):
     return cfg.model_copy(update={"checkpoint_dir": str(run.live_checkpoint)})
 
 
+def as_pvc(cfg, mount: Path):
+    """``cfg`` with its checkpoint on a PVC mounted at ``mount`` (the live location below it)."""
+    from eos_job.spec import CheckpointSpec
+    spec = cfg.spec.model_copy(update={"checkpoint": CheckpointSpec(store="pvc", claim_name="colors-checkpoint",
+                                                                    path=str(mount))})
+    return cfg.model_copy(update={"spec": spec, "checkpoint_dir": str(mount / "live")})
+
+
 def assert_exact(run: ColorsRun, expected: dict[str, int]) -> None:
     assert_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
 

@@ -20,7 +20,7 @@ from eos_job import checkpoint
 from eos_job.resolution import resolve
 from eos_job.verify import audit_ids, read_committed
 from examples.colors.generator import expected_ids, produce
-from tests.e2e.streams import assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.streams import as_pvc, assert_ids_exact, run_config, run_job, wait_consumed
 
 pytestmark = pytest.mark.stack
 
@@ -101,11 +101,29 @@ def test_a_batch_replayed_after_it_reached_the_sink_is_skipped_not_written_again
     run.start()
     assert run.proc.wait(240) == -9, run.log_tail()   # batch 0 is in the sink, commits/0 is not
     assert checkpoint.replay_batch(run.live_checkpoint) == 0
+    in_sink = len(read_committed(run.bootstrap, run.counts))
+
+    report = resolve(run_config(run))
+    assert report.replay_batch == 0 and report.replay_slots_already_committed == [0, 1]
+    assert not report.partially_committed
+    assert "fully in the sink" in report.summary and report.checkpoint_readable
+    # The same checkpoint as a PVC: where it is mounted (the path exists) resolution reads it as above;
+    # where it is not (the operator) it fences and says it could not look, instead of "starts fresh".
+    mounted, elsewhere = (as_pvc(run_config(run), run.live_checkpoint.parent),
+                          as_pvc(run_config(run), run.workdir / "not-mounted"))
+    on_pvc = resolve(mounted)
+    assert on_pvc.checkpoint_readable and on_pvc.replay_slots_already_committed == [0, 1]
+    blind = resolve(elsewhere)
+    assert not blind.checkpoint_readable and blind.fenced_transactional_ids == report.fenced_transactional_ids
+    assert blind.replay_batch is None and "not mounted here" in blind.summary and "fresh" not in blind.summary
+
     run.extra_env = {"EOS_UNSAFE_DISABLE": "ledger-skip"} if safety == "off" else {}
     run.start()
     wait_consumed(run, run.live_checkpoint)
     assert run.stop() == 0, run.log_tail()
     if safety == "on":
+        assert "2/2 slots skipped as already committed" in run.log_path.read_text()
+        assert len(read_committed(run.bootstrap, run.counts)) == in_sink, "the replay wrote records again"
         assert_ids_exact(run, expected)
     else:
         audit = audit_ids(run.bootstrap, run.counts, expected)

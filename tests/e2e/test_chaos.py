@@ -146,7 +146,7 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
                 kafka.down(st)
                 down_at = time.monotonic()
                 time.sleep(TX_TIMEOUT_MS / 1000 + 8)            # longer than the transaction timeout
-                code = _wait_exit(run, 40)                      # does the job give up (never with success)?
+                code = _wait_exit(run, 12)                      # does the job give up (never with success)?
                 outage = time.monotonic() - down_at
                 journal.append(f"run {i}: sink down {outage:.0f}s; job exit {code} (None = still retrying)")
                 kafka.up(st)

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from eos_job import checkpoint
 from eos_job.resolution import resolve
-from eos_job.spec import CheckpointSpec
 from eos_job.verify import read_committed
 from examples.colors.generator import produce
 from tests.e2e.streams import assert_exact, run_config, run_job
@@ -17,72 +15,6 @@ from tests.e2e.streams import assert_exact, run_config, run_job
 pytestmark = pytest.mark.stack
 
 
-
-
-def as_pvc(cfg, mount: Path):
-    """``cfg`` with its checkpoint on a PVC mounted at ``mount`` (the live location below it)."""
-    spec = cfg.spec.model_copy(update={"checkpoint": CheckpointSpec(store="pvc", claim_name="colors-checkpoint",
-                                                                    path=str(mount))})
-    return cfg.model_copy(update={"spec": spec, "checkpoint_dir": str(mount / "live")})
-
-
-
-
-def test_replayed_batch_whose_slots_all_committed_writes_nothing(colors_run, stack_env, tmp_path):
-    run = colors_run(max_offsets_per_trigger=None,
-                    extra_env={"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"})
-    run.setup()
-    expected = produce(run.bootstrap, run.events, 3000)
-    run.start()
-    assert run.proc.wait(240) == -9, run.log_tail()  # died after the sink commit, before commits/0
-    in_sink = len(read_committed(run.bootstrap, run.counts))
-    assert in_sink == len(expected)  # batch 0 emitted one count per color
-    assert checkpoint.replay_batch(run.live_checkpoint) == 0
-
-    report = resolve(run_config(run))
-    assert report.replay_batch == 0
-    assert report.replay_slots_already_committed == [0, 1]
-    assert not report.partially_committed
-    assert "fully in the sink" in report.summary and report.checkpoint_readable
-    # The same checkpoint as a PVC: where it is mounted (the path exists) resolution reads it as above;
-    # where it is not (the operator) it fences and says it could not look, instead of "starts fresh".
-    mounted, elsewhere = (as_pvc(run_config(run), run.live_checkpoint.parent),
-                          as_pvc(run_config(run), tmp_path / "not-mounted"))
-    on_pvc = resolve(mounted)
-    assert on_pvc.checkpoint_readable and on_pvc.replay_slots_already_committed == [0, 1]
-    blind = resolve(elsewhere)
-    assert not blind.checkpoint_readable and blind.fenced_transactional_ids == report.fenced_transactional_ids
-    assert blind.replay_batch is None and "not mounted here" in blind.summary and "fresh" not in blind.summary
-
-    run.extra_env = {}
-    run.start()
-    run.wait_for_batches(1)
-    assert checkpoint.last_committed_batch(run.live_checkpoint) >= 0
-    assert run.stop() == 0
-    assert len(read_committed(run.bootstrap, run.counts)) == in_sink, "the replay wrote records again"
-    assert "2/2 slots skipped as already committed" in run.log_path.read_text()
-    assert_exact(run, expected)
-
-
-def test_crash_inside_the_commit_window_then_restart_is_exact(colors_run, stack_env, tmp_path):
-    run = colors_run(max_offsets_per_trigger=1000,
-                    extra_env={"EOS_FAULT_KILL_AFTER_COMMIT": "1"})
-    run.setup()
-    expected = produce(run.bootstrap, run.events, 4000)
-    run.start()
-    assert run.proc.wait(240) == -9, run.log_tail()  # killed right after the first slot commit
-    report = resolve(run_config(run))
-    assert report.replay_batch == 0
-    assert 1 <= len(report.replay_slots_already_committed) <= 2
-    assert report.partially_committed == (len(report.replay_slots_already_committed) == 1)
-    # Idempotent: a second resolution reports the same.
-    again = resolve(run_config(run))
-    assert again.replay_slots_already_committed == report.replay_slots_already_committed
-    run.extra_env = {}
-    run.start()
-    run.wait_caught_up(expected)
-    assert run.stop() == 0
-    assert_exact(run, expected)
 
 
 def test_a_kill_while_spark_wrote_the_first_offsets_does_not_brick_the_stream(colors_run, stack_env, tmp_path):

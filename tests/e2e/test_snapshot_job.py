@@ -159,6 +159,9 @@ def test_drain_finishes_exactly_the_partially_committed_batch(colors_run, stack_
     assert run.proc.wait(240) == -9, run.log_tail()  # killed right after the first slot of batch 0 committed
     report = resolve(run_config(run))
     assert report.replay_batch == 0 and report.replay_slots_already_committed, report.summary
+    assert report.partially_committed == (len(report.replay_slots_already_committed) == 1)
+    # Idempotent: a second resolution reports the same.
+    assert resolve(run_config(run)).replay_slots_already_committed == report.replay_slots_already_committed
 
     run.extra_env = {}
     drain_env = {"EOS_TERMINATION_MESSAGE_PATH": str(tmp_path / "drain.json")}
