@@ -41,6 +41,10 @@ ENV PATH=/opt/eos/bin:$PATH \
     JAVA_HOME=/usr/lib/jvm/java-17 \
     PYSPARK_PYTHON=/opt/eos/bin/python PYSPARK_DRIVER_PYTHON=/opt/eos/bin/python \
     PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
+# A class-data archive of Spark's classes for this JVM and class path: drivers start about twice as fast
+# (eos_job.cds; the JVM runs without it if it does not match).
+RUN /opt/eos/bin/python -m eos_job.cds /opt/eos/spark.jsa
+ENV EOS_SPARK_CDS_ARCHIVE=/opt/eos/spark.jsa
 # SPARK_JARS is a comma-separated list; the shell form resolves the globbed names at start.
 WORKDIR /app
 USER 10001:10001

@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from confluent_kafka import Producer
 
-from . import protocol
+from . import faults, protocol
 from .contract import DriverSuperseded
 from .ledger import base_config, idempotent_producer, ledger_consumer, produce_sync, read_latest
 
@@ -91,7 +91,8 @@ def stamp(*, bootstrap: str, sec: dict[str, str], ledger_topic: str, tx_prefix: 
     def one(slot: int) -> None:
         txid = protocol.transactional_id(tx_prefix, generation, slot)
         key = protocol.slot_key(stream_uid, checkpoint_id, generation, slot)
-        producer = Producer({**base_config(bootstrap, sec), "transactional.id": txid, "enable.idempotence": True,
+        producer = Producer({**base_config(bootstrap, sec), "transactional.id": faults.transactional_id(txid),
+                             "enable.idempotence": True,
                              "acks": "all", "transaction.timeout.ms": transaction_timeout_ms})
         consumer = ledger_consumer(bootstrap, sec)
         try:

@@ -22,6 +22,9 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     ``in_transaction``: the first transaction of a slot task stays open this
     long before its commit (longer than transaction.timeout.ms: Kafka aborts
     it, and the slot must fence again and write it once).
+``EOS_FAULT_HOLD_RELEASE=<file>``
+    The hold above ends early once this file exists (a test releases it when
+    another driver has done what the scenario needs).
 ``EOS_FAULT_FROM_BATCH=<n>``
     The kill and hold faults above fire only from batch n on, so a run commits
     something before its planned kill.
@@ -37,8 +40,10 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     that its verifier reports the violation that follows. ``input-check``: the
     driver neither compares a batch's input with the ledger's nor re-runs a
     checkpoint that is behind the ledger; ``ledger-skip``: a slot writes even
-    when the ledger says its batch is committed. Never set in production; the
-    driver logs an error when one is.
+    when the ledger says its batch is committed; ``fence``: every producer of a
+    slot (and every epoch stamp) takes a transactional id of its own, so
+    ``init_transactions`` aborts nothing an older attempt left open. Never set
+    in production; the driver logs an error when one is.
 
 Python workers run in process groups of their own, so ``driver_starting``
 records the driver's group in ``EOS_DRIVER_PGID`` for them to kill, as a
@@ -62,10 +67,11 @@ PARTIAL_BATCH_ENV = "EOS_FAULT_PARTIAL_BATCH"
 KILL_IN_TRANSACTION_ENV = "EOS_FAULT_KILL_IN_TRANSACTION"
 KILL_DURING_COMMIT_ENV = "EOS_FAULT_KILL_DURING_COMMIT"
 HOLD_OPEN_ENV = "EOS_FAULT_HOLD_OPEN"
+HOLD_RELEASE_ENV = "EOS_FAULT_HOLD_RELEASE"
 FROM_BATCH_ENV = "EOS_FAULT_FROM_BATCH"
 UNSAFE_ENV = "EOS_UNSAFE_DISABLE"
 JOURNAL_ENV = "EOS_FAULT_JOURNAL"
-SAFETIES = ("input-check", "ledger-skip")
+SAFETIES = ("input-check", "ledger-skip", "fence")
 DRIVER_PGID_ENV = "EOS_DRIVER_PGID"
 PARTIAL_HOLD_S = 120   # long enough for the driver to be killed meanwhile
 
@@ -84,6 +90,7 @@ class Faults:
     kill_during_commit: float = 0.0
     hold_open_s: float = 0.0
     from_batch: int = 0
+    hold_release: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -107,7 +114,8 @@ class Faults:
                    kill_in_transaction=float(env.get(KILL_IN_TRANSACTION_ENV, "0") or 0),
                    kill_during_commit=float(env.get(KILL_DURING_COMMIT_ENV, "0") or 0),
                    hold_open_s=float(env.get(HOLD_OPEN_ENV, "0") or 0),
-                   from_batch=int(env.get(FROM_BATCH_ENV, "0") or 0))
+                   from_batch=int(env.get(FROM_BATCH_ENV, "0") or 0),
+                   hold_release=env.get(HOLD_RELEASE_ENV, ""))
 
 
 _current: Faults | None = None
@@ -135,6 +143,14 @@ def unsafe(safety: str) -> bool:
         log.error("UNSAFE: the %s safety of the exactly-once protocol is switched off (%s) for a negative "
                   "control; the output will not be exact", safety, UNSAFE_ENV)
     return off
+
+
+def transactional_id(txid: str) -> str:
+    """The transactional id a producer of ``txid`` really uses: ``txid`` itself, unless the ``fence``
+    negative control gives each producer an id of its own (then its fence aborts nothing)."""
+    if unsafe("fence"):
+        return f"{txid}-unfenced-{os.getpid()}-{time.time_ns()}"
+    return txid
 
 
 def driver_starting() -> None:
@@ -174,7 +190,8 @@ def in_transaction(batch: int, slot: int, round_no: int) -> None:
     if f.hold_open_s > 0 and round_no == 0:
         _say("fault injection: holding the transaction of slot %d batch %d open for %.0f s", slot, batch,
                     f.hold_open_s)
-        _sleep(f.hold_open_s)
+        _hold(f.hold_open_s, f.hold_release)
+        _say("fault injection: committing the held transaction of slot %d batch %d", slot, batch)
     if f.kill_in_transaction > 0 and _draw(batch, slot) < f.kill_in_transaction:
         _say("fault injection: killing the driver inside the open transaction of slot %d of batch %d",
                     slot, batch)
@@ -192,6 +209,16 @@ def committing(batch: int, slot: int) -> None:
     timer = threading.Timer(delay, _killpg, args=(_driver_pgid(), signal.SIGKILL))
     timer.daemon = True
     timer.start()
+
+
+def _hold(seconds: float, release: str) -> None:
+    """Sleep ``seconds``, or less once the file ``release`` exists."""
+    if not release:
+        _sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not os.path.exists(release):
+        _sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
 def _say(fmt: str, *args) -> None:

@@ -4,7 +4,20 @@ from __future__ import annotations
 import os
 import sys
 
+from pathlib import Path
+
 from pyspark.sql import SparkSession
+
+# Names an archive of Spark's classes made by ``python -m eos_job.cds`` (the stack and the image make one).
+ARCHIVE_ENV = "EOS_SPARK_CDS_ARCHIVE"
+
+
+def shared_archive_options(env=os.environ) -> str:
+    """The driver JVM options that map the class-data archive, or "" when there is none."""
+    archive = env.get(ARCHIVE_ENV, "")
+    if archive and Path(archive).is_file():
+        return f"-XX:SharedArchiveFile={archive}"
+    return ""
 
 
 def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: dict[str, str] | None = None,
@@ -35,6 +48,9 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     * ``spark.sql.streaming.forceDeleteTempCheckpointLocation=true``: queries
       without an explicit checkpoint (debugging, tests) clean up their temporary one.
     * log level WARN: Spark's INFO output drowns the job's own messages.
+    * ``spark.driver.extraJavaOptions`` starts with ``-XX:SharedArchiveFile=...`` when
+      ``EOS_SPARK_CDS_ARCHIVE`` names an archive of Spark's classes (``eos_job.cds``): the
+      driver JVM starts about twice as fast. Options given in ``conf`` follow it.
 
     ``conf`` entries override all of these. ``getOrCreate`` means a session that
     already runs in this process is returned as is: static settings (jars,
@@ -58,6 +74,10 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
+    shared = shared_archive_options()
+    if shared and "-XX:ArchiveClassesAtExit" not in settings.get("spark.driver.extraJavaOptions", ""):
+        settings["spark.driver.extraJavaOptions"] = " ".join(
+            o for o in (shared, settings.get("spark.driver.extraJavaOptions", "")) if o)
     builder = SparkSession.builder.appName(app_name)
     if "--master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):  # cluster mode: spark-submit chose it
         builder = builder.master(master or os.environ.get("EOS_SPARK_MASTER", "local[*,4]"))

@@ -75,7 +75,7 @@ class _SlotClients:
         conf = dict(cfg.producer_config)
         conf.update({
             "bootstrap.servers": cfg.bootstrap,
-            "transactional.id": self.txid,
+            "transactional.id": faults.transactional_id(self.txid),
             "enable.idempotence": True,
             "acks": "all",
             # Java clients' default partitioner: consumers that co-partition by key agree.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from eos_job.protocol import SlotLedgerRecord
 
 FAULT_ENV = (faults.KILL_AFTER_COMMIT_ENV, faults.KILL_BEFORE_COMMIT_LOG_ENV, faults.PARTIAL_BATCH_ENV,
              faults.DRIVER_PGID_ENV, faults.KILL_IN_TRANSACTION_ENV, faults.KILL_DURING_COMMIT_ENV,
-             faults.HOLD_OPEN_ENV, faults.FROM_BATCH_ENV, faults.UNSAFE_ENV)
+             faults.HOLD_OPEN_ENV, faults.FROM_BATCH_ENV, faults.UNSAFE_ENV, faults.HOLD_RELEASE_ENV)
 
 
 @pytest.fixture(autouse=True)
@@ -271,3 +272,19 @@ def test_unsafe_switches_are_named_and_unknown_ones_refused(monkeypatch):
     assert faults.unsafe("input-check") and not faults.unsafe("ledger-skip")
     with pytest.raises(ValueError, match="unknown safety"):
         Faults.from_env({faults.UNSAFE_ENV: "fence,typo"})
+
+
+def test_a_held_transaction_ends_early_once_its_release_file_exists(monkeypatch, tmp_path):
+    release = tmp_path / "release"
+    enable(monkeypatch, **{faults.HOLD_OPEN_ENV: "60", faults.HOLD_RELEASE_ENV: str(release)})
+    threading.Timer(0.3, release.touch).start()
+    started = time.monotonic()
+    faults.in_transaction(0, 0, 0)
+    assert 0.2 < time.monotonic() - started < 10
+
+
+def test_transactional_ids_are_the_slots_own_unless_the_fence_is_switched_off(monkeypatch):
+    assert faults.transactional_id("eos-s-0-1") == "eos-s-0-1"
+    enable(monkeypatch, **{faults.UNSAFE_ENV: "fence"})
+    a, b = faults.transactional_id("eos-s-0-1"), faults.transactional_id("eos-s-0-1")
+    assert a != b and a.startswith("eos-s-0-1-unfenced-")     # each producer its own id: it fences nothing

@@ -58,3 +58,23 @@ def test_streaming_query_reads_kafka_into_a_file_sink(stack_env, spark, tmp_path
     assert {r.partition for r in rows} == {0, 1}
     assert (checkpoint / "offsets" / "0").is_file()
     assert (checkpoint / "commits" / "0").is_file()
+
+
+def test_a_driver_jvm_maps_the_class_data_archive_the_stack_made(stack_env, tmp_path):
+    """``-Xshare:on`` makes the JVM refuse to start unless it maps the archive: the archive the stack made
+    (eos_job.cds) matches this JVM and PySpark, and the session builder passes it to the driver."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    archive = stack_env.get("EOS_SPARK_CDS_ARCHIVE")
+    assert archive and Path(archive).is_file(), f"no class-data archive in .stack/env: {archive!r}"
+    script = ("from eos_job.session import build_spark_session\n"
+              "s = build_spark_session('cds-check', conf={'spark.driver.extraJavaOptions': '-Xshare:on'})\n"
+              "print(s.sparkContext.getConf().get('spark.driver.extraJavaOptions'))\n"
+              "print(s.range(10).count())\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    options, count = proc.stdout.strip().splitlines()[-2:]
+    assert options == f"-XX:SharedArchiveFile={archive} -Xshare:on" and count == "10", proc.stdout

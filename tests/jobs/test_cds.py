@@ -1,0 +1,20 @@
+"""The class-data archive option: passed to the driver's JVM only when the archive exists."""
+from __future__ import annotations
+
+import pytest
+
+from eos_job import cds
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_archive_is_mapped_only_when_it_exists(tmp_path):
+    archive = tmp_path / "spark.jsa"
+    assert cds.java_options({}) == ""
+    assert cds.java_options({cds.ARCHIVE_ENV: str(archive)}) == ""          # named, but not made yet
+    archive.write_bytes(b"x")
+    assert cds.java_options({cds.ARCHIVE_ENV: str(archive)}) == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_the_training_command_needs_one_file():
+    assert cds.main([]) == 2
