@@ -42,10 +42,12 @@ test: venv
 	$(PY) -m eos_stack up
 	$(PY) -m pytest --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit" tests
 
-# The chaos test with more kills (EOS_CHAOS_RUNS, default 100 here; `make test` runs 15).
+# The chaos tests at length: 100 kills (EOS_CHAOS_RUNS) and 100 lifecycle operations through the operator
+# (EOS_LIFECYCLE_OPS); `make test` runs 15 of each.
 soak: venv
 	$(PY) -m eos_stack up
-	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} $(PY) -m pytest -s tests/e2e/test_chaos.py
+	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} EOS_LIFECYCLE_OPS=$${EOS_LIFECYCLE_OPS:-100} \
+	  $(PY) -m pytest -s tests/e2e/test_chaos.py tests/e2e/test_chaos_lifecycle.py
 
 demo: venv
 	$(PY) -m eos_stack up

@@ -68,7 +68,7 @@ def _fault_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-@pytest.mark.timeout(2700)
+@pytest.mark.timeout(max(2700, RUNS * 60))   # make soak runs longer
 def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
     st = Stack()
     rng = random.Random(int(os.environ.get("EOS_CHAOS_SEED", "20261124")))

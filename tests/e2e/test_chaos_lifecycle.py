@@ -171,7 +171,7 @@ class Lifecycle:
         return "broker SIGKILLed under running commits and started again"
 
 
-@pytest.mark.timeout(2700)
+@pytest.mark.timeout(max(2700, OPS * 60))   # make soak runs longer
 def test_lifecycle_chaos_through_the_operator_keeps_every_id_exactly_once(stack_env, kubectl, namespace,
                                                                            tmp_path, report_result):
     rng = random.Random(int(os.environ.get("EOS_LIFECYCLE_SEED", "20261124")))
