@@ -311,6 +311,11 @@ def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None
             f"batch {batch} is partially committed under generation {recorded.generation} "
             f"({recorded.slots} slots), and this driver runs generation {generation}: finish it with the spec "
             "that started it (drain) before another slot count runs; nothing was written"))
+    if recorded.complete and recorded.output_hash and output_hash and recorded.output_hash != output_hash:
+        # Re-run with its recorded input under another spec (a restore of an older snapshot with a changed spec):
+        # every slot of it is in the sink, so writing nothing is exactly once; a slot must not refuse it.
+        return BatchVerdict("skip", f"batch {batch} is complete in the sink (written by another spec, output "
+                                    f"hash {recorded.output_hash})")
     if not recorded.complete and recorded.output_hash and output_hash and recorded.output_hash != output_hash:
         return BatchVerdict("refuse", (
             f"batch {batch} is partially committed by another spec (output hash {recorded.output_hash}, now "

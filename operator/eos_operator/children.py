@@ -91,13 +91,15 @@ def preflight_scratch_dir(spec: ExactlyOnceStreamSpec, attempt: int) -> str:
 
 
 def checkpoint_dir(spec: ExactlyOnceStreamSpec) -> str:
-    """The first checkpoint location of a stream; upgrades move it to ``ckpt-<n>``."""
+    """The first checkpoint location of a stream; upgrades move it to ``ckpt-<uid>-<n>``."""
     return spec.checkpoint.path.rstrip("/") + "/live"
 
 
-def upgrade_checkpoint_dir(spec: ExactlyOnceStreamSpec, attempt: int) -> str:
-    """The new checkpoint location of a snapshot or stateless upgrade started as driver ``attempt``."""
-    return spec.checkpoint.path.rstrip("/") + f"/ckpt-{attempt}"
+def upgrade_checkpoint_dir(spec: ExactlyOnceStreamSpec, uid: str, attempt: int) -> str:
+    """The new checkpoint location of a snapshot or stateless upgrade started as driver ``attempt``. The uid part
+    keeps a re-created stream of the same name (whose attempts count from 0 again) off the locations of the
+    stream it replaces: a driver seeds a location from a snapshot only while it holds no checkpoint."""
+    return spec.checkpoint.path.rstrip("/") + f"/ckpt-{uid[:8]}-{attempt}"
 
 
 def snapshot_name(ref: "StreamRef", attempt: int) -> str:

@@ -24,7 +24,7 @@ Every changed field (a path under spec) falls in one class:
     so a graceful stop (SIGTERM, a clean batch boundary) leaves a snapshot. The
     upgrade stops the driver, waits for it to be gone, reads the manifest back,
     resolves, and starts the new spec in a *new* checkpoint location
-    ``<checkpoint.path>/ckpt-<attempt>`` seeded from the snapshot
+    ``<checkpoint.path>/ckpt-<uid>-<attempt>`` seeded from the snapshot
     (``RunConfig.restoreFrom``). The copy keeps the checkpoint identity, so the
     ledger keys continue and nothing is written twice. If no snapshot could be
     taken (the driver was already dead), the upgrade falls back to last-state

@@ -92,7 +92,8 @@ def test_three_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_en
                                              and s.get("lifecycleState") == "Running" else None)(
                     kubectl.status(namespace, NAME)), f"upgrade {v} to run", 180, diag)
                 assert "upgrade" not in status
-                assert status["checkpointDir"] == f"{checkpoint}/ckpt-{v}"
+                uid = kubectl.stream(namespace, NAME)["metadata"]["uid"]
+                assert status["checkpointDir"] == f"{checkpoint}/ckpt-{uid[:8]}-{v}"
                 assert status["restoreFrom"] == status["snapshots"][-1]["path"]
                 wait_until(lambda: any(json.loads(m.value()).get("version") == f"v{v}"
                                        for m in read_committed(bootstrap, counts)),

@@ -115,7 +115,8 @@ def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
             st = r.wait_status(lambda s: s.get("driverPod") == f"{NAME}-driver-{v}"
                                and s.get("lifecycleState") == "Running" and "upgrade" not in s,
                                f"upgrade {v} to finish", 300)
-            assert st["checkpointDir"].endswith(f"/ckpt-{v}")
+            uid = kubectl.stream(namespace, NAME)["metadata"]["uid"]
+            assert st["checkpointDir"].endswith(f"/ckpt-{uid[:8]}-{v}")
         finish_exact(r, trickle)
         reasons = kubectl.events(namespace, NAME)
         assert reasons.count("Upgraded") == 3 and reasons.count("Submitted") == 4, reasons
@@ -217,7 +218,8 @@ def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
         kubectl.apply(fork, namespace)
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the fork to run", 240,
                            name="colors-fork")
-        assert st["restoreFrom"] == older["status"]["path"] and st["checkpointDir"].endswith("/ckpt-0")
+        assert st["restoreFrom"] == older["status"]["path"] and st["checkpointDir"].endswith(
+            f"/ckpt-{kubectl.stream(namespace, 'colors-fork')['metadata']['uid'][:8]}-0")
         restored = kubectl.event_messages(namespace, "colors-fork", "Restored")
         assert restored and "fork" in restored[0], restored
         wait_until(lambda: audit_counts(r.bootstrap, fork_counts).final == expected, "the fork's output", 300,

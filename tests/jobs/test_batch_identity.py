@@ -54,7 +54,7 @@ def test_same_input_compares_ends_and_known_starts():
     (hist(5, generation=1), 2, "o1", "skip", "complete"),
     (hist(5, generation=1, complete=False), 2, "o1", "refuse", "partially committed under generation 1"),
     (hist(5, complete=False, output_hash="o0"), 0, "o1", "refuse", "another spec"),
-    (hist(5, complete=True, output_hash="o0"), 0, "o1", "run", "same input"),
+    (hist(5, complete=True, output_hash="o0"), 0, "o1", "skip", "complete in the sink (written by another spec"),
 ])
 def test_the_driver_judges_a_batch_by_its_input(recorded, generation, output_hash, action, words):
     v = judge_batch(5, A, recorded, generation, output_hash)

@@ -17,7 +17,7 @@ from eos_operator.timeutil import fmt
 from eos_job.status import ReplayHorizon, ResolutionReport
 
 from .fakes import T0
-from .test_planner import cond, observed, pod, reasons, spec
+from .test_planner import UID, cond, observed, pod, reasons, spec
 from .test_upgrades import SNAP0, _with_snapshot, running, snap, upgraded_spec
 
 OWN_UID = stream_uid("default", "colors")
@@ -149,9 +149,9 @@ def test_an_upgrade_not_ready_by_the_deadline_rolls_back_from_its_snapshot():
     resolve = plan(new, stop.status, observed(at=62))
     cfg = resolve.actions[0].config
     assert cfg.restore_from == SNAP0 and cfg.spec.job.args == old.job.args   # the old spec, the old state
-    assert cfg.checkpoint_dir == "/tmp/eos-test/ckpt-2"
+    assert cfg.checkpoint_dir == f"/tmp/eos-test/ckpt-{UID[:8]}-2"
     # the failed driver's batches after the snapshot are re-run with their original offsets
-    assert cfg.replay_offsets_from == "/tmp/eos-test/ckpt-1"
+    assert cfg.replay_offsets_from == f"/tmp/eos-test/ckpt-{UID[:8]}-1"
     st2, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=OWN_UID, generation=0, slots=2),
                                attempt=2, spec_hash=cfg.spec.spec_hash(), observed=observed(at=62))
     submit = plan(new, st2, observed(at=62))
@@ -211,10 +211,10 @@ def test_a_new_stream_with_restore_from_starts_from_that_snapshot():
     assert "not found" in cond(wait, "Ready").message and wait.requeue_after
     obs = replace(observed(), restore_source=src)
     rec = plan(s, wait.status, obs)
-    assert rec.status.upgrade.restore_from == src.path and rec.status.upgrade.checkpoint_dir == "/tmp/eos-test/ckpt-0"
+    assert rec.status.upgrade.restore_from == src.path and rec.status.upgrade.checkpoint_dir == f"/tmp/eos-test/ckpt-{UID[:8]}-0"
     resolve = plan(s, rec.status, obs)
     cfg = resolve.actions[0].config
-    assert cfg.restore_from == src.path and cfg.checkpoint_dir == "/tmp/eos-test/ckpt-0"
+    assert cfg.restore_from == src.path and cfg.checkpoint_dir == f"/tmp/eos-test/ckpt-{UID[:8]}-0"
     st, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=OWN_UID, generation=0, slots=2),
                               attempt=0, spec_hash=s.spec_hash(), observed=obs)
     submit = plan(s, st, obs)

@@ -84,7 +84,7 @@ def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_
     assert (up.mode, up.step, up.from_pod) == ("snapshot", "Stopping", "colors-driver-0")
     assert up.snapshot_path == SNAP0 and up.restore_from == SNAP0
     assert up.snapshot_name == f"colors-{UID[:8]}-a0"
-    assert up.checkpoint_dir == "/tmp/eos-test/ckpt-1" and up.target_spec_hash == new.spec_hash()
+    assert up.checkpoint_dir == f"/tmp/eos-test/ckpt-{UID[:8]}-1" and up.target_spec_hash == new.spec_hash()
     # 2. Stop the driver gracefully (SIGTERM: a clean boundary, then the snapshot).
     stop = plan(new, p.status, observed(pod("colors-driver-0")))
     assert stop.actions == [DeletePod("colors-driver-0", 60)]
@@ -101,7 +101,7 @@ def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_
     resolve = plan(new, taken.status, observed())
     assert [type(a) for a in resolve.actions] == [Resolve]
     cfg = resolve.actions[0].config
-    assert cfg.checkpoint_dir == "/tmp/eos-test/ckpt-1" and cfg.restore_from == SNAP0 and cfg.spec == new
+    assert cfg.checkpoint_dir == f"/tmp/eos-test/ckpt-{UID[:8]}-1" and cfg.restore_from == SNAP0 and cfg.spec == new
     assert cfg.replay_offsets_from == "/tmp/eos-test/live"      # the old driver's offset log
     st, _ = record_resolution(resolve.status, ResolutionReport(stream_uid=UID, generation=0, slots=2),
                               attempt=1, spec_hash=new.spec_hash(), observed=observed())
@@ -109,11 +109,11 @@ def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_
     submit = plan(new, st, observed())
     assert [type(a) for a in submit.actions] == [CreateSnapshot, ApplyConfigMap, CreatePod]   # 409 if it exists
     run = json.loads(submit.actions[1].body["data"]["run.json"])
-    assert run["checkpointDir"] == "/tmp/eos-test/ckpt-1" and run["restoreFrom"] == SNAP0
+    assert run["checkpointDir"] == f"/tmp/eos-test/ckpt-{UID[:8]}-1" and run["restoreFrom"] == SNAP0
     env = {e["name"]: e.get("value") for e in submit.actions[2].body["spec"]["containers"][0]["env"]}
     assert env["EOS_SNAPSHOT_ON_STOP"] == f"/tmp/eos-test/snapshots/colors-{UID[:8]}-a1"
     assert submit.status.upgrade is None
-    assert submit.status.checkpoint_dir == "/tmp/eos-test/ckpt-1" and submit.status.restore_from == SNAP0
+    assert submit.status.checkpoint_dir == f"/tmp/eos-test/ckpt-{UID[:8]}-1" and submit.status.restore_from == SNAP0
     assert "Upgraded" in reasons(submit)
     # 6. Seen, then Running: the new spec is the stable one.
     seen = plan(new, submit.status, observed(pod("colors-driver-1", "Pending")))
@@ -127,7 +127,7 @@ def test_snapshot_upgrade_records_intent_then_stops_takes_snapshot_resolves_and_
     assert failed.status.upgrade is None
     relaunch = plan(new, failed.status, observed(at=100))
     cfg = relaunch.actions[0].config
-    assert cfg.checkpoint_dir == "/tmp/eos-test/ckpt-1" and cfg.restore_from == SNAP0
+    assert cfg.checkpoint_dir == f"/tmp/eos-test/ckpt-{UID[:8]}-1" and cfg.restore_from == SNAP0
 
 
 def _with_snapshot(obs, view=None, *, readable=True, state="unknown"):
@@ -230,7 +230,7 @@ def test_last_state_and_stateless_modes():
     assert last.status.upgrade.restore_from is None
     less = plan(upgraded_spec(upgradeMode="stateless"), running(old), observed(pod("colors-driver-0")))
     up = less.status.upgrade
-    assert (up.step, up.checkpoint_dir, up.restore_from) == ("Stopped", "/tmp/eos-test/ckpt-1", None)
+    assert (up.step, up.checkpoint_dir, up.restore_from) == ("Stopped", f"/tmp/eos-test/ckpt-{UID[:8]}-1", None)
     assert "ledger skips nothing" in less.events[0].message
 
 
@@ -376,7 +376,8 @@ def test_killed_operator_finishes_the_upgrade_exactly_once(crash):
     assert kube.created_pods == ["colors-driver-0", "colors-driver-1"]
     assert kube.max_alive_drivers == 1
     assert "upgrade" not in status and "pendingLaunch" not in status
-    assert status["checkpointDir"] == "/tmp/eos-test/ckpt-1"
+    uid = kube.stream("colors")["metadata"]["uid"]
+    assert status["checkpointDir"] == f"/tmp/eos-test/ckpt-{uid[:8]}-1"
     assert status["restoreFrom"] == status["snapshots"][0]["path"]
     assert len(status["snapshots"]) == 1
     # Events follow the status write: a crash right after the write may lose one, never repeat one.

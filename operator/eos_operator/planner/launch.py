@@ -83,7 +83,7 @@ def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: Pendi
         if src is None or src.path is None:
             return restore_source_missing(step, spec)
         st.upgrade = UpgradeProgress(mode="snapshot", step="Stopped", target_spec_hash=spec.spec_hash(),
-                                     checkpoint_dir=children.upgrade_checkpoint_dir(spec, launch.attempt),
+                                     checkpoint_dir=children.upgrade_checkpoint_dir(spec, obs.uid, launch.attempt),
                                      restore_from=src.path, previous_tx_generation=st.tx_generation,
                                      requested_at=fmt(obs.now), note=f"restoring from {spec.restore_from}")
         return step.done(again=True)

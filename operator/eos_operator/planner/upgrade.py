@@ -43,13 +43,14 @@ def spec_changed(step: StreamStep, spec: ExactlyOnceStreamSpec, changes: list[st
             mode=change.mode, step="Stopping" if change.mode == "snapshot" else "Stopped",
             target_spec_hash=spec.spec_hash(), from_pod=from_pod,
             snapshot_name=snapshot.rstrip("/").rsplit("/", 1)[-1] if snapshot else None, snapshot_path=snapshot,
-            checkpoint_dir=current if change.mode == "last-state" else children.upgrade_checkpoint_dir(spec, attempt),
+            checkpoint_dir=(current if change.mode == "last-state"
+                            else children.upgrade_checkpoint_dir(spec, obs.uid, attempt)),
             restore_from=snapshot, previous_tx_generation=previous_generation, requested_at=fmt(obs.now),
             replay_offsets_from=current if st.last_reconciled_spec else None)
         if restoring:
             # spec.restoreFrom changed: the new driver starts from that snapshot, not from the stop snapshot.
             st.upgrade = st.upgrade.model_copy(update={
-                "checkpoint_dir": children.upgrade_checkpoint_dir(spec, attempt),
+                "checkpoint_dir": children.upgrade_checkpoint_dir(spec, obs.uid, attempt),
                 "restore_from": obs.restore_source.path, "step": "Stopping" if snapshot else "Stopped",
                 "note": f"restoring from {spec.restore_from}"})
         if spec.upgrade_pre_flight and change.mode != "stateless" and st.last_reconciled_spec:
@@ -319,7 +320,7 @@ def check_upgrade(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan | None:
     attempt = st.pending_launch.attempt
     st.upgrade = UpgradeProgress(mode="snapshot", step="Stopped", target_spec_hash=previous.spec_hash(),
                                  from_pod=st.driver_pod, snapshot_name=chk.rollback_snapshot.rsplit("/", 1)[-1],
-                                 checkpoint_dir=children.upgrade_checkpoint_dir(previous, attempt),
+                                 checkpoint_dir=children.upgrade_checkpoint_dir(previous, obs.uid, attempt),
                                  restore_from=chk.rollback_snapshot, previous_tx_generation=st.tx_generation,
                                  rollback=True, requested_at=fmt(obs.now), note="rollback",
                                  replay_offsets_from=current_checkpoint_dir(st.checkpoint_dir,
