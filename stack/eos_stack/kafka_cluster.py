@@ -145,7 +145,9 @@ class KafkaCluster:
         last = ""
         while time.monotonic() < deadline:
             for n in NODES:
-                if self.st.running_pid(self.name(n)) is None:
+                # Looked at twice: a JVM that has only just been started can, for a moment, not yet show the
+                # command line that marks it as ours (seen once in a full run; the node was up).
+                if self.st.running_pid(self.name(n)) is None and not self._shows_up(n):
                     raise StackError(f"Kafka node {n} exited during start-up; {self.st.state}/logs/"
                                      f"{self.name(n)}.log ends with:\n{self.st.log_tail(self.name(n), 30)}")
             try:
@@ -158,6 +160,14 @@ class KafkaCluster:
                 last = str(exc)
             time.sleep(0.5)
         raise StackError(f"the three-node Kafka cluster was not ready in {timeout:.0f}s ({last})")
+
+    def _shows_up(self, node: int, seconds: float = 3.0) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.25)
+            if self.st.running_pid(self.name(node)) is not None:
+                return True
+        return False
 
     def hard_kill(self, node: int) -> None:
         """SIGKILL one node (no shutdown, no flush); start it again with :meth:`start`."""

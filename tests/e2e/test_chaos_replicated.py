@@ -24,7 +24,8 @@ HOLD_S = 3
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(stack_env):
+    """The stack's environment (the Spark jars, the class-data archive) and a three-node cluster beside it."""
     c = KafkaCluster(Stack())
     c.down(purge=True)          # a fresh cluster per run: no topics or transactions of earlier runs
     c.up()
