@@ -189,8 +189,13 @@ def min_heap(heap: str) -> str:
 
 
 def new_cluster_id() -> str:
-    """Kafka's Uuid text form: 16 random bytes, URL-safe base64, no padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's Uuid text form: 16 random bytes, URL-safe base64, no padding; never starting with "-" (as
+    Kafka's own Uuid.randomUuid), which the storage tool would read as an option (one clean-clone run in 64
+    failed so at `stack up`)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def formatted(st: Stack) -> bool:

@@ -108,3 +108,13 @@ def test_second_producer_with_same_transactional_id_fences_the_first(bootstrap, 
     assert read_until(bootstrap, topic, "read_committed", "fresh") == ["fresh"]
     # The zombie's flushed record is in the log, but aborted.
     assert "zombie-0" in read_until(bootstrap, topic, "read_uncommitted", "fresh")
+
+
+def test_cluster_ids_never_start_with_a_dash():
+    """The storage tool reads `-t -abc...` as an option: a clean-clone `stack up` failed so once."""
+    import base64
+
+    from eos_stack.kafka import new_cluster_id
+    ids = [new_cluster_id() for _ in range(3000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)
