@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .session import ARCHIVE_ENV, build_spark_session, shared_archive_options as java_options  # noqa: F401
+from .session import ARCHIVE_ENV, build_spark_session
 
 
 def train(archive: Path, batches: int = 3) -> Path:
