@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 from confluent_kafka import Consumer, TopicPartition
 
-from .ledger import admin_client, base_config
+from .ledger import admin_client, base_config, list_offsets
 from .resolution import last_batch_record
 from .spec import RunConfig
 from .status import ReplayHorizon
@@ -166,11 +166,8 @@ def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = N
     if not tps:
         return None
 
-    def offsets(spec) -> dict[tuple[str, int], int]:
-        futs = admin.list_offsets({tp: spec for tp in tps}, request_timeout=timeout_s)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
-
-    earliest, latest = offsets(OffsetSpec.earliest()), offsets(OffsetSpec.latest())
+    earliest = list_offsets(admin, tps, OffsetSpec.earliest(), timeout_s)
+    latest = list_offsets(admin, tps, OffsetSpec.latest(), timeout_s)
     retention = _retention(admin, sorted({tp.topic for tp in tps}), timeout_s)
     positions = {(t, int(p)): o for t, parts in record.source_offsets.items() for p, o in parts.items()}
     behind = {k: o for k, o in positions.items()

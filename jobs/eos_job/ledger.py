@@ -189,7 +189,25 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float)
 
 
 _LEADER_ERRORS = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                  KafkaError.UNKNOWN_TOPIC_OR_PART)
+                  KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_LEADER_EPOCH,
+                  KafkaError.FENCED_LEADER_EPOCH, KafkaError.REPLICA_NOT_AVAILABLE)
+
+
+def list_offsets(admin: AdminClient, tps: list[TopicPartition], spec, timeout_s: float,
+                 isolation_level=None) -> dict[tuple[str, int], int]:
+    """Each partition's offset for ``spec`` (earliest, latest); retried while a leader moves (just after a
+    broker restart the metadata can name a leader epoch the broker does not know yet)."""
+    deadline = time.monotonic() + timeout_s
+    kwargs = {} if isolation_level is None else {"isolation_level": isolation_level}
+    while True:
+        futs = admin.list_offsets({tp: spec for tp in tps}, request_timeout=timeout_s, **kwargs)
+        try:
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not err.retriable() and err.code() not in _LEADER_ERRORS or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def read_latest(consumer: Consumer, topic: str, partition: int, key: str, *,

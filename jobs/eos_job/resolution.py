@@ -16,8 +16,8 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 
 from . import checkpoint, protocol
-from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer, records, watermarks,
-                     read_latest, sink_security)
+from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer, list_offsets,
+                     records, watermarks, read_latest, sink_security)
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .epoch import read_generations
 from .spec import RunConfig
@@ -71,13 +71,13 @@ def open_transaction_partitions(admin, topics: dict, names: list[str], timeout_s
     tps = [TopicPartition(t, p) for t in names for p in topics[t].partitions]
     if not tps:
         return set()
-
-    def ends(level) -> dict[tuple[str, int], int]:
-        futs = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=level,
-                                  request_timeout=timeout_s)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futs.items()}
-
-    stable, high = ends(IsolationLevel.READ_COMMITTED), ends(IsolationLevel.READ_UNCOMMITTED)
+    try:
+        stable = list_offsets(admin, tps, OffsetSpec.latest(), timeout_s, IsolationLevel.READ_COMMITTED)
+        high = list_offsets(admin, tps, OffsetSpec.latest(), timeout_s, IsolationLevel.READ_UNCOMMITTED)
+    except KafkaException as exc:
+        raise SinkUnavailable(f"resolution could not read the end offsets of {names}: {exc.args[0]}; the sink "
+                              "cluster must be reachable (every partition with a leader) before the stream "
+                              "restarts") from exc
     return {tp for tp, off in stable.items() if off < high[tp]}
 
 
