@@ -9,33 +9,31 @@ boundary, for snapshots and pre-flights.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from . import protocol
+from .storage import Loc
 
 
 def checkpoint_id(ckpt: str | Path) -> str | None:
-    meta = Path(ckpt) / "metadata"
+    meta = Loc.of(ckpt) / "metadata"
     if not meta.exists():
         return None
     return json.loads(meta.read_text().splitlines()[0])["id"]
 
 
-def _batches(folder: Path) -> list[int]:
-    if not folder.is_dir():
-        return []
+def _batches(folder: Loc) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 
 
 def offset_batches(ckpt: str | Path) -> list[int]:
-    return _batches(Path(ckpt) / "offsets")
+    return _batches(Loc.of(ckpt) / "offsets")
 
 
 def committed_batches(ckpt: str | Path) -> list[int]:
-    return _batches(Path(ckpt) / "commits")
+    return _batches(Loc.of(ckpt) / "commits")
 
 
 def last_offsets_batch(ckpt: str | Path) -> int | None:
@@ -50,7 +48,7 @@ def last_committed_batch(ckpt: str | Path) -> int | None:
 
 def source_offsets(ckpt: str | Path, batch: int) -> dict:
     """The source offsets recorded for ``batch`` (Kafka: {topic: {partition: offset}})."""
-    lines = (Path(ckpt) / "offsets" / str(batch)).read_text().splitlines()
+    lines = (Loc.of(ckpt) / "offsets" / str(batch)).read_text().splitlines()
     # v1 format: version line, metadata line, then one line per source.
     return {f"source{i}": json.loads(line) for i, line in enumerate(lines[2:]) if line.strip()}
 
@@ -69,7 +67,7 @@ def kafka_offsets(ckpt: str | Path, batch: int) -> dict[str, dict[str, int]]:
 
 def initial_kafka_offsets(ckpt: str | Path) -> dict[str, dict[str, int]] | None:
     """Where the Kafka source started (``sources/0/0``: a version line, then JSON); None if absent."""
-    f = Path(ckpt) / "sources" / "0" / "0"
+    f = Loc.of(ckpt) / "sources" / "0" / "0"
     if not f.is_file():
         return None
     for line in reversed(f.read_bytes().decode("utf-8", "replace").splitlines()):
@@ -86,26 +84,23 @@ def batch_input(ckpt: str | Path, batch: int) -> protocol.Ranges:
     if batch == 0:
         start = initial_kafka_offsets(ckpt)
     else:
-        start = kafka_offsets(ckpt, batch - 1) if (Path(ckpt) / "offsets" / str(batch - 1)).is_file() else None
+        start = kafka_offsets(ckpt, batch - 1) if (Loc.of(ckpt) / "offsets" / str(batch - 1)).is_file() else None
     return protocol.input_ranges(start, end)
 
 
 def offset_log_text(ckpt: str | Path, batch: int) -> str:
-    return (Path(ckpt) / "offsets" / str(batch)).read_text()
+    return (Loc.of(ckpt) / "offsets" / str(batch)).read_text()
 
 
 def write_offset_log(ckpt: str | Path, batch: int, text: str) -> None:
     """Log ``offsets/<batch>`` as recorded in the ledger, so Spark re-runs the batch with that input.
 
-    Written to a temporary name and renamed, as Spark writes its logs; a checksum file of another
-    content is removed first (Hadoop's local file system would refuse the file), none is needed.
+    Written whole or not at all, as Spark writes its logs; a checksum file of another content is removed
+    first (Hadoop's local file system would refuse the file), none is needed.
     """
-    folder = Path(ckpt) / "offsets"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Loc.of(ckpt) / "offsets"
     (folder / f".{batch}.crc").unlink(missing_ok=True)
-    tmp = folder / f".{batch}.eos-ledger.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, folder / str(batch))
+    (folder / str(batch)).write_text(text)
 
 
 def replay_batch(ckpt: str | Path) -> int | None:
@@ -148,11 +143,9 @@ def discard_torn_log_writes(ckpt: str | Path) -> list[str]:
     """
     removed = []
     for log_dir in ("offsets", "commits"):
-        folder = Path(ckpt) / log_dir
-        if not folder.is_dir():
-            continue
-        for p in sorted(folder.iterdir()):
-            if p.is_file() and is_temporary(p.name):
+        folder = Loc.of(ckpt) / log_dir
+        for p in sorted(folder.iterdir(), key=str):
+            if is_temporary(p.name) and p.is_file():
                 p.unlink(missing_ok=True)
                 removed.append(f"{log_dir}/{p.name}")
     return removed
@@ -216,22 +209,25 @@ def state_gaps(ckpt: str | Path, version: int) -> list[str]:
     Spark loads version v from the newest ``<s>.snapshot`` with s <= v plus the deltas s+1..v
     (or the deltas 1..v). Stores of other providers (RocksDB zips) are not checked.
     """
-    root = Path(ckpt) / "state"
-    if version < 1 or not root.is_dir():
+    base_loc = Loc.of(ckpt)
+    if version < 1:
         return []
+    by_folder: dict[PurePosixPath, list[str]] = {}
+    for rel in (base_loc / "state").files():
+        by_folder.setdefault(PurePosixPath("state") / rel.parent, []).append(rel.name)
     problems = []
-    for folder in sorted({p.parent for p in root.rglob("*") if p.is_file()}):
+    for folder, names in sorted(by_folder.items()):
         deltas, snaps = set(), set()
-        for f in folder.iterdir():
-            m = _STATE_FILE.match(f.name)
-            if m and not f.name.startswith(".") and m.group(2) in ("delta", "snapshot"):
+        for name in names:
+            m = _STATE_FILE.match(name)
+            if m and not name.startswith(".") and m.group(2) in ("delta", "snapshot"):
                 (deltas if m.group(2) == "delta" else snaps).add(int(m.group(1)))
         if not deltas and not snaps:
             continue
         base = max((s for s in snaps if s <= version), default=0)
         missing = [v for v in range(base + 1, version + 1) if v not in deltas]
         if missing:
-            problems.append(f"{folder.relative_to(ckpt)}: state version {version} needs "
+            problems.append(f"{folder}: state version {version} needs "
                             f"{'snapshot %d and ' % base if base else ''}deltas {base + 1}..{version}, "
                             f"missing {missing[:5]}")
     return problems

@@ -22,10 +22,12 @@ import logging
 import os
 import sys
 import threading
-from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
+
+from .storage import Loc
+from .storage import configure as configure_storage
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG, EXIT_SINK = 0, 1, 2, 3
 EXIT_PREFLIGHT_FAILED = 4   # Spark refused the spec on the checkpoint's state
@@ -67,7 +69,7 @@ def _snapshot_command(args) -> int:
         except (ValueError, ValidationError) as exc:
             _emit({"reason": "InvalidArguments", "error": f"--stream-json: not a stream identity ({exc})"[:2000]})
             return EXIT_BAD_CONFIG
-        dest = Path(args.dest)
+        dest = Loc.of(args.dest)
         if dest.exists():
             # A retried take (its Pod ran again) finds its own snapshot: report it; never overwrite.
             try:
@@ -141,6 +143,7 @@ def _load(args) -> "RunConfig":  # noqa: F821 - imported lazily to keep --help f
         with open(args.config) as f:
             doc = yaml.safe_load(f)
     cfg = load_run_config(doc)
+    configure_storage(cfg.spec.checkpoint)
     if args.checkpoint:
         cfg = cfg.model_copy(update={"checkpoint_dir": args.checkpoint})
     return cfg

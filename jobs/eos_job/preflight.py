@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import checkpoint
 from .checkpoint import Cut
 from .spec import RunConfig
+from .storage import Loc
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,16 @@ def evaluate_only(df, batch_id: int) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
-def _prepare_scratch(scratch: Path, ckpt: Path) -> None:
-    s, c = scratch.resolve(), ckpt.resolve()
-    if s == c or c in s.parents or s in c.parents:
+def _prepare_scratch(scratch: str | Path | Loc, ckpt: str | Path | Loc) -> None:
+    scratch, ckpt = Loc.of(scratch), Loc.of(ckpt)
+    s, c = scratch.uri.rstrip("/") + "/", ckpt.uri.rstrip("/") + "/"
+    if s.startswith(c) or c.startswith(s):
         raise ValueError(f"scratch {scratch} overlaps checkpoint {ckpt}; give the pre-flight its own directory")
-    if scratch.exists() and any(scratch.iterdir()) and not (scratch / SCRATCH_MARK).exists():
+    if scratch.iterdir() and not (scratch / SCRATCH_MARK).exists():
         raise ValueError(f"scratch {scratch} exists and is not a pre-flight scratch directory; refusing to "
                          "delete what is in it")
-    shutil.rmtree(scratch, ignore_errors=True)  # a crashed pre-flight's leftovers
-    scratch.mkdir(parents=True)
+    scratch.rmtree()  # a crashed pre-flight's leftovers
+    scratch.mkdir()
     (scratch / SCRATCH_MARK).write_text("")
 
 
@@ -71,7 +72,7 @@ def run_preflight(config: RunConfig, from_checkpoint: str | Path, scratch: str |
     """Re-run the last committed batch of ``from_checkpoint`` with ``config``'s query; never raises for Spark's no."""
     from .runtime import JobFailed, build_query, load_transform, spark_conf_for
 
-    ckpt, scratch = Path(from_checkpoint), Path(scratch)
+    ckpt, scratch = Loc.of(from_checkpoint), Loc.of(scratch)
     # The last committed batch; before the first commit, the batch in flight: its state files and the
     # state schema may already be written, and a new spec must match them just the same.
     last = checkpoint.last_committed_batch(ckpt)
@@ -100,7 +101,7 @@ def run_preflight(config: RunConfig, from_checkpoint: str | Path, scratch: str |
             if spark is None:
                 from .session import build_spark_session
                 spark = build_spark_session(f"eos-preflight-{config.stream.name}", conf=spark_conf_for(config))
-            query = build_query(spark, config, evaluate_only, once=True, checkpoint_dir=str(copy),
+            query = build_query(spark, config, evaluate_only, once=True, checkpoint_dir=copy.uri,
                                 query_name=f"eos-preflight-{config.stream.namespace}-{config.stream.name}").start()
             query.awaitTermination(timeout_s)
             exc = query.exception()
@@ -119,4 +120,4 @@ def run_preflight(config: RunConfig, from_checkpoint: str | Path, scratch: str |
     finally:
         if query is not None and query.isActive:
             query.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.rmtree()

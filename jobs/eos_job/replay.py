@@ -17,23 +17,23 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 from typing import Callable
 
 from . import checkpoint, protocol
 from .contract import BatchRefused, JobFailed
+from .storage import Loc
 
 log = logging.getLogger(__name__)
 
 RunOnce = Callable[[int], None]   # runs one trigger of the query: the batch logged without a commit
 
 
-def from_checkpoint(ckpt: Path, src: Path, run_once: RunOnce, stop_event: threading.Event) -> int:
+def from_checkpoint(ckpt: Loc, src: Loc, run_once: RunOnce, stop_event: threading.Event) -> int:
     """Re-run the batches ``src`` (the checkpoint the stream ran on before) logged after ``ckpt``'s last
     commit, each with its offsets from ``src``. Returns how many were re-run."""
     from .snapshot import copy_offset_file
 
-    if not src.is_dir() or src.resolve() == ckpt.resolve():
+    if not src.is_dir() or src == ckpt:
         return 0
     if checkpoint.checkpoint_id(src) != checkpoint.checkpoint_id(ckpt):
         log.info("replay: %s is another checkpoint lineage (its ledger keys differ); nothing to replay", src)
@@ -58,7 +58,7 @@ def from_checkpoint(ckpt: Path, src: Path, run_once: RunOnce, stop_event: thread
     return replayed
 
 
-def from_ledger(ckpt: Path, history: dict[int, protocol.BatchHistoryRecord], run_once: RunOnce,
+def from_ledger(ckpt: Loc, history: dict[int, protocol.BatchHistoryRecord], run_once: RunOnce,
                 stop_event: threading.Event) -> int:
     """Re-run the batches the ledger recorded for this checkpoint after its last commit, with the recorded
     offsets. Refuses (JobFailed) when the ledger is ahead but a batch's input is unknown."""
@@ -87,12 +87,12 @@ def from_ledger(ckpt: Path, history: dict[int, protocol.BatchHistoryRecord], run
     return replayed
 
 
-def _next_batch(ckpt: Path) -> int:
+def _next_batch(ckpt: Loc) -> int:
     last = checkpoint.last_committed_batch(ckpt)
     return 0 if last is None else last + 1
 
 
-def _run(ckpt: Path, batch: int, run_once: RunOnce) -> None:
+def _run(ckpt: Loc, batch: int, run_once: RunOnce) -> None:
     run_once(batch)
     done = checkpoint.last_committed_batch(ckpt)
     if done is None or done < batch:

@@ -22,6 +22,7 @@ from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .epoch import read_generations
 from .spec import RunConfig
 from .status import ResolutionReport
+from .storage import Loc
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +86,11 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
     spec, stream = config.spec, config.stream
     sink = spec.sink
     sec = sink_security(sink)
-    ckpt = config.checkpoint_dir.removeprefix("file://")
+    ckpt: str | Loc = config.checkpoint_dir
     if config.restore_from and checkpoint.checkpoint_id(ckpt) is None:
         # A start from a snapshot: the driver seeds the empty location with this copy, so it is what the
         # restart will run on (same checkpoint identity, same ledger keys).
-        ckpt = str(Path(config.restore_from.removeprefix("file://")) / "checkpoint")
+        ckpt = Loc.of(config.restore_from) / "checkpoint"
     ckpt_id = checkpoint.checkpoint_id(ckpt)
     # A PVC is mounted at checkpoint.path in the driver; where that path does not exist (the operator),
     # an absent checkpoint means "not visible here", not "none yet".

@@ -19,7 +19,8 @@ from .contract import (BatchRefused, DriverSuperseded, JobFailed, TransformConte
 from .ledger import (admin_client, base_config, check_ledger_topic, ensure_ledger_topic, ledger_consumer,
                      require_topics, sink_security)
 from .spec import RunConfig
-from .writer import BatchWriter, RunSummary, StopRequested, local_path  # noqa: F401 - RunSummary: the CLI's
+from .storage import Loc
+from .writer import BatchWriter, RunSummary, StopRequested  # noqa: F401 - RunSummary: the CLI's
 
 log = logging.getLogger("eos_job")
 
@@ -79,6 +80,9 @@ def spark_conf_for(config: RunConfig) -> dict[str, str]:
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.streaming.stopTimeout": "30s",
     }
+    if spec.checkpoint.store == "s3" and spec.checkpoint.s3 is not None:
+        from .session import s3a_conf
+        conf.update(s3a_conf(spec.checkpoint.s3))
     conf.update(spec.job.spark_conf)
     return conf
 
@@ -93,11 +97,11 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     from .session import build_spark_session
 
     stop_event = stop_event or threading.Event()
-    ckpt = Path(local_path(config.checkpoint_dir))
+    ckpt = Loc.of(config.checkpoint_dir)
     seeding = bool(config.restore_from) and checkpoint.checkpoint_id(ckpt) is None
     replay = None
     if drain:
-        source = Path(local_path(config.restore_from)) / "checkpoint" if seeding else ckpt
+        source = Loc.of(config.restore_from) / "checkpoint" if seeding else ckpt
         replay = checkpoint.replay_batch(source)
         if replay is None:
             log.info("drain: checkpoint %s has no uncommitted batch; nothing to finish", source)
@@ -105,10 +109,10 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     preflight(config)
     if seeding:
         from .snapshot import restore_snapshot
-        manifest = restore_snapshot(local_path(config.restore_from), ckpt)
+        manifest = restore_snapshot(config.restore_from, ckpt)
         log.info("checkpoint %s seeded from snapshot %s (batch %s, checkpoint id %s)", ckpt, config.restore_from,
                  manifest["lastBatch"], manifest["checkpointId"])
-    ckpt.mkdir(parents=True, exist_ok=True)
+    ckpt.mkdir()
     torn = checkpoint.discard_torn_log_writes(ckpt)
     if torn:
         log.warning("removed %d file(s) a killed driver was writing when it died: %s", len(torn), ", ".join(torn))
@@ -133,7 +137,7 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
 
     if not drain:
         if config.replay_offsets_from:
-            rerun.from_checkpoint(ckpt, Path(local_path(config.replay_offsets_from)), run_once, stop_event)
+            rerun.from_checkpoint(ckpt, Loc.of(config.replay_offsets_from), run_once, stop_event)
         if writer.checked:
             writer.load_history(ckpt)
             rerun.from_ledger(ckpt, writer.history, run_once, stop_event)
@@ -176,7 +180,7 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
         return writer.summary
     if snapshot_dir and writer.summary.reason == "Stopped" and not drain:
         from .snapshot import take_snapshot
-        manifest = take_snapshot(local_path(config.checkpoint_dir), snapshot_dir,
+        manifest = take_snapshot(config.checkpoint_dir, snapshot_dir,
                                  stream=config.stream.wire(), spec_hash=config.spec.spec_hash())
         writer.summary.snapshot = snapshot_dir
         log.info("snapshot written to %s at batch %s", snapshot_dir, manifest["lastBatch"])
@@ -189,7 +193,7 @@ def _stop_at_boundary(query, writer: BatchWriter, config: RunConfig) -> None:
     with writer.lock:  # waits for a running foreachBatch to finish
         writer.stopping = True
         done = writer.last_done
-    ckpt = local_path(config.checkpoint_dir)
+    ckpt = config.checkpoint_dir
     deadline = time.monotonic() + 30
     # Spark writes commits/N right after foreachBatch returns; wait for it so the boundary is clean.
     def committed() -> int:

@@ -20,6 +20,37 @@ def shared_archive_options(env=os.environ) -> str:
     return ""
 
 
+def s3a_conf(s3) -> dict[str, str]:
+    """Spark settings for a checkpoint in bucket ``s3`` (a ``checkpoint.s3``): Hadoop's S3A connector.
+
+    * ``spark.jars`` gains ``SPARK_S3_JARS`` (hadoop-aws, the AWS SDK bundle and spark-hadoop-cloud, local
+      files that ``eos_stack up spark`` and the image provide), after the usual ``SPARK_JARS``.
+    * per-bucket S3A settings (``fs.s3a.bucket.<b>.*``): endpoint, region, path-style addressing, TLS as the
+      endpoint's scheme says. Credentials: S3A's default chain, which reads ``AWS_ACCESS_KEY_ID`` and
+      ``AWS_SECRET_ACCESS_KEY`` (the operator maps them from the stream's Secret) or the Pod's own identity.
+    * ``checkpointFileManagerClass``: Spark's abortable-stream manager, which writes each checkpoint file
+      straight to its name and aborts the upload on failure; an object store has no atomic rename, and
+      the default manager's write-then-rename is a copy there.
+    """
+    jars = [j for key in ("SPARK_JARS", "SPARK_S3_JARS") for j in os.environ.get(key, "").split(",") if j]
+    if not os.environ.get("SPARK_S3_JARS"):
+        raise RuntimeError("checkpoint.store is s3 but SPARK_S3_JARS names no jars: the image (or `make stack-up`) "
+                           "provides hadoop-aws and the AWS SDK bundle; without them Spark cannot write to S3")
+    b = f"spark.hadoop.fs.s3a.bucket.{s3.bucket}"
+    conf = {
+        "spark.jars": ",".join(jars),
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        f"{b}.endpoint.region": s3.region,
+        f"{b}.path.style.access": str(bool(s3.path_style_access)).lower(),
+        "spark.sql.streaming.checkpointFileManagerClass":
+            "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager",
+    }
+    if s3.endpoint:
+        conf[f"{b}.endpoint"] = s3.endpoint.rstrip("/")
+        conf[f"{b}.connection.ssl.enabled"] = str(s3.endpoint.startswith("https://")).lower()
+    return conf
+
+
 def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: dict[str, str] | None = None,
                         master: str | None = None) -> SparkSession:
     """Build (or return the already running) SparkSession for a job or a test.

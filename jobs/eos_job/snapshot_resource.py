@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .spec import Model
+from .spec import Model, S3Store
 
 SNAPSHOT_KIND = "ExactlyOnceSnapshot"
 SNAPSHOT_PLURAL = "exactlyoncesnapshots"
@@ -30,8 +30,9 @@ class SnapshotAccess(Model):
     stream is gone (snapshots outlive their streams)."""
     image: str
     service_account_name: str | None = None
-    store: Literal["pvc", "local"]
+    store: Literal["pvc", "local", "s3"]
     claim_name: str | None = None
+    s3: S3Store | None = Field(None, description="The bucket (store s3): endpoint settings and Secret references.")
     mount_path: str = Field(..., description="checkpoint.path of the stream (the claim's mount path).")
 
 

@@ -125,11 +125,45 @@ class SinkSpec(Model):
     credentials: SinkCredentials | None = Field(None, description="SASL credentials by Secret reference.")
 
 
+class S3Store(Model):
+    bucket: str = Field(..., pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", description="The bucket.")
+    endpoint: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$", description=(
+        "http(s)://host[:port] of an S3-compatible server; unset: AWS S3 of the region."))
+    region: str = Field("us-east-1", pattern=r"^[a-z0-9-]{1,32}$", description="The bucket's region.")
+    path_style_access: bool = Field(False, description=(
+        "Address the bucket in the path (http://host/bucket/key), as most S3-compatible servers need."))
+    access_key_id: SecretKeyRef | None = Field(None, description=(
+        "The access key id, from a Secret; unset: the Pod's own AWS credentials (IRSA, instance profile)."))
+    secret_access_key: SecretKeyRef | None = Field(None, description="The secret access key, from a Secret.")
+
+    @model_validator(mode="after")
+    def _both_keys(self) -> "S3Store":
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("checkpoint.s3: set both accessKeyId and secretAccessKey, or neither")
+        return self
+
+
 class CheckpointSpec(Model):
-    store: Literal["pvc", "local"] = Field("pvc", description=(
-        "pvc: a PersistentVolumeClaim mounted in the driver; local: a path on the node (tests only)."))
+    # CEL rules: `kubectl apply` refuses a store without its settings at once (semantic_errors says it too).
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.store != 's3' || has(self.s3)",
+         "message": "spec.checkpoint.s3 is required when checkpoint.store is s3: set at least s3.bucket"},
+        {"rule": "self.store != 'pvc' || has(self.claimName)",
+         "message": "spec.checkpoint.claimName is required when checkpoint.store is pvc: name the claim"},
+    ]})
+    store: Literal["pvc", "local", "s3"] = Field("pvc", description=(
+        "pvc: a PersistentVolumeClaim mounted in the driver; s3: an S3 (compatible) bucket, read by the "
+        "operator directly; local: a path on the node (tests only)."))
     claim_name: str | None = Field(None, description="The PersistentVolumeClaim (store=pvc).")
-    path: str = Field(..., min_length=1, description="Directory for checkpoints and snapshots inside the store.")
+    s3: S3Store | None = Field(None, description="The bucket (store=s3).")
+    path: str = Field(..., min_length=1, description=(
+        "Directory for checkpoints and snapshots inside the store (for s3: the key prefix in the bucket)."))
+
+    def root(self) -> str:
+        """Where this stream's checkpoints and snapshots live, as Spark and the storage layer spell it."""
+        if self.store == "s3" and self.s3 is not None:
+            return f"s3a://{self.s3.bucket}/{self.path.strip('/')}"
+        return self.path.rstrip("/")
 
 
 class FixedDelay(Model):
@@ -240,6 +274,8 @@ def semantic_errors(spec: ExactlyOnceStreamSpec) -> list[str]:
         errors.append("sink.deadLetterTopic: must differ from sink.topic")
     if spec.checkpoint.store == "pvc" and not spec.checkpoint.claim_name:
         errors.append("checkpoint.claimName: required when checkpoint.store is pvc")
+    if spec.checkpoint.store == "s3" and spec.checkpoint.s3 is None:
+        errors.append("checkpoint.s3: required when checkpoint.store is s3 (at least its bucket)")
     for key in spec.source.options:
         if key in SOURCE_RESERVED:
             via = SOURCE_RESERVED[key]
@@ -332,7 +368,7 @@ def load_run_config(doc: dict) -> RunConfig:
         uid = stream_uid(ns, name)
         spec = ExactlyOnceStreamSpec.model_validate(doc.get("spec") or {})
         gen = int((doc.get("status") or {}).get("txGeneration", 0))
-        ck = spec.checkpoint.path.rstrip("/") + "/live"
+        ck = spec.checkpoint.root() + "/live"
         return RunConfig(stream=StreamIdentity(name=name, namespace=ns, uid=uid, generation=gen),
                          spec=spec, checkpoint_dir=ck)
     return RunConfig.model_validate(doc)

@@ -73,7 +73,7 @@ class BatchWriter:
 
     def checkpoint_identity(self) -> str:
         if self._ckpt_id is None:
-            self._ckpt_id = checkpoint.checkpoint_id(local_path(self.config.checkpoint_dir))
+            self._ckpt_id = checkpoint.checkpoint_id(self.config.checkpoint_dir)
             if not self._ckpt_id:
                 raise JobFailed(f"checkpoint {self.config.checkpoint_dir} has no metadata file after the query "
                                 "started; is the checkpoint store writable?")
@@ -117,7 +117,7 @@ class BatchWriter:
                 raise StopRequested(f"stop requested before batch {batch_id}; it is replayed on the next start")
             t0 = time.monotonic()
             ckpt_id = self.checkpoint_identity()
-            ckpt = local_path(self.config.checkpoint_dir)
+            ckpt = self.config.checkpoint_dir
             planned = checkpoint.batch_input(ckpt, batch_id)
             gen = self.base["generation"]
             recorded = self.history.get(batch_id)
@@ -201,7 +201,7 @@ class BatchWriter:
         Informative only (the operator's replay-horizon check): never a reason to fail the batch.
         """
         try:
-            return checkpoint.kafka_offsets(local_path(self.config.checkpoint_dir), batch_id)
+            return checkpoint.kafka_offsets(self.config.checkpoint_dir, batch_id)
         except (OSError, ValueError) as exc:
             log.debug("source offsets of batch %d not read: %s", batch_id, exc)
             return {}
@@ -211,6 +211,3 @@ class BatchWriter:
             self._producer = idempotent_producer(self.base["bootstrap"], self.sec)
         return self._producer
 
-
-def local_path(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path

@@ -87,19 +87,19 @@ def aux_selector(stream: str) -> dict[str, str]:
 
 
 def preflight_scratch_dir(spec: ExactlyOnceStreamSpec, attempt: int) -> str:
-    return spec.checkpoint.path.rstrip("/") + f"/preflight-{attempt}"
+    return spec.checkpoint.root() + f"/preflight-{attempt}"
 
 
 def checkpoint_dir(spec: ExactlyOnceStreamSpec) -> str:
     """The first checkpoint location of a stream; upgrades move it to ``ckpt-<uid>-<n>``."""
-    return spec.checkpoint.path.rstrip("/") + "/live"
+    return spec.checkpoint.root() + "/live"
 
 
 def upgrade_checkpoint_dir(spec: ExactlyOnceStreamSpec, uid: str, attempt: int) -> str:
     """The new checkpoint location of a snapshot or stateless upgrade started as driver ``attempt``. The uid part
     keeps a re-created stream of the same name (whose attempts count from 0 again) off the locations of the
     stream it replaces: a driver seeds a location from a snapshot only while it holds no checkpoint."""
-    return spec.checkpoint.path.rstrip("/") + f"/ckpt-{uid[:8]}-{attempt}"
+    return spec.checkpoint.root() + f"/ckpt-{uid[:8]}-{attempt}"
 
 
 def snapshot_name(ref: "StreamRef", attempt: int) -> str:
@@ -109,7 +109,7 @@ def snapshot_name(ref: "StreamRef", attempt: int) -> str:
 
 def snapshot_path(ref: "StreamRef", spec: ExactlyOnceStreamSpec, attempt: int) -> str:
     """Where driver ``attempt`` writes its snapshot when stopped gracefully."""
-    return spec.checkpoint.path.rstrip("/") + f"/snapshots/{snapshot_name(ref, attempt)}"
+    return spec.checkpoint.root() + f"/snapshots/{snapshot_name(ref, attempt)}"
 
 
 @dataclass(frozen=True)
@@ -244,16 +244,33 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
     return pod_body(_meta(ref, name, labels, {ANNOTATION_SPEC_HASH: spec.spec_hash()}), container,
                     grace_seconds=TERMINATION_GRACE_SECONDS, service_account=spec.job.service_account_name,
                     claim_name=spec.checkpoint.claim_name if spec.checkpoint.store == "pvc" else None,
-                    mount_path=spec.checkpoint.path)
+                    mount_path=spec.checkpoint.path,
+                    s3=spec.checkpoint.s3 if spec.checkpoint.store == "s3" else None)
+
+
+def s3_env(s3) -> list[dict[str, Any]]:
+    """How a Pod's storage layer and Spark reach a checkpoint bucket (``eos_job.storage.env_options``): the
+    endpoint settings as values, the keys from the stream's Secret (never copied anywhere else)."""
+    env = [{"name": "EOS_S3_REGION", "value": s3.region},
+           {"name": "EOS_S3_PATH_STYLE", "value": str(bool(s3.path_style_access)).lower()}]
+    if s3.endpoint:
+        env.append({"name": "EOS_S3_ENDPOINT", "value": s3.endpoint})
+    if s3.access_key_id is not None and s3.secret_access_key is not None:
+        for var, ref in (("AWS_ACCESS_KEY_ID", s3.access_key_id), ("AWS_SECRET_ACCESS_KEY", s3.secret_access_key)):
+            env.append({"name": var, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    return env
 
 
 def pod_body(meta: dict[str, Any], container: dict[str, Any], *, grace_seconds: int, service_account: str | None,
-             claim_name: str | None, mount_path: str) -> dict[str, Any]:
+             claim_name: str | None, mount_path: str, s3=None) -> dict[str, Any]:
     """What every Pod of the operator (driver, pre-flight, drain, snapshot take/inspect/dispose) has in common:
     one container run to completion (never restarted in place: a new attempt is a new Pod), the stream's
-    identity, and the checkpoint claim mounted at the checkpoint path when the store is a PVC."""
+    identity, and the checkpoint store: its claim mounted at the checkpoint path (pvc), or the bucket's
+    settings and keys in the environment (s3)."""
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace_seconds,
                                 "containers": [container]}
+    if s3 is not None:
+        container["env"] = [*container.get("env", []), *s3_env(s3)]
     if service_account:
         pod_spec["serviceAccountName"] = service_account
     if claim_name is not None:

@@ -40,7 +40,7 @@ SNAPSHOT_CRD_PATH = CRD_DIR / f"{SNAPSHOT_CRD_NAME}.yaml"
 
 # Keywords a structural schema may carry through from pydantic's output.
 _KEEP = ("type", "description", "enum", "default", "pattern", "minLength", "maxLength", "minimum",
-         "maximum", "minItems", "maxItems", "format", "nullable")
+         "maximum", "minItems", "maxItems", "format", "nullable", "x-kubernetes-validations")
 
 # Descriptions for spec fields whose pydantic Field has none (keyed by the
 # camelCase path under spec). Better moved into eos_job/spec.py one day; the

@@ -94,7 +94,7 @@ def snapshot_selector(snapshot: str) -> dict[str, str]:
 
 
 def default_path(stream_spec: ExactlyOnceStreamSpec, snapshot: str) -> str:
-    return stream_spec.checkpoint.path.rstrip("/") + f"/snapshots/{snapshot}"
+    return stream_spec.checkpoint.root() + f"/snapshots/{snapshot}"
 
 
 def retry_delay(attempts: int) -> float:
@@ -134,7 +134,7 @@ def dispose_command(path: str) -> list[str]:
 def access_of(stream_spec: ExactlyOnceStreamSpec) -> SnapshotAccess:
     return SnapshotAccess(image=stream_spec.job.image, service_account_name=stream_spec.job.service_account_name,
                           store=stream_spec.checkpoint.store, claim_name=stream_spec.checkpoint.claim_name,
-                          mount_path=stream_spec.checkpoint.path)
+                          mount_path=stream_spec.checkpoint.path, s3=stream_spec.checkpoint.s3)
 
 
 def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name: str,
@@ -158,7 +158,7 @@ def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name:
     return children.pod_body(meta, container, grace_seconds=ATTEMPT_GRACE_SECONDS,
                              service_account=access.service_account_name,
                              claim_name=access.claim_name if access.store == "pvc" else None,
-                             mount_path=access.mount_path)
+                             mount_path=access.mount_path, s3=access.s3 if access.store == "s3" else None)
 
 
 # ------------------------------------------------------------- what was seen

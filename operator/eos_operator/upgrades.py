@@ -158,4 +158,4 @@ def current_checkpoint_dir(status_dir: str | None, last_reconciled: str | None, 
             return str(path).rstrip("/") + "/live"
         except (ValueError, KeyError, TypeError):
             pass
-    return spec.checkpoint.path.rstrip("/") + "/live"
+    return spec.checkpoint.root() + "/live"

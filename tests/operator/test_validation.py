@@ -2,9 +2,11 @@
 
 Files annotated ``test.eos.dev/rejected-by: schema`` must fail the generated CRD
 schema (checked here offline; tests/e2e/test_operator_e2e.py checks the real API
-server); ``operator`` ones pass the schema and must fail the operator's
-validation (pydantic plus ``semantic_errors``), which puts the message in the
-Ready condition and an InvalidSpec event.
+server); ``cel`` ones pass the structural schema here and fail a CEL rule of the CRD,
+which only the real API server evaluates (the e2e test); ``operator`` ones pass both
+and must fail the operator's validation (pydantic plus ``semantic_errors``), which
+puts the message in the Ready condition and an InvalidSpec event. Every file fails the
+operator's validation too, so a CRD installed without its rules still rejects it.
 """
 from __future__ import annotations
 
