@@ -5,12 +5,12 @@ import argparse
 import sys
 import time
 
-from . import helm, kafka, kube, spark
+from . import helm, kafka, kube, s3, spark
 from .common import Stack, StackError, log
 
-PARTS = {"kafka": kafka, "kube": kube, "spark": spark, "helm": helm}
+PARTS = {"kafka": kafka, "s3": s3, "kube": kube, "spark": spark, "helm": helm}
 # Start order: downloads first, servers after; stop in reverse.
-ORDER = ["spark", "helm", "kafka", "kube"]
+ORDER = ["spark", "helm", "kafka", "s3", "kube"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,9 @@ commons-pool2). They are resolved once by Maven from ``stack/spark/pom.xml`` int
 ``<cache>/spark-kafka-<version>/jars`` and handed to jobs as local paths in
 ``SPARK_JARS`` (``spark.jars``), so nothing is downloaded when a job starts.
 
+Hadoop's S3A connector (hadoop-aws, the AWS SDK bundle, analyticsaccelerator-s3,
+spark-hadoop-cloud) comes from :mod:`eos_stack.spark_s3` as ``SPARK_S3_JARS``.
+
 It also makes a class-data-sharing archive of Spark's classes for this JVM and
 PySpark (``eos_job.cds``; ``EOS_SPARK_CDS_ARCHIVE``), which halves a driver's
 cold start.
@@ -32,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import spark_s3
 from .common import REPO, Stack, StackError, log
 from .kafka import maven_copy_dependencies
 
@@ -151,14 +155,16 @@ def ensure_cds_archive(st: Stack, jars: list[Path]) -> Path:
 
 def up(st: Stack) -> dict[str, str]:
     jars = ensure_jars(st)
+    s3a = spark_s3.ensure_jars(st)
     return {"SPARK_JARS": ",".join(str(j) for j in jars), "SPARK_KAFKA_VERSION": connector_version(),
+            "SPARK_S3_JARS": ",".join(str(j) for j in s3a),
             "EOS_SPARK_CDS_ARCHIVE": str(ensure_cds_archive(st, jars))}
 
 
 def down(st: Stack, purge: bool = False) -> None:
     # Nothing runs; the jars and the class-data archive are a cache (kept even with purge, like Kafka's jars).
     if purge:
-        st.drop_env(["SPARK_JARS", "SPARK_KAFKA_VERSION", "EOS_SPARK_CDS_ARCHIVE"])
+        st.drop_env(["SPARK_JARS", "SPARK_KAFKA_VERSION", "SPARK_S3_JARS", "EOS_SPARK_CDS_ARCHIVE"])
 
 
 def status(st: Stack) -> tuple[str, str]:
@@ -169,4 +175,7 @@ def status(st: Stack) -> tuple[str, str]:
     jars = sorted(out.glob("*.jar")) if out.is_dir() else []
     if not jars:
         return "missing", f"connector jars not resolved ({out})"
-    return "ready", f"spark-sql-kafka-0-10 {connector_version()}: {len(jars)} jars in {out}"
+    s3a = spark_s3.status_detail(st)
+    if s3a is None:
+        return "missing", f"S3A jars not downloaded ({spark_s3.jars_dir(st)})"
+    return "ready", f"spark-sql-kafka-0-10 {connector_version()}: {len(jars)} jars in {out}; {s3a}"

@@ -1,0 +1,160 @@
+"""The unique-id stream with its checkpoint on the stack's S3 server (MinIO), through Hadoop's S3A connector.
+
+One driver lifecycle on one bucket prefix, nothing on local disk: SIGKILL mid-stream, resolution reading
+the checkpoint straight from S3, a live snapshot (server-side copies) while the driver runs, the S3 server
+down for longer than several triggers and back, a graceful stop, a restore of the snapshot into a new S3
+location (batches after it re-run with their original offsets), and the verifier: every id once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import pytest
+import yaml
+
+from eos_job import checkpoint, storage
+from eos_job.resolution import resolve
+from eos_job.snapshot import MANIFEST, verify_snapshot
+from eos_job.storage import Loc
+from eos_stack import s3 as s3_server
+from eos_stack.common import Stack
+from eos_stack.cluster import wait_until
+from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, run_job, wait_consumed
+
+
+OUTAGE_S = 12.0   # the trigger is 300 ms: the S3 server is away for dozens of triggers
+
+
+@pytest.fixture
+def s3_env(stack_env, monkeypatch):
+    for key in ("S3_ENDPOINT", "S3_ACCESS_KEY", "S3_SECRET_KEY", "S3_BUCKET", "SPARK_S3_JARS"):
+        if not stack_env.get(key):
+            pytest.fail(f"the local stack has no {key}: `make stack-up` starts the S3 server and fetches the "
+                        "S3A jars", pytrace=False)
+    env = {"AWS_ACCESS_KEY_ID": stack_env["S3_ACCESS_KEY"], "AWS_SECRET_ACCESS_KEY": stack_env["S3_SECRET_KEY"]}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    storage.register_s3(stack_env["S3_BUCKET"], storage.S3Options(endpoint=stack_env["S3_ENDPOINT"],
+                                                                  path_style=True))
+    return env
+
+
+def _on_s3(run, stack_env, prefix: str) -> str:
+    """Rewrite the run's manifest: checkpoint.store s3 on the stack's bucket; returns the live location."""
+    doc = yaml.safe_load(run.config_path.read_text())
+    doc["spec"]["checkpoint"] = {"store": "s3", "path": prefix,
+                                 "s3": {"bucket": stack_env["S3_BUCKET"], "endpoint": stack_env["S3_ENDPOINT"],
+                                        "pathStyleAccess": True,
+                                        "accessKeyId": {"name": "unused-here", "key": "id"},
+                                        "secretAccessKey": {"name": "unused-here", "key": "secret"}}}
+    run.config_path.write_text(yaml.safe_dump(doc))
+    return f"s3a://{stack_env['S3_BUCKET']}{prefix}/live"
+
+
+def _wait_batches(run, live: str, more: int, timeout: float = 240) -> int:
+    start = checkpoint.last_committed_batch(live)
+    start = -1 if start is None else start
+
+    def progressed():
+        if run.proc is not None and run.proc.poll() is not None:
+            raise AssertionError(f"the job exited with {run.proc.returncode}:\n{run.log_tail()}")
+        done = checkpoint.last_committed_batch(live)
+        return done if done is not None and done >= start + more else None
+
+    return wait_until(progressed, f"{more} more batches in {live}", timeout, run.log_tail, 0.5)
+
+
+@pytest.mark.timeout(1200)
+def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(colors_run, stack_env, s3_env, tmp_path, report_result):
+    st = Stack()
+    run = colors_run(parallelism=2, max_offsets_per_trigger=1500, module="examples.colors.ids",
+                     trigger_interval_ms=300)
+    run.setup()
+    prefix = f"/e2e/{uuid.uuid4().hex[:8]}"
+    live = _on_s3(run, stack_env, prefix)
+    run.extra_env = dict(s3_env)
+    cfg = run_config(run).model_copy(update={"checkpoint_dir": live})
+    feed = IdFeed(run.bootstrap, run.events, chunk=200, pause=0.5)
+    feed.send(6_000, -1, 1_000_000)
+    feed.start()
+    journal = []
+    try:
+        run.start()
+        _wait_batches(run, live, 3)
+        assert not (tmp_path / "live").exists(), "the checkpoint must not be written to local disk"
+        names = {str(p) for p in Loc.of(live).files()}
+        assert {"metadata", "offsets/0", "commits/0"} <= names, sorted(names)[:20]
+        assert not any(n.endswith(".tmp") for n in names if n.startswith(("offsets/", "commits/"))), names
+
+        # 1. SIGKILL mid-stream; resolution reads the checkpoint from S3 directly.
+        run.kill9()
+        report = resolve(cfg, timeout_s=60)
+        assert report.checkpoint_readable and report.checkpoint_id == checkpoint.checkpoint_id(live)
+        assert report.checkpoint_last_committed_batch == checkpoint.last_committed_batch(live) is not None
+        journal.append(f"driver SIGKILL after batch {report.checkpoint_last_committed_batch}: {report.summary}")
+        run.start()
+        _wait_batches(run, live, 2)
+
+        # 2. A live snapshot while the driver runs: every file a server-side copy inside the bucket.
+        snap = f"s3a://{stack_env['S3_BUCKET']}{prefix}/snapshots/s1"
+        r = run_job(["snapshot", "take", "--checkpoint", live, "--dest", snap, "--stream-json",
+                     json.dumps(cfg.stream.wire())], env_extra={**s3_env, "EOS_S3_ENDPOINT": stack_env["S3_ENDPOINT"],
+                                                                "EOS_S3_PATH_STYLE": "true"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        manifest = verify_snapshot(snap)
+        assert (Loc.of(snap) / MANIFEST).is_file() and manifest["checkpointId"] == checkpoint.checkpoint_id(live)
+        journal.append(f"live snapshot at batch {manifest['lastBatch']} ({manifest['sizeBytes']} bytes copied "
+                       "server-side)")
+        _wait_batches(run, live, 2)
+
+        # 3. The S3 server away for dozens of triggers, then back on the same port with the same data.
+        before = checkpoint.last_committed_batch(live)
+        s3_server.stop_server(st, kill=True)
+        t0 = time.monotonic()
+        time.sleep(OUTAGE_S)
+        s3_server.start_server(st)
+        outage = time.monotonic() - t0
+        if run.proc.poll() is not None:   # the query failed on S3: resolve and start again
+            journal.append(f"S3 down {outage:.0f}s: the driver failed (exit {run.proc.returncode}); restarted")
+            resolve(cfg, timeout_s=60)
+            run.start()
+        else:
+            journal.append(f"S3 down {outage:.0f}s: the driver waited it out")
+        _wait_batches(run, live, 2)
+        assert checkpoint.last_committed_batch(live) > before
+        assert run.stop() == 0, run.log_tail()
+        stopped_at = checkpoint.last_committed_batch(live)
+
+        # 4. Restore the older snapshot into a new S3 location; the batches after it are re-run with their
+        #    original offsets from the live checkpoint, so the ledger's skips match what the sink holds.
+        feed.hold()
+        restored = f"s3a://{stack_env['S3_BUCKET']}{prefix}/ckpt-restored"
+        doc = cfg.model_copy(update={"checkpoint_dir": restored, "restore_from": snap,
+                                     "replay_offsets_from": live})
+        restored_cfg = tmp_path / "restored.json"
+        restored_cfg.write_text(doc.model_dump_json(by_alias=True))
+        resolve(doc, timeout_s=60)
+        feed.resume()
+        run.config_path = restored_cfg
+        run.start()
+        wait_until(lambda: (checkpoint.last_committed_batch(restored) or -1) >= stopped_at,
+                   f"the restored stream to pass batch {stopped_at}", 300, run.log_tail, 1)
+        assert checkpoint.checkpoint_id(restored) == manifest["checkpointId"]
+        journal.append(f"restored snapshot of batch {manifest['lastBatch']} into {restored}; re-ran through "
+                       f"batch {stopped_at}")
+        expected = feed.finish()
+        wait_consumed(run, restored, timeout=300)
+        assert run.stop() == 0, run.log_tail()
+    finally:
+        feed.stop_flag.set()
+        if run.proc and run.proc.poll() is None:
+            run.kill9()
+        if s3_server.status(st)[0] != "running":
+            s3_server.start_server(st)
+    assert_ids_exact(run, expected)
+    print("\n".join(journal))
+    report_result(f"S3 checkpoint: {len(expected)} unique ids exactly once through a driver SIGKILL, a live "
+                  f"snapshot on S3, an S3 outage of {outage:.0f}s and a restore on S3")
