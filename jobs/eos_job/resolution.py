@@ -22,7 +22,7 @@ from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .epoch import read_generations
 from .spec import RunConfig
 from .status import ResolutionReport
-from .storage import Loc
+from .storage import Loc, S3Options
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +82,17 @@ def open_transaction_partitions(admin, topics: dict, names: list[str], timeout_s
     return {tp for tp, off in stable.items() if off < high[tp]}
 
 
-def resolve(config: RunConfig, *, timeout_s: float = 60.0) -> ResolutionReport:
+def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None = None) -> ResolutionReport:
+    """``s3``: how to reach a checkpoint bucket (``store: s3``), keys included, when the caller (the
+    operator) has no keys in its environment."""
     spec, stream = config.spec, config.stream
     sink = spec.sink
     sec = sink_security(sink)
-    ckpt: str | Loc = config.checkpoint_dir
+    ckpt = Loc.of(config.checkpoint_dir, s3)
     if config.restore_from and checkpoint.checkpoint_id(ckpt) is None:
         # A start from a snapshot: the driver seeds the empty location with this copy, so it is what the
         # restart will run on (same checkpoint identity, same ledger keys).
-        ckpt = Loc.of(config.restore_from) / "checkpoint"
+        ckpt = Loc.of(config.restore_from, s3) / "checkpoint"
     ckpt_id = checkpoint.checkpoint_id(ckpt)
     # A PVC is mounted at checkpoint.path in the driver; where that path does not exist (the operator),
     # an absent checkpoint means "not visible here", not "none yet".

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
 
@@ -35,6 +35,9 @@ class S3Options:
     endpoint: str | None = None        # http(s)://host:port; None: AWS's own endpoint for the region
     region: str = "us-east-1"
     path_style: bool = False
+    # Explicit keys (the operator, from the stream's Secret); None: the environment's. Never printed.
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
 
 
 _buckets: dict[str, S3Options] = {}
@@ -75,14 +78,16 @@ def _s3(options: S3Options, access_key: str | None, secret_key: str | None) -> p
     return pafs.S3FileSystem(**kwargs)
 
 
-def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+def _filesystem(location: str, s3: S3Options | None = None) -> tuple[pafs.FileSystem, str]:
     if is_object_store(location):
         rest = location.split("://", 1)[1]
         bucket = rest.split("/", 1)[0]
         rest = rest.rstrip("/")
         if not bucket:
             raise ValueError(f"{location!r}: an S3 location needs a bucket (s3a://<bucket>/<prefix>)")
-        options = _buckets.get(bucket) or env_options()
+        options = s3 or _buckets.get(bucket) or env_options()
+        if options.access_key and options.secret_key:
+            return _s3(options, options.access_key, options.secret_key), rest
         return _s3(options, os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")), rest
     path = location.removeprefix("file://")
     return pafs.LocalFileSystem(), os.path.abspath(path)
@@ -97,11 +102,13 @@ class Loc:
         self.fs, self.path, self.scheme = filesystem, path, scheme
 
     @classmethod
-    def of(cls, location: "str | os.PathLike | Loc") -> "Loc":
+    def of(cls, location: "str | os.PathLike | Loc", s3: S3Options | None = None) -> "Loc":
+        """``s3``: how to reach the bucket, keys included (the operator's reads); default: ``register_s3``,
+        else the environment."""
         if isinstance(location, Loc):
             return location
         text = os.fspath(location)
-        filesystem, path = _filesystem(text)
+        filesystem, path = _filesystem(text, s3)
         return cls(filesystem, path, "s3a://" if is_object_store(text) else "")
 
     # --------------------------------------------------------------- names

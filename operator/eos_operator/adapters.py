@@ -11,16 +11,17 @@ and the checkpoint store.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
 from eos_job.status import ReplayHorizon, ResolutionReport
+from eos_job.storage import Loc, S3Options
 
 from .kube_api import Conflict, KubeError, KubernetesApi, ObjectRef, event_kind  # noqa: F401 - one import for all adapters
 from .observed import CheckpointState, SnapshotView
@@ -50,10 +51,12 @@ class Kube(Protocol):
     async def patch_snapshot_status(self, namespace: str, name: str, status: dict[str, Any],
                                     resource_version: str | None) -> dict[str, Any]: ...
     async def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]: ...
+    # -- the Secrets a stream references (checkpoint.s3 keys), by name in its namespace ----------
+    async def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
 
 class Resolver(Protocol):
-    async def resolve(self, config: RunConfig) -> ResolutionReport: ...
+    async def resolve(self, config: RunConfig, s3: S3Options | None = None) -> ResolutionReport: ...
 
 
 class Clock(Protocol):
@@ -77,8 +80,32 @@ class StoreUnreadable(Exception):
 
 
 class CheckpointStore(Protocol):
-    async def read_snapshot(self, spec: ExactlyOnceStreamSpec, path: str) -> SnapshotView | None: ...
-    async def checkpoint_state(self, spec: ExactlyOnceStreamSpec, path: str) -> CheckpointState: ...
+    async def read_snapshot(self, spec: ExactlyOnceStreamSpec, path: str,
+                            s3: S3Options | None = None) -> SnapshotView | None: ...
+    async def checkpoint_state(self, spec: ExactlyOnceStreamSpec, path: str,
+                               s3: S3Options | None = None) -> CheckpointState: ...
+
+
+async def s3_options(kube: Kube, namespace: str, spec: ExactlyOnceStreamSpec) -> S3Options | None:
+    """How the operator reaches a stream's checkpoint bucket (``store: s3``): the endpoint settings of its
+    spec and the keys of the Secrets it names, read by name in its own namespace, kept in memory only.
+    None for other stores. Raises StoreUnreadable naming the Secret and key (never a value)."""
+    ck = spec.checkpoint
+    if ck.store != "s3" or ck.s3 is None:
+        return None
+    keys: dict[str, str] = {}
+    for field_name, ref in (("access_key", ck.s3.access_key_id), ("secret_key", ck.s3.secret_access_key)):
+        if ref is None:
+            continue
+        secret = await kube.read_secret(namespace, ref.name)
+        data = (secret or {}).get("data") or {}
+        if ref.key not in data:
+            raise StoreUnreadable(
+                f"checkpoint.s3: Secret {namespace}/{ref.name} " + ("does not exist" if secret is None else
+                                                                    f"has no key {ref.key!r}")
+                + "; create it (the driver Pod reads the same key)")
+        keys[field_name] = base64.b64decode(data[ref.key]).decode()
+    return S3Options(endpoint=ck.s3.endpoint, region=ck.s3.region, path_style=ck.s3.path_style_access, **keys)
 
 
 # ---------------------------------------------------------------------- clock
@@ -94,11 +121,11 @@ class JobResolver:
     def __init__(self, timeout_s: float = 60.0):
         self.timeout_s = timeout_s
 
-    async def resolve(self, config: RunConfig) -> ResolutionReport:
+    async def resolve(self, config: RunConfig, s3: S3Options | None = None) -> ResolutionReport:
         from eos_job.resolution import resolve  # imported late: it pulls in the Kafka client
 
         # The thread cannot be cancelled; the outer wait_for bounds how long we wait for it.
-        return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s),
+        return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s, s3=s3),
                                       timeout=self.timeout_s + 15.0)
 
 
@@ -164,42 +191,62 @@ class LedgerProgress:
 
 
 # ------------------------------------------------------------ checkpoint store
-class LocalCheckpointStore:
-    """Reads snapshot manifests and checkpoints on the operator's own filesystem (``checkpoint.store: local``).
+class StoreReader:
+    """Reads snapshot manifests and checkpoints through eos_job.storage: on the operator's own filesystem
+    (``checkpoint.store: local``) or straight from the bucket (``s3``, with the keys ``s3_options`` read).
 
     A PVC is mounted by the driver, not by the operator, so for ``store: pvc`` it raises
-    StoreUnreadable: the planner then says it cannot verify, instead of guessing.
+    StoreUnreadable: the planner then says it cannot verify, instead of guessing. Reads run in a worker
+    thread (S3 is network I/O) bounded by ``timeout_s``.
     """
 
-    async def read_snapshot(self, spec: ExactlyOnceStreamSpec, path: str) -> SnapshotView | None:
-        local = self._local(spec, path)
-        manifest = Path(local) / "eos-snapshot.json"
-        try:
-            doc = json.loads(manifest.read_text())
-        except FileNotFoundError:
+    def __init__(self, timeout_s: float = 30.0):
+        self.timeout_s = timeout_s
+
+    async def read_snapshot(self, spec: ExactlyOnceStreamSpec, path: str,
+                            s3: S3Options | None = None) -> SnapshotView | None:
+        manifest = self._loc(spec, path, s3) / "eos-snapshot.json"
+
+        def read() -> dict | None:
+            try:
+                return json.loads(manifest.read_text())
+            except FileNotFoundError:
+                return None
+            except (OSError, ValueError) as exc:
+                raise StoreUnreadable(f"snapshot manifest {manifest}: {exc}") from exc
+
+        doc = await self._run(read)
+        if doc is None:
             return None
-        except (OSError, ValueError) as exc:
-            raise StoreUnreadable(f"snapshot manifest {manifest}: {exc}") from exc
         return SnapshotView(path=path, stream_uid=(doc.get("stream") or {}).get("uid"), batch=doc.get("lastBatch"),
                             time=doc.get("time"), checkpoint_id=doc.get("checkpointId"))
 
-    async def checkpoint_state(self, spec: ExactlyOnceStreamSpec, path: str) -> CheckpointState:
-        ckpt = Path(self._local(spec, path))
-        has_meta = (ckpt / "metadata").is_file()
-        offsets = ckpt / "offsets"
-        has_offsets = offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
-        if has_meta and has_offsets:
-            try:
-                json.loads((ckpt / "metadata").read_text().splitlines()[0])["id"]
-            except (OSError, ValueError, KeyError, IndexError):
-                return "damaged"
-            return "intact"
-        if not has_meta and not has_offsets:
-            return "empty"
-        return "damaged"
+    async def checkpoint_state(self, spec: ExactlyOnceStreamSpec, path: str,
+                               s3: S3Options | None = None) -> CheckpointState:
+        ckpt = self._loc(spec, path, s3)
+
+        def state() -> CheckpointState:
+            meta = ckpt / "metadata"
+            has_meta = meta.is_file()
+            has_offsets = any(p.name.isdigit() for p in (ckpt / "offsets").iterdir())
+            if has_meta and has_offsets:
+                try:
+                    json.loads(meta.read_text().splitlines()[0])["id"]
+                except (OSError, ValueError, KeyError, IndexError):
+                    return "damaged"
+                return "intact"
+            return "empty" if not has_meta and not has_offsets else "damaged"
+
+        return await self._run(state)
+
+    async def _run(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn), timeout=self.timeout_s)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise StoreUnreadable(f"checkpoint store not readable: {exc or 'timed out'}") from exc
 
     @staticmethod
-    def _local(spec: ExactlyOnceStreamSpec, path: str) -> str:
-        if spec.checkpoint.store != "local":
-            raise StoreUnreadable(f"checkpoint.store is {spec.checkpoint.store}: the operator does not mount it")
-        return path.removeprefix("file://")
+    def _loc(spec: ExactlyOnceStreamSpec, path: str, s3: S3Options | None) -> Loc:
+        if spec.checkpoint.store == "pvc":
+            raise StoreUnreadable("checkpoint.store is pvc: the operator does not mount it")
+        return Loc.of(path, s3)

@@ -24,7 +24,7 @@ import kopf
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
-from .adapters import JobResolver, KubernetesApi, LedgerProgress, LocalCheckpointStore, SystemClock
+from .adapters import JobResolver, KubernetesApi, LedgerProgress, StoreReader, SystemClock
 from .metrics import StreamMetrics
 from .reconciler import Deps, StatusUnreadable, reconcile
 from .snapshot_reconciler import reconcile_snapshot
@@ -60,7 +60,7 @@ def default_deps(config: OperatorConfig) -> Deps:
                 resolver=JobResolver(timeout_s=config.resolution_timeout), clock=SystemClock(),
                 progress=LedgerProgress(min_interval=config.progress_interval,
                                         horizon_interval=config.horizon_interval),
-                store=LocalCheckpointStore(), metrics=metrics)
+                store=StoreReader(), metrics=metrics)
 
 
 def build_registry(config: OperatorConfig,

@@ -139,6 +139,15 @@ class KubernetesApi:
                                      query={"labelSelector": selector_string({LABEL_STREAM: stream})})
         return list((result or {}).get("items") or [])
 
+    async def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Secret a stream references by name, in the stream's namespace (never listed or watched)."""
+        try:
+            return await self._request("GET", f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     async def get_snapshot(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return await self._request("GET", f"{self._snapshots_path(namespace)}/{quote(name)}")

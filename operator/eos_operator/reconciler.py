@@ -18,7 +18,8 @@ from eos_job.status import ExactlyOnceStreamStatus
 
 from . import children, planner
 from .actions import Event, Plan, Resolve
-from .adapters import CheckpointStore, Clock, Conflict, Kube, KubeError, Progress, Resolver, StoreUnreadable
+from .adapters import (CheckpointStore, Clock, Conflict, Kube, KubeError, Progress, Resolver, StoreUnreadable,
+                       s3_options)
 from .children import StreamRef
 from .loop import act, converge, dump_status, post_events, write_first
 from .metrics import StreamMetrics
@@ -77,7 +78,7 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
         if tip is not None:
             batch = tip.batch
             nondet = tip.nondeterministic_slots_total
-    snapshot, readable, ckpt_state = await _read_store(status, spec, deps)
+    snapshot, readable, ckpt_state = await _read_store(namespace, status, spec, deps)
     aux = await deps.kube.list_pods(namespace, children.aux_selector(name))
     aux_pods = tuple(sorted((pod_view(p) for p in aux), key=lambda p: p.name))
     snaps = [snapshot_info(s) for s in await _list_snapshots(deps, namespace, name)]
@@ -125,11 +126,11 @@ async def _restore_source(namespace: str, spec: ExactlyOnceStreamSpec, deps: Dep
     ref = spec.restore_from
     if not ref:
         return None
-    if ref.startswith("/") or ref.startswith("file://"):
+    if ref.startswith(("/", "file://", "s3a://", "s3://")):
         if deps.store is None:
             return RestoreSource(ref=ref, path=ref)
         try:
-            view = await deps.store.read_snapshot(spec, ref)
+            view = await deps.store.read_snapshot(spec, ref, await s3_options(deps.kube, namespace, spec))
         except StoreUnreadable:
             return RestoreSource(ref=ref, path=ref)  # the driver fails its start if it is missing
         if view is None:
@@ -144,7 +145,7 @@ async def _restore_source(namespace: str, spec: ExactlyOnceStreamSpec, deps: Dep
     return RestoreSource(ref=ref, path=info.path, stream_uid=info.stream_uid, batch=info.batch)
 
 
-async def _read_store(status: ExactlyOnceStreamStatus, spec: ExactlyOnceStreamSpec | InvalidSpec,
+async def _read_store(namespace: str, status: ExactlyOnceStreamStatus, spec: ExactlyOnceStreamSpec | InvalidSpec,
                       deps: Deps) -> tuple[SnapshotView | None, bool, str]:
     """Only while an upgrade waits for its old driver: its snapshot, and the live checkpoint's state."""
     up = status.upgrade
@@ -153,9 +154,10 @@ async def _read_store(status: ExactlyOnceStreamStatus, spec: ExactlyOnceStreamSp
     if deps.store is None:
         return None, False, "unknown"
     try:
-        snapshot = await deps.store.read_snapshot(spec, up.snapshot_path) if up.snapshot_path else None
+        s3 = await s3_options(deps.kube, namespace, spec)
+        snapshot = await deps.store.read_snapshot(spec, up.snapshot_path, s3) if up.snapshot_path else None
         current = current_checkpoint_dir(status.checkpoint_dir, status.last_reconciled_spec, spec)
-        return snapshot, True, await deps.store.checkpoint_state(spec, current)
+        return snapshot, True, await deps.store.checkpoint_state(spec, current, s3)
     except StoreUnreadable as exc:
         log.info("checkpoint store not readable: %s", exc)
         return None, False, "unknown"
@@ -226,7 +228,7 @@ async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, stat
                    action: Resolve, observed: Observed, rv: str | None) -> Plan | None:
     """Run resolution and record its report (or count its failure) in status."""
     try:
-        report = await deps.resolver.resolve(action.config)
+        report = await deps.resolver.resolve(action.config, await s3_options(deps.kube, ref.namespace, spec))
     except Exception as exc:  # noqa: BLE001 - any failure to resolve is a failed start
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         later = _at(observed, deps.clock.now())

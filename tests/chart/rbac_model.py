@@ -57,6 +57,7 @@ ADAPTER_CALLS: dict[Call, str] = {
     Call("create", GROUP, SNAPSHOTS): "adapters.create_snapshot: periodic, nonce and upgrade snapshots",
     Call("delete", GROUP, SNAPSHOTS): "adapters.delete_snapshot: retention (maxCount, maxAgeSeconds)",
     Call("patch", GROUP, SNAPSHOTS, "status"): "adapters.patch_snapshot_status: the snapshot's write-ahead log",
+    Call("get", "", "secrets"): "adapters.s3_options: the S3 keys a stream names, by name in its namespace",
 }
 KOPF_CALLS: dict[Call, str] = {
     Call("list", GROUP, PLURAL): "kopf: the watch stream starts with a list",
@@ -83,7 +84,7 @@ ALL_CALLS = NAMESPACED_CALLS + CLUSTER_CALLS
 
 # Things the operator never does: its identity must be refused each of them.
 FORBIDDEN = [
-    Call("get", "", "secrets"), Call("list", "", "secrets"), Call("watch", "", "secrets"),
+    Call("list", "", "secrets"), Call("watch", "", "secrets"), Call("create", "", "secrets"),
     Call("get", "", "pods"), Call("watch", "", "pods"), Call("patch", "", "pods"), Call("update", "", "pods"),
     Call("create", "", "pods", "exec"), Call("get", "", "pods", "log"), Call("deletecollection", "", "pods"),
     Call("list", "", "configmaps"), Call("patch", "", "configmaps"),

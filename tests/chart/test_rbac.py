@@ -85,7 +85,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
     exercised = {"get_stream", "list_streams", "patch_stream_status", "list_driver_pods", "create_pod", "delete_pod",
                  "apply_config_map", "apply_service", "delete_config_map", "delete_service", "post_event",
                  "list_snapshots", "get_snapshot", "create_snapshot", "delete_snapshot", "patch_snapshot_status",
-                 "list_pods"}
+                 "list_pods", "read_secret"}
     protocol = {n for n, v in vars(Kube).items() if callable(v) and not n.startswith("_")}
     assert protocol == exercised, (
         f"the Kube protocol changed ({sorted(protocol ^ exercised)}): record the new calls here, "
@@ -115,6 +115,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
             await api.patch_snapshot_status("ns", "s-n1", {"state": "InProgress"}, "7")
             await api.delete_snapshot("ns", "s-n1")
             await api.list_pods("ns", snapshot_selector("s-n1"))
+            await api.read_secret("ns", "s3-keys")
             await api.post_event(SnapshotRef("s-n1", "ns", "uid-2"), "Normal", "SnapshotStarted", "started")
 
         asyncio.run(drive())

@@ -8,7 +8,6 @@ location (batches after it re-run with their original offsets), and the verifier
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 

@@ -1,15 +1,20 @@
-"""The snapshot upgrade on the real stack: operator, process kubelet, real runtime, real Kafka.
+"""The snapshot upgrade on the real stack: operator, process kubelet, real runtime, real Kafka, and the
+checkpoint on the stack's S3 server (the production shape: ``checkpoint.store: s3``, keys in a Secret).
 
 The colors stream is upgraded twice in a row to a changed transformation
 (``job.args.version``: same key and count, one more JSON field) while events keep
 arriving. Each upgrade stops the driver at a clean batch boundary with a snapshot
-and starts the new spec in a new checkpoint location seeded from it. After the
+(server-side copies in the bucket) and starts the new spec in a new checkpoint location
+seeded from it. The operator reads the snapshot manifests and the checkpoints straight from
+the bucket with the keys of the stream's Secret (its own environment has none). After the
 two, the output is exactly once (final counts, no count update twice), and the
 output gap of each upgrade is measured from the read_committed record timestamps.
 """
 from __future__ import annotations
 
+import base64
 import json
+import os
 import sys
 import time
 import uuid
@@ -22,6 +27,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+from eos_job.storage import Loc, S3Options  # noqa: E402
 from eos_job.verify import audit_counts, read_committed  # noqa: E402
 from eos_stack.cluster import PYTHONPATH, OperatorProcess, condition, wait_until  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
@@ -57,10 +63,21 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
     src, counts, dlq = f"up-colors-events-{run_id}", f"up-colors-counts-{run_id}", f"up-colors-dlq-{run_id}"
     create_topics(bootstrap, {src: 3, counts: 3, dlq: 1})
     ledger = f"{counts}.eos-ledger.{namespace}.{NAME}"
-    checkpoint = tmp_path / "checkpoint"
-    stream = colors_manifest(NAME, bootstrap, src, counts, checkpoint, dlq=dlq, max_offsets_per_trigger=2000,
+    bucket, endpoint = stack_env["S3_BUCKET"], stack_env["S3_ENDPOINT"]
+    kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
+                   "data": {k: base64.b64encode(stack_env[v].encode()).decode()
+                            for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
+    prefix = f"/e2e-upgrade/{run_id}"
+    checkpoint = f"s3a://{bucket}{prefix}"
+    stream = colors_manifest(NAME, bootstrap, src, counts, tmp_path, dlq=dlq, max_offsets_per_trigger=2000,
                              trigger_interval_ms=500,   # upgradeMode: snapshot, the default
                              restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 1}})
+    stream["spec"]["checkpoint"] = {"store": "s3", "path": prefix, "s3": {
+        "bucket": bucket, "endpoint": endpoint, "pathStyleAccess": True,
+        "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
+    s3 = S3Options(endpoint=endpoint, path_style=True, access_key=stack_env["S3_ACCESS_KEY"],
+                   secret_key=stack_env["S3_SECRET_KEY"])
+    assert not any(k.startswith("AWS_") for k in os.environ), "the operator must read S3 with the Secret's keys"
     trickle = Trickle(bootstrap, src)
     with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
                         extra_env={"PYTHONPATH": PYTHONPATH}) as kubelet:
@@ -106,7 +123,12 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
             status = kubectl.status(namespace, NAME)
             assert [s["name"] for s in status["snapshots"]] == [
                 f"{NAME}-{kubectl.stream(namespace, NAME)['metadata']['uid'][:8]}-a{a}" for a in range(UPGRADES)]
-            assert all((Path(s["path"]) / "eos-snapshot.json").is_file() for s in status["snapshots"])
+            assert all((Loc.of(s["path"], s3) / "eos-snapshot.json").is_file() for s in status["snapshots"])
+            assert not (tmp_path / "live").exists() and not list(tmp_path.glob("ckpt-*")), "nothing on local disk"
+            # The operator read the checkpoint it restarts on straight from the bucket (resolution).
+            res = status["resolution"]
+            assert res["checkpointReadable"] and res["checkpointId"], res
+            assert res["checkpointLastCommittedBatch"] is not None, res
             assert status["lastStableSpec"] == status["lastReconciledSpec"]
             assert condition(status, "Ready")["status"] == "True"
             reasons = kubectl.events(namespace, NAME)

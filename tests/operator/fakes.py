@@ -47,8 +47,9 @@ class FakeResolver:
     crash_after: bool = False          # the operator dies right after resolution returns
     kube: "FakeKube | None" = None     # to assert invariants at resolution time
 
-    async def resolve(self, config: RunConfig) -> ResolutionReport:
+    async def resolve(self, config: RunConfig, s3=None) -> ResolutionReport:
         self.calls.append(config)
+        self.s3 = s3
         if self.kube is not None:
             alive = [p for p in self.kube.driver_pods(config.stream.namespace, config.stream.name)]
             assert not alive, f"resolution ran while driver Pods exist: {[p['metadata']['name'] for p in alive]}"
@@ -89,6 +90,8 @@ class FakeKube:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.config_maps: dict[tuple[str, str], dict[str, Any]] = {}
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secret_reads: list[tuple[str, str]] = []
         self.events: list[tuple[str, str, str, str]] = []   # (object name, type, reason, message)
         self.event_kinds: list[str] = []                      # involvedObject kind of each of self.events
         self.created_pods: list[str] = []
@@ -257,6 +260,10 @@ class FakeKube:
 
     async def list_driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self.driver_pods(namespace, stream))
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.secret_reads.append((namespace, name))
+        return copy.deepcopy(self.secrets.get((namespace, name)))
 
     async def list_pods(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         return copy.deepcopy(self.pods_labelled(namespace, labels))

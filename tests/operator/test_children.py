@@ -182,3 +182,18 @@ def test_derived_names_fit_a_label_for_the_longest_stream_name_the_crd_allows():
     # Short names are as before.
     assert children.snapshot_name(REF, 3) == "colors-0f6c2a1e-a3"
     assert children.fitted_name("colors", "-n1") == "colors-n1"
+
+
+def test_s3_store_pods_get_the_bucket_settings_and_keys_by_reference():
+    s = spec(checkpoint={"store": "s3", "path": "/streams/colors",
+                         "s3": {"bucket": "ckpt", "endpoint": "http://minio:9000", "pathStyleAccess": True,
+                                "accessKeyId": {"name": "s3-keys", "key": "id"},
+                                "secretAccessKey": {"name": "s3-keys", "key": "secret"}}})
+    pod = children.driver_pod(REF, s, attempt=0, tx_generation=0)
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["EOS_S3_ENDPOINT"]["value"] == "http://minio:9000" and env["EOS_S3_PATH_STYLE"]["value"] == "true"
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"] == {"secretKeyRef": {"name": "s3-keys", "key": "id"}}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "s3-keys", "key": "secret"}}
+    assert "volumes" not in pod["spec"], "nothing to mount for an object store"
+    assert children.checkpoint_dir(s) == "s3a://ckpt/streams/colors/live"
+    assert children.snapshot_path(REF, s, 2).startswith("s3a://ckpt/streams/colors/snapshots/")

@@ -10,7 +10,7 @@ import pytest
 from eos_job.spec import ExactlyOnceStreamSpec, stream_uid
 from eos_job.status import ExactlyOnceStreamStatus, ResolutionReport
 from eos_operator import children
-from eos_operator.adapters import LocalCheckpointStore, StoreUnreadable
+from eos_operator.adapters import StoreReader, StoreUnreadable
 from eos_operator.observed import PodView, SnapshotView
 from eos_operator.actions import ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, Resolve
 from eos_operator.planner import plan, record_resolution
@@ -299,7 +299,7 @@ def test_a_failed_drain_is_a_failed_start_and_runs_again_after_the_delay():
 
 # ------------------------------------------------------------- the store adapter
 def test_local_store_reads_manifests_and_checkpoint_states(tmp_path):
-    store, s = LocalCheckpointStore(), spec(checkpoint={"store": "local", "path": str(tmp_path)})
+    store, s = StoreReader(), spec(checkpoint={"store": "local", "path": str(tmp_path)})
     run = asyncio.run
     assert run(store.read_snapshot(s, str(tmp_path / "none"))) is None
     (tmp_path / "snap").mkdir()
@@ -337,11 +337,11 @@ class FakeStore:
                     uid = stream_uid(pod_["metadata"]["namespace"], pod_["metadata"]["ownerReferences"][0]["name"])
                     self.written[path] = SnapshotView(path=path, stream_uid=uid, batch=len(self.written) + 5)
 
-    async def read_snapshot(self, spec_, path):
+    async def read_snapshot(self, spec_, path, s3=None):
         self.reads += 1
         return self.written.get(path)
 
-    async def checkpoint_state(self, spec_, path):
+    async def checkpoint_state(self, spec_, path, s3=None):
         return "intact"
 
 
@@ -384,3 +384,30 @@ def test_killed_operator_finishes_the_upgrade_exactly_once(crash):
     expected = {"SnapshotTaken": 0 if crash == "Stopped" else 1, "Upgraded": 1}
     assert {r: kube.reasons().count(r) for r in expected} == expected
     assert resolver.calls[-1].restore_from == status["restoreFrom"]
+
+
+# ------------------------------------------------------- S3 keys from the stream's Secret
+def test_s3_options_read_the_named_secret_keys_in_the_streams_namespace():
+    import base64
+
+    from eos_operator.adapters import s3_options
+    kube = FakeKube()
+    s = spec(checkpoint={"store": "s3", "path": "/streams/colors",
+                         "s3": {"bucket": "ckpt", "endpoint": "http://minio:9000", "pathStyleAccess": True,
+                                "accessKeyId": {"name": "s3-keys", "key": "id"},
+                                "secretAccessKey": {"name": "s3-keys", "key": "secret"}}})
+    with pytest.raises(StoreUnreadable, match="Secret team-a/s3-keys does not exist"):
+        asyncio.run(s3_options(kube, "team-a", s))
+    kube.secrets[("team-a", "s3-keys")] = {"data": {"id": base64.b64encode(b"AKIA1").decode()}}
+    with pytest.raises(StoreUnreadable, match="has no key 'secret'") as err:
+        asyncio.run(s3_options(kube, "team-a", s))
+    assert "AKIA1" not in str(err.value)
+    kube.secrets[("team-a", "s3-keys")]["data"]["secret"] = base64.b64encode(b"hunter2").decode()
+    opts = asyncio.run(s3_options(kube, "team-a", s))
+    assert (opts.endpoint, opts.path_style, opts.access_key, opts.secret_key) == \
+        ("http://minio:9000", True, "AKIA1", "hunter2")
+    assert "hunter2" not in repr(opts) and "AKIA1" not in repr(opts)
+    assert {ns for ns, _ in kube.secret_reads} == {"team-a"}, "only the stream's own namespace is read"
+    local = spec(checkpoint={"store": "local", "path": "/tmp/x"})
+    before = len(kube.secret_reads)
+    assert asyncio.run(s3_options(kube, "team-a", local)) is None and len(kube.secret_reads) == before

@@ -5,8 +5,8 @@ tests/chart/test_rbac.py checks each verb below against the calls the code makes
 and that removing any one of them denies a call the operator needs.
 
 Not granted, on purpose:
-  - secrets: the driver Pod reads the sink credentials through secretKeyRef;
-    the operator never reads a Secret (children.driver_pod).
+  - secrets list/watch: the operator reads only the Secrets a stream names, by name
+    (get below); the driver Pod reads the sink credentials through secretKeyRef.
   - namespaces list/watch: the operator runs --all-namespaces or with exact names;
     kopf needs namespace listing only to expand globs (it logs a warning and uses
     the exact names when it may not list them).
@@ -72,6 +72,13 @@ Not granted, on purpose:
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "create", "update", "delete"]
+# Secrets: get by name only, the keys a stream with checkpoint.store s3 names in its own
+# namespace (adapters.s3_options): the operator reads that checkpoint straight from the bucket
+# (resolution, snapshot manifests, upgrade checks), with the stream's own keys; never listed,
+# watched or kept beyond the read.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
 # Events on the stream and on snapshots (adapters.post_event): create only. kopf posts none of its own
 # (settings.posting.enabled is off in handlers.configure).
 - apiGroups: [""]
