@@ -7,6 +7,18 @@ WORKDIR /build
 COPY stack/spark/pom.xml pom.xml
 RUN mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=/jars \
  && ls /jars
+# Hadoop's S3A connector for checkpoint.store s3, for PySpark's Hadoop (3.5.0): the versions
+# stack/eos_stack/spark_s3.py derives (hadoop-project's pom; spark-hadoop-cloud's newest release).
+ARG HADOOP_VERSION=3.5.0
+ARG AWS_SDK_VERSION=2.35.4
+ARG ANALYTICS_ACCELERATOR_VERSION=1.3.1
+ARG SPARK_HADOOP_CLOUD_VERSION=4.1.2
+RUN for a in org.apache.hadoop:hadoop-aws:${HADOOP_VERSION} software.amazon.awssdk:bundle:${AWS_SDK_VERSION} \
+             software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:${ANALYTICS_ACCELERATOR_VERSION} \
+             org.apache.spark:spark-hadoop-cloud_2.13:${SPARK_HADOOP_CLOUD_VERSION}; do \
+      mvn -q -B dependency:copy -Dartifact="$a" -DoutputDirectory=/s3jars || exit 1; \
+    done \
+ && ls /s3jars
 
 # --- stage 2: the Python environment ---------------------------------------------------------
 FROM python:3.11.11-slim-bookworm AS build
@@ -36,19 +48,24 @@ COPY --from=build /opt/eos /opt/eos
 # Only the connector jars PySpark does not ship (the same filter as stack/eos_stack/spark.py).
 COPY --from=connector /jars/spark-sql-kafka-0-10_2.13-*.jar /jars/spark-token-provider-kafka-0-10_2.13-*.jar \
      /jars/kafka-clients-*.jar /jars/commons-pool2-*.jar /opt/spark-kafka/
+COPY --from=connector /s3jars/ /opt/spark-s3/
 COPY examples /app/examples
+# Spark's conventions for executor Pods (argument `executor`), else the command as given.
+COPY docker/entrypoint.sh /opt/eos/entrypoint.sh
 ENV PATH=/opt/eos/bin:$PATH \
     JAVA_HOME=/usr/lib/jvm/java-17 \
+    SPARK_HOME=/opt/eos/lib/python3.11/site-packages/pyspark \
+    EOS_JARS_DIR=/opt/spark-kafka EOS_S3_JARS_DIR=/opt/spark-s3 \
     PYSPARK_PYTHON=/opt/eos/bin/python PYSPARK_DRIVER_PYTHON=/opt/eos/bin/python \
     PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
 # A class-data archive of Spark's classes for this JVM and class path: drivers start about twice as fast
 # (eos_job.cds; the JVM runs without it if it does not match).
 RUN /opt/eos/bin/python -m eos_job.cds /opt/eos/spark.jsa
 ENV EOS_SPARK_CDS_ARCHIVE=/opt/eos/spark.jsa
-# SPARK_JARS is a comma-separated list; the shell form resolves the globbed names at start.
 WORKDIR /app
 USER 10001:10001
-ENTRYPOINT ["/usr/bin/tini", "--", "/bin/sh", "-c", "export SPARK_JARS=$(ls /opt/spark-kafka/*.jar | paste -sd, -); exec \"$@\"", "--"]
+# The entrypoint lists the jars into SPARK_JARS / SPARK_S3_JARS at start (comma-separated, as Spark takes them).
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/eos/entrypoint.sh"]
 CMD ["python", "-m", "eos_operator", "run", "--all-namespaces"]
 # Outside Kubernetes only (the chart's probes use the operator's liveness endpoint): the
 # runtime imports. Exec form: no shell, and the absolute path does not depend on PATH.

@@ -51,6 +51,19 @@ def s3a_conf(s3) -> dict[str, str]:
     return conf
 
 
+def kubernetes_master(env=os.environ) -> str | None:
+    """``EOS_SPARK_MASTER=k8s`` (cluster deploy mode): the API server as an in-cluster Pod reaches it. Spark's
+    Kubernetes client then authenticates with the Pod's ServiceAccount token (mounted by the kubelet)."""
+    if env.get("EOS_SPARK_MASTER") != "k8s":
+        return None
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        raise RuntimeError("deployMode cluster: KUBERNETES_SERVICE_HOST/PORT are not set; the driver must run in a "
+                           "Pod of the cluster (the kubelet sets them)")
+    host = f"[{host}]" if ":" in host else host
+    return f"k8s://https://{host}:{port}"
+
+
 def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: dict[str, str] | None = None,
                         master: str | None = None) -> SparkSession:
     """Build (or return the already running) SparkSession for a job or a test.
@@ -68,8 +81,11 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
       shuffle in local mode on two cores.
     * ``spark.ui.enabled=false``: no web UI port to collide with parallel runs;
       ``showConsoleProgress=false``: progress bars would fill the driver's log.
-    * master ``local[*,4]`` (``EOS_SPARK_MASTER``): all cores of the Pod, and a
+    * master ``local[*,4]`` (``EOS_SPARK_LOCAL_MASTER``): all cores of the Pod, and a
       failed task is retried up to 4 times before the query fails, as on a cluster.
+      Cluster deploy mode (``EOS_SPARK_MASTER=k8s``): ``kubernetes_master()``, and the
+      loopback and memory settings below are left to spark-submit's arguments; only
+      ``spark.driver.host`` is set, to the Pod's IP (``EOS_POD_IP``).
     * ``spark.driver.memory=1g``: modest, leaves room for the broker and the
       API server on a small machine (honoured because it is set before the JVM
       starts; it does nothing for an already running session).
@@ -89,19 +105,24 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookup, no warning about it
+    k8s = kubernetes_master()
     if jars is None:
         jars = [j for j in os.environ.get("SPARK_JARS", "").split(",") if j]
     settings = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": "1g",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     }
+    if k8s is None:   # local mode: everything on loopback
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookup, no warning about it
+        settings.update({"spark.driver.memory": "1g", "spark.driver.host": "127.0.0.1",
+                         "spark.driver.bindAddress": "127.0.0.1"})
+    elif os.environ.get("EOS_POD_IP"):
+        # Cluster mode: spark-submit's arguments (the operator's) stand; only the address executors dial
+        # back to is known here, the Pod's IP.
+        settings["spark.driver.host"] = os.environ["EOS_POD_IP"]
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
@@ -110,8 +131,8 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
         settings["spark.driver.extraJavaOptions"] = " ".join(
             o for o in (shared, settings.get("spark.driver.extraJavaOptions", "")) if o)
     builder = SparkSession.builder.appName(app_name)
-    if "--master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):  # cluster mode: spark-submit chose it
-        builder = builder.master(master or os.environ.get("EOS_SPARK_MASTER", "local[*,4]"))
+    if "--master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        builder = builder.master(master or k8s or os.environ.get("EOS_SPARK_LOCAL_MASTER", "local[*,4]"))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -35,7 +35,8 @@ DRIVER_COMMAND = ["python", "-m", "eos_job", "run", "--config-env", RUN_CONFIG_E
 TERMINATION_GRACE_SECONDS = 60
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
-K8S_MASTER = "k8s://https://kubernetes.default.svc"
+SPARK_MASTER_ENV = "EOS_SPARK_MASTER"   # "k8s": the runtime's master is the API server the Pod sees
+POD_IP_ENV = "EOS_POD_IP"               # the driver's address for its executors (fieldRef status.podIP)
 CHECKPOINT_VOLUME = "checkpoint"
 LABEL_AUX = f"{API_GROUP}/aux"          # pre-flight and drain Pods (not drivers of the stream)
 PREFLIGHT = "preflight"
@@ -164,9 +165,10 @@ def run_config_map(ref: StreamRef, config: RunConfig, name: str | None = None) -
 def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str) -> list[str]:
     """spark-submit arguments for deployMode=cluster: this Pod is the (client-mode) driver,
     Spark's Kubernetes scheduler creates the executors, owned by the driver Pod so they
-    die with it."""
+    die with it. The master (the API server, as an in-cluster Pod reaches it) and the driver's
+    address (its Pod IP) are only known inside the Pod: the runtime's session sets them
+    (``eos_job.session``, from KUBERNETES_SERVICE_HOST/PORT and EOS_POD_IP)."""
     job = spec.job
-    svc = f"{driver_service_name(ref.name)}.{ref.namespace}.svc"
     conf = {
         "spark.kubernetes.namespace": ref.namespace,
         "spark.kubernetes.container.image": job.image,
@@ -175,7 +177,6 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
         f"spark.kubernetes.executor.label.{LABEL_MANAGED_BY}": MANAGED_BY,
         f"spark.kubernetes.executor.label.{LABEL_STREAM}": ref.name,
         f"spark.kubernetes.executor.label.{LABEL_COMPONENT}": "executor",
-        "spark.driver.host": svc,
         "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
@@ -187,12 +188,22 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
     }
     if job.service_account_name:
         conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = job.service_account_name
+    ck = spec.checkpoint
+    if ck.store == "s3" and ck.s3 is not None and ck.s3.access_key_id and ck.s3.secret_access_key:
+        # Executors write state files to the checkpoint: the same keys, from the same Secret.
+        for var, ref_ in (("AWS_ACCESS_KEY_ID", ck.s3.access_key_id), ("AWS_SECRET_ACCESS_KEY", ck.s3.secret_access_key)):
+            conf[f"spark.kubernetes.executor.secretKeyRef.{var}"] = f"{ref_.name}:{ref_.key}"
+    if ck.store == "pvc" and ck.claim_name:
+        # The state store's files live under the checkpoint: executors mount the same claim at the same path.
+        vol = "spark.kubernetes.executor.volumes.persistentVolumeClaim.checkpoint"
+        conf[f"{vol}.options.claimName"] = ck.claim_name
+        conf[f"{vol}.mount.path"] = ck.path
     # The user's sparkConf wins, except for what pins this driver's identity.
     pinned = {"spark.kubernetes.driver.pod.name", "spark.kubernetes.namespace", "spark.driver.host"}
     for key, value in sorted(job.spark_conf.items()):
         if key not in pinned:
             conf[key] = value
-    args = ["--master", K8S_MASTER, "--deploy-mode", "client", "--name", ref.name]
+    args = ["--deploy-mode", "client", "--name", ref.name]
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
     return args
@@ -229,6 +240,8 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
         # command stays `python -m eos_job run` in both deploy modes.
         env.append({"name": "PYSPARK_SUBMIT_ARGS",
                     "value": shlex.join(spark_submit_args(ref, spec, name) + ["pyspark-shell"])})
+        env.append({"name": SPARK_MASTER_ENV, "value": "k8s"})
+        env.append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     resources = {"cpu": spec.job.driver.cpu, "memory": spec.job.driver.memory}
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,

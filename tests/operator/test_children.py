@@ -86,14 +86,13 @@ def test_cluster_mode_spark_submit_arguments():
                   "sparkConf": {"spark.ui.enabled": "false", "spark.kubernetes.driver.pod.name": "hijack"},
                   "serviceAccountName": "spark"})
     args = children.spark_submit_args(REF, s, "colors-driver-2")
-    assert args[:6] == ["--master", "k8s://https://kubernetes.default.svc", "--deploy-mode", "client",
-                        "--name", "colors"]
-    conf = dict(a.split("=", 1) for a in args[7::2])
-    assert all(flag == "--conf" for flag in args[6::2])
+    assert args[:4] == ["--deploy-mode", "client", "--name", "colors"]
+    conf = dict(a.split("=", 1) for a in args[5::2])
+    assert all(flag == "--conf" for flag in args[4::2])
     assert conf["spark.kubernetes.namespace"] == "team-a"
     assert conf["spark.kubernetes.container.image"] == "registry/eos:1"
     assert conf["spark.kubernetes.driver.pod.name"] == "colors-driver-2"     # pinned, not the user's value
-    assert conf["spark.driver.host"] == "colors-driver.team-a.svc"
+    assert "spark.driver.host" not in conf and "--master" not in args   # known only in the Pod: the session
     assert conf["spark.driver.port"] == "7078" and conf["spark.driver.blockManager.port"] == "7079"
     assert conf["spark.executor.instances"] == "3" and conf["spark.executor.memory"] == "4g"
     assert conf["spark.kubernetes.executor.request.cores"] == "2"
@@ -105,6 +104,8 @@ def test_cluster_mode_spark_submit_arguments():
     c = pod["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert shlex.split(env["PYSPARK_SUBMIT_ARGS"]) == args + ["pyspark-shell"]
+    assert env["EOS_SPARK_MASTER"] == "k8s"
+    assert {e["name"]: e for e in c["env"]}["EOS_POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert c["command"][:3] == ["python", "-m", "eos_job"]
     assert {p["containerPort"] for p in c["ports"]} == {7078, 7079}
 
