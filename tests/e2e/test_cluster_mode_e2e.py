@@ -1,0 +1,125 @@
+"""Executors on Kubernetes: the unique-id stream in ``deployMode: cluster`` with its checkpoint on S3.
+
+The production shape, end to end on the local stack: the driver Pod (the job's ServiceAccount, its RBAC
+rendered from the chart) runs Spark's Kubernetes scheduler against the API server as an in-cluster Pod does
+(KUBERNETES_SERVICE_HOST/PORT and the ServiceAccount token the process kubelet mounts); Spark creates two
+executor Pods owned by the driver Pod; the process kubelet runs them through the image's entrypoint
+(``docker/entrypoint.sh executor``). The checkpoint, state store included, lives in the S3 bucket.
+
+Kills: an executor SIGKILLed while batches run (Spark retries its tasks on the other executor or on the
+replacement it requests), then the driver SIGKILLed (its executors lose their driver and end; the operator
+resolves and restarts). At the end every id is in the sink exactly once (set equality, read_committed), and
+deleting the stream collects every executor Pod through its owner reference.
+"""
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+
+import yaml
+
+from eos_stack.cluster import wait_until
+from examples.colors.generator import expected_ids, produce
+from tests.e2e.streams import (REPO, ColorsTopics, Diagnostics, assert_ids_exactly_once, colors_stream,
+                               wait_ids)
+
+NAME = "colors"
+SA = "spark-eos-driver"
+
+
+def job_rbac(stack_env, kubectl, namespace: str) -> None:
+    """The chart's job identity for ``namespace`` (ServiceAccount, Role, RoleBinding), rendered by helm."""
+    out = subprocess.run([stack_env["HELM"], "template", "eos", str(REPO / "charts" / "spark-eos-operator"),
+                          "--namespace", namespace, "--set", "jobRbac.create=true",
+                          "--set", f"jobRbac.namespaces={{{namespace}}}", "--show-only", "templates/job-rbac.yaml"],
+                         capture_output=True, text=True, check=True).stdout
+    for doc in yaml.safe_load_all(out):
+        if doc:
+            kubectl.apply(doc, namespace)
+
+
+def executors(kubectl, namespace: str) -> list[dict]:
+    return [p for p in kubectl.pods(namespace) if p["metadata"].get("labels", {}).get("spark-role") == "executor"]
+
+
+def running_executors(kubectl, namespace: str, driver: str) -> list[dict]:
+    return [p for p in executors(kubectl, namespace) if p.get("status", {}).get("phase") == "Running"
+            and p["metadata"].get("ownerReferences", [{}])[0].get("name") == driver]
+
+
+def committed(kubectl, namespace: str) -> int:
+    return kubectl.status(namespace, NAME).get("lastCommittedBatch") or -1
+
+
+def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubectl, namespace, kubelet, operator,
+                                                              tmp_path, report_result):
+    diag = Diagnostics(kubectl, namespace, operator, kubelet)
+    job_rbac(stack_env, kubectl, namespace)
+    kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
+                   "data": {k: base64.b64encode(stack_env[v].encode()).decode()
+                            for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
+    manifest = colors_stream(NAME, topics, tmp_path, attempts=5, delay=1.0, module="examples.colors.ids")
+    manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA,
+                                    "executor": {"instances": 2, "cpu": "1", "memory": "768Mi"}})
+    manifest["spec"]["checkpoint"] = {"store": "s3", "path": f"/e2e-cluster/{namespace}", "s3": {
+        "bucket": stack_env["S3_BUCKET"], "endpoint": stack_env["S3_ENDPOINT"], "pathStyleAccess": True,
+        "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
+    produce(topics.bootstrap, topics.events, 3000)
+    expected, sent = expected_ids(3000), 3000
+    journal = []
+
+    def feed(n: int, seed: int) -> None:
+        nonlocal expected, sent
+        produce(topics.bootstrap, topics.events, n, seed=seed, start_id=sent)
+        expected |= expected_ids(n, seed, sent)
+        sent += n
+
+    kubectl.apply(manifest, namespace)
+    first = wait_until(lambda: (lambda e: e if len(e) == 2 else None)(
+        running_executors(kubectl, namespace, f"{NAME}-driver-0")), "two executor Pods of driver 0", 240, diag)
+    driver0 = kubectl.json("get", "pod", f"{NAME}-driver-0", "-n", namespace)
+    for pod in first:
+        owner = pod["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"]) == ("Pod", driver0["metadata"]["uid"]), owner
+    wait_until(lambda: committed(kubectl, namespace) >= 1, "batches committed with executors", 240, diag, 1)
+
+    # 1. An executor SIGKILLed while batches run.
+    feed(2000, 11)
+    time.sleep(2)
+    victim = first[0]["metadata"]["name"]
+    before = committed(kubectl, namespace)
+    assert kubelet.kill9(namespace, victim), f"{victim} had no process to kill:\n{diag()}"
+    journal.append(f"executor {victim} SIGKILLed after batch {before}")
+    wait_until(lambda: committed(kubectl, namespace) > before + 1, "progress after the executor kill", 240, diag, 1)
+    replacements = [p["metadata"]["name"] for p in executors(kubectl, namespace)
+                    if p["metadata"]["name"] not in {q["metadata"]["name"] for q in first}]
+    journal.append(f"replacement executors requested by Spark: {replacements}")
+
+    # 2. The driver SIGKILLed: its executors end, the operator resolves and restarts.
+    feed(2000, 12)
+    time.sleep(3)
+    assert kubelet.kill9(namespace, f"{NAME}-driver-0"), diag()
+    wait_until(lambda: (lambda e: e if len(e) == 2 else None)(
+        running_executors(kubectl, namespace, f"{NAME}-driver-1")), "two executor Pods of driver 1", 300, diag)
+    old = [p for p in executors(kubectl, namespace)
+           if p["metadata"]["ownerReferences"][0]["name"] == f"{NAME}-driver-0"]
+    wait_until(lambda: all(p.get("status", {}).get("phase") in ("Succeeded", "Failed", None)
+                           for p in executors(kubectl, namespace)
+                           if p["metadata"]["ownerReferences"][0]["name"] == f"{NAME}-driver-0"),
+               "driver 0's executors to end", 120, diag, 1)
+    journal.append(f"driver SIGKILLed; its {len(old)} executor Pod(s) ended; driver 1 runs with 2 new executors")
+    feed(1000, 13)
+    wait_ids(topics.bootstrap, topics.counts, expected, diag)
+    assert_ids_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, NAME), expected, (topics.dlq,))
+    status = kubectl.status(namespace, NAME)
+    assert status["resolution"]["checkpointLastCommittedBatch"] is not None, status["resolution"]
+    assert status["checkpointDir"].startswith("s3a://"), status["checkpointDir"]
+
+    # 3. Deleting the stream stops the driver; the garbage collector takes its executors with it.
+    kubectl.run("delete", "exactlyoncestream", NAME, "-n", namespace, "--timeout=180s", timeout=240)
+    wait_until(lambda: not executors(kubectl, namespace), "every executor Pod collected", 120, diag, 1)
+    print("\n".join(journal))
+    report_result(f"cluster mode: 2 executors per driver, checkpoint on S3; an executor SIGKILL and a driver "
+                  f"SIGKILL; {len(expected)} unique ids exactly once; executor Pods collected with their driver")
