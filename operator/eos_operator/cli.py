@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="use kopf peering NAME so only one of several replicas acts at a time")
     run.add_argument("--liveness", metavar="URL",
                      help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument("--allow-local-store", action="store_true",
+                     help="accept checkpoint.store local (a directory on the driver's node): tests and single-node "
+                          "labs only, where every Pod runs on one machine")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     crd = sub.add_parser("crd", help="write (or --check) crds/exactlyoncestreams.streaming.eos.dev.yaml")
     crd.add_argument("--check", action="store_true")
@@ -77,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from .handlers import OperatorConfig, build_registry
+    from .validation import allow_local_store
+
+    allow_local_store(args.allow_local_store)
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -62,6 +62,15 @@ def _format_pydantic(exc: ValidationError) -> list[str]:
     return out
 
 
+_LOCAL_STORE = {"allowed": False}
+
+
+def allow_local_store(allowed: bool = True) -> None:
+    """``python -m eos_operator run --allow-local-store``: accept ``checkpoint.store: local`` (a directory on the
+    node that runs the driver, so only where every Pod runs on one machine: tests, a single-node lab)."""
+    _LOCAL_STORE["allowed"] = allowed
+
+
 def validate_spec(raw: dict[str, Any] | None) -> ExactlyOnceStreamSpec | InvalidSpec:
     """Parse and check a resource's ``spec``; never raises for bad input."""
     if not isinstance(raw, dict):
@@ -71,6 +80,10 @@ def validate_spec(raw: dict[str, Any] | None) -> ExactlyOnceStreamSpec | Invalid
     except ValidationError as exc:
         return InvalidSpec(tuple(_format_pydantic(exc)))
     errors = semantic_errors(spec)
+    if spec.checkpoint.store == "local" and not _LOCAL_STORE["allowed"]:
+        errors.append("checkpoint.store: local is a directory on whichever node runs the driver: a restart on "
+                      "another node would not find the checkpoint. Use store s3 (or pvc); local is accepted "
+                      "only by an operator started with --allow-local-store (tests, single-node labs)")
     if errors:
         return InvalidSpec(tuple(e if e.startswith("spec.") else f"spec.{e}" for e in errors))
     return spec

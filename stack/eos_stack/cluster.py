@@ -123,7 +123,8 @@ class OperatorProcess:
 
     def command(self) -> list[str]:
         program = ["-c", self.wrapper] if self.wrapper else ["-m", "eos_operator"]
-        return [sys.executable, *program, "run", "--namespace", self.namespace,
+        # One machine plays every node here, so a local checkpoint directory is one store for all Pods.
+        return [sys.executable, *program, "run", "--namespace", self.namespace, "--allow-local-store",
                 "--kubeconfig", self.kubeconfig, "--interval", f"{self.interval:g}",
                 "--resolution-timeout", f"{self.resolution_timeout:g}",
                 "--progress-interval", f"{self.progress_interval:g}",

@@ -300,7 +300,8 @@ def test_the_operator_works_under_the_chart_identity(helm: Helm, kubectl: Kubect
     ns, watched = namespaces("chart-op"), namespaces("chart-op-w")
     release = unique("op")
     manifest = install(helm, release, ns, "--set", f"watchNamespaces={{{watched}}}", "--set", "jobRbac.create=true",
-                       "--set", "operator.reconcileIntervalSeconds=1")
+                       "--set", "operator.reconcileIntervalSeconds=1",
+                       "--set", "operator.allowLocalStore=true")   # the stream below keeps its checkpoint locally
     releases(release, ns)
     kubectl.run("wait", "--for=condition=Established", "crd/exactlyoncestreams.streaming.eos.dev", "--timeout=60s")
     sa = one(manifest, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]

@@ -77,8 +77,19 @@ def test_example_manifest_is_valid():
     assert spec.source.topics == ["colors-events"] and spec.sink.topic == "colors-counts"
     assert spec.sink.dead_letter_topic == "colors-dlq"
     assert spec.restart_strategy.type == "fixed-delay"
-    assert spec.checkpoint.store == "local"
+    assert spec.checkpoint.store == "s3" and spec.checkpoint.s3.bucket == "checkpoints"   # a store every node reaches
 
 
 def test_missing_spec():
     assert isinstance(validate_spec(None), InvalidSpec)
+
+
+def test_local_store_is_refused_unless_the_operator_allows_it():
+    from eos_operator.validation import allow_local_store
+    spec = {**base_spec(), "checkpoint": {"store": "local", "path": "/tmp/ckpt"}}
+    allow_local_store(False)
+    result = validate_spec(spec)
+    assert isinstance(result, InvalidSpec) and result.errors[0].startswith("spec.checkpoint.store: local")
+    assert "--allow-local-store" in result.message and "s3" in result.message
+    allow_local_store(True)
+    assert isinstance(validate_spec(spec), ExactlyOnceStreamSpec)
