@@ -5,7 +5,9 @@ The local stack has an API server but no nodes. This harness plays the kubelet
 sees them run, finish, fail and disappear exactly as through the Pod API of a
 real cluster; it cannot tell the difference through the API.
 
-What it does, per Pod in its scope (a namespace and/or a label selector):
+What it does, per Pod in its scope (a namespace and/or a label selector; Spark's
+executor Pods, created by a driver Pod in the namespace, are in the scope of a
+kubelet of that namespace like any other Pod):
 
 * **Claiming.** A Pod whose ``spec.nodeName`` is empty and whose
   ``spec.schedulerName`` is the default one is bound to this kubelet's node
@@ -13,25 +15,61 @@ What it does, per Pod in its scope (a namespace and/or a label selector):
   (the binding is atomic, so two harnesses never run the same Pod). A Pod that
   already names this node is run too; Pods for other nodes or schedulers are
   left alone. There is no Node object; nothing needs one.
-* **Running.** The first container's ``command`` + ``args`` (with Kubernetes
-  ``$(VAR)`` expansion) runs as a local process in its own process group; a
+* **Running.** The first container runs as a local process in its own process
+  group: its ``command`` + ``args`` (with Kubernetes ``$(VAR)`` expansion; a
   command of ``python``/``python3``/``python3.X`` becomes ``sys.executable`` so the
-  test venv is used. Images are ignored and so are the other containers (init
-  containers are not run). The environment is this process's environment plus
-  the container's ``env`` (literal values, ``secretKeyRef``, ``configMapKeyRef``,
-  a few ``fieldRef`` paths) and ``envFrom``, plus ``HOSTNAME`` (the pod name)
-  and ``EOS_TERMINATION_MESSAGE_PATH``. The working directory is ``workingDir``
-  if set, else the repository root. stdout and stderr go to a per-pod log file
-  (``log_path(namespace, name)``).
+  test venv is used), or, without a ``command``, the image's entrypoint
+  (``docker/entrypoint.sh``: ``executor`` starts Spark's executor backend with
+  java, ``driver`` spark-submit, anything else is exec'd) with its ``args`` and
+  the image's ``ENV`` as this machine has it (``SPARK_HOME`` = PySpark's folder,
+  ``PYSPARK_PYTHON`` = this interpreter, ``JAVA_HOME`` if set here, the stack's
+  ``SPARK_JARS``/``SPARK_S3_JARS``/``EOS_SPARK_CDS_ARCHIVE``, the venv first on
+  ``PATH``) as defaults under the Pod's own env. Images are otherwise ignored and
+  so are the other containers (init containers are not run). The environment is
+  this process's environment *without* ``KUBECONFIG``/``KUBECTL``/``KUBE_APISERVER``
+  (a Pod has no credentials but its ServiceAccount's), plus ``HOSTNAME`` (the pod
+  name), ``KUBERNETES_SERVICE_HOST``/``_PORT``/``_PORT_HTTPS`` (the API server of
+  the kubeconfig, as an in-cluster client finds it), the container's ``env``
+  (literal values, ``secretKeyRef``, ``configMapKeyRef``, ``fieldRef``:
+  ``metadata.name``/``namespace``/``uid``/labels/annotations, ``spec.nodeName``,
+  ``spec.serviceAccountName``, ``status.podIP`` = the Pod's own 127.x.y.z address, ``hostIP`` = 127.0.0.1) and
+  ``envFrom``, and ``EOS_TERMINATION_MESSAGE_PATH``. The working directory is
+  ``workingDir`` if set, else the repository root. stdout and stderr go to a
+  per-pod log file (``log_path(namespace, name)``).
+* **Volumes**, in a mount namespace of the Pod's own (``unshare --mount``, which
+  like the ``sh`` that makes the bind mounts execs in place: the Pod's process
+  keeps the PID the kubelet signals), each at its ``mountPath``: ``emptyDir`` a
+  fresh folder of the Pod, ``configMap``/``secret`` a folder of the Pod with their
+  keys as files (``items`` honoured; read-only), ``hostPath`` the host's folder.
+  A volume's ConfigMap/Secret that does not exist yet is waited for, the Pod
+  ``Pending`` and ``ContainerCreating`` meanwhile (Spark creates its executor
+  ConfigMap after its first executor Pods); preparing and starting happen on a
+  thread of the Pod, not the watch. ``persistentVolumeClaim`` volumes are not
+  mounted: tests name a path of this machine as their ``mountPath``. Other kinds
+  (and ``subPath``) fail the Pod. A Pod with nothing to mount runs without a
+  namespace. Mount points missing on this machine are made
+  and removed again when no Pod uses them; the Pod's folders (under
+  ``.stack/kubelet/<node>/pods/<uid>``) go when its process ended.
+* **ServiceAccount token**, as a kubelet projects it: unless
+  ``automountServiceAccountToken`` is false (Pod, else ServiceAccount), a
+  TokenRequest for the Pod's ServiceAccount bound to the Pod (a Pod naming none
+  gets ``default``'s, unbound: the API server binds only to the ServiceAccount a
+  Pod names) with the API server's default audience, mounted read-only at
+  ``/var/run/secrets/kubernetes.io/serviceaccount`` as ``token``, ``ca.crt`` (the
+  kubeconfig's CA) and ``namespace``. So Spark's Kubernetes client in a driver Pod
+  authenticates as the Pod's ServiceAccount, under RBAC. A ServiceAccount that
+  does not exist (the local controller-manager makes no ``default`` ones) mounts
+  nothing; a line at the top of the Pod's log says so.
 * **Status.** Written through the ``pods/status`` subresource: ``Pending`` when
-  claimed, ``Running`` (container running, ``startedAt``, ``podIP`` 127.0.0.1)
+  claimed, ``Running`` (container running, ``startedAt``, ``podIP`` its own 127.x.y.z address)
   once the process started, then ``Succeeded`` or ``Failed`` with the exit code
   (128+N for a process killed by signal N), reason ``Completed``/``Error`` and
   the termination message. ``/dev/termination-log`` is not writable per pod here,
   so ``terminationMessagePath`` is rewritten to a per-pod file whose path the
   process gets in ``EOS_TERMINATION_MESSAGE_PATH``; with
   ``terminationMessagePolicy: FallbackToLogsOnError`` a failed process with an
-  empty message gets its log tail instead.
+  empty message gets its log tail instead. A Pod deleted before its process
+  started ends ``Failed`` with ``ContainerStatusUnknown`` (137), as on a node.
 * **restartPolicy is treated as Never** whatever the Pod says: a finished
   process is never restarted (the operator under test manages restarts by
   creating new Pods).
@@ -56,16 +94,13 @@ or as a program: ``python -m tests.harness.kubelet --kubeconfig .stack/kube/admi
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -77,28 +112,21 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from .pod_setup import MOUNT_POINTS, ApiServer, NotYet, PodSetup, container_of, host_mount_points, \
+    namespaced_argv, pod_ip, remove_pod_dir
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_NODE = "eos-process-kubelet"
 DEFAULT_SCHEDULER = "default-scheduler"
 MERGE_PATCH = "application/merge-patch+json"
 MAX_MESSAGE = 4096
-PYTHON_NAMES = re.compile(r"^python(3(\.\d+)?)?$")
+RETRY_SECONDS = 0.5   # how often a Pod waiting for a volume's ConfigMap/Secret looks again
 
 log = logging.getLogger("eos.kubelet")
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _expand(value: str, env: dict[str, str]) -> str:
-    """Kubernetes ``$(VAR)`` expansion: defined names are replaced, ``$$`` escapes a ``$``."""
-    def repl(m: re.Match) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group(1)
-        return env[name] if name in env else m.group(0)
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", repl, value)
 
 
 @dataclass
@@ -108,14 +136,20 @@ class PodRun:
     uid: str
     pod: dict
     log_path: Path
-    message_path: Path
+    pod_dir: Path
     proc: subprocess.Popen | None = None
+    mount_points: list[str] = field(default_factory=list)   # made for this Pod on this machine's tree
     started_at: str = ""
     deleting: bool = False
     gone: bool = False
     kill_timer: threading.Timer | None = None
     waiter: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)   # deleting/gone vs. starting the process
+
+    @property
+    def message_path(self) -> Path:
+        return self.pod_dir / "termination-log"
 
 
 class ProcessKubelet:
@@ -135,13 +169,16 @@ class ProcessKubelet:
         state = Path(os.environ.get("EOS_STATE", REPO / ".stack"))
         self.log_dir = Path(log_dir) if log_dir else state / "kubelet" / node_name
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        # Per-Pod folders (volumes, token, termination message), removed when the Pod's process ended. Not
+        # under /tmp: a Pod may mount an emptyDir there.
+        self.pods_dir = state / "kubelet" / node_name / "pods"
         self.workdir = Path(workdir) if workdir else REPO
         self.inherit_env = inherit_env
         self.extra_env = dict(extra_env or {})
         self.env_for = env_for   # per-Pod extra environment by Pod name (fault injection into one Pod)
-        self._msg_dir = Path(tempfile.mkdtemp(prefix="eos-kubelet-msg-"))
         self._api_client = None
         self.v1: client.CoreV1Api | None = None
+        self._setup: PodSetup | None = None
         self._runs: dict[str, PodRun] = {}   # by pod uid
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -153,6 +190,9 @@ class ProcessKubelet:
     def start(self) -> "ProcessKubelet":
         self._api_client = config.new_client_from_config(config_file=self.kubeconfig)
         self.v1 = client.CoreV1Api(self._api_client)
+        self._setup = PodSetup(self.v1, ApiServer.of(self._api_client.configuration), node_name=self.node_name,
+                               workdir=self.workdir, inherit_env=self.inherit_env, extra_env=self.extra_env,
+                               env_for=self.env_for)
         self._stop.clear()
         self._thread = threading.Thread(target=self._watch_loop, name=f"kubelet-{self.node_name}", daemon=True)
         self._thread.start()
@@ -175,8 +215,8 @@ class ProcessKubelet:
         if self._thread:
             self._thread.join(timeout=10)
         with self._lock:
-            runs = [r for r in self._runs.values() if r.proc and r.proc.poll() is None]
-        for r in runs:
+            runs = [r for r in self._runs.values() if not r.done.is_set()]
+        for r in runs:   # those still starting see the stop and end without a process
             self._signal(r, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for r in runs:
@@ -334,7 +374,7 @@ class ProcessKubelet:
                 return  # gone, or another kubelet claimed it
             raise
         pod["spec"]["nodeName"] = self.node_name
-        run = PodRun(ns, name, uid, pod, self.log_path(ns, name), self._msg_dir / f"{ns}_{name}_{uid}")
+        run = PodRun(ns, name, uid, pod, self.log_path(ns, name), self.pods_dir / uid)
         with self._lock:
             self._runs[uid] = run
         self._patch_status(run, {
@@ -344,29 +384,77 @@ class ProcessKubelet:
             "containerStatuses": [self._container_status(run, {"waiting": {"reason": "ContainerCreating"}},
                                                          ready=False)],
         })
+        # Preparing may wait (a volume's ConfigMap that does not exist yet): not on the watch thread.
+        threading.Thread(target=self._launch, args=(run,), name=f"start-{ns}-{name}", daemon=True).start()
+
+    def _launch(self, run: PodRun) -> None:
         try:
-            argv, env, cwd = self._process_spec(pod, run)
-        except Exception as exc:  # noqa: BLE001 - a bad spec fails the pod, like a kubelet would
-            log.warning("kubelet: pod %s/%s cannot start: %s", ns, name, exc)
-            self._finish(run, exit_code=128, reason="CreateContainerError", message=str(exc)[:MAX_MESSAGE])
-            return
+            self._launch_process(run)
+        except Exception as exc:  # noqa: BLE001 - keep the kubelet alive; the pod fails
+            log.exception("kubelet: starting pod %s/%s failed", run.namespace, run.name)
+            if not run.done.is_set() and run.proc is None:
+                self._finish(run, exit_code=128, reason="StartError", message=str(exc)[:MAX_MESSAGE])
+
+    def _launch_process(self, run: PodRun) -> None:
+        ns, name, uid, pod = run.namespace, run.name, run.uid, run.pod
+        waiting_for = None
+        while True:
+            if run.deleting or run.gone or self._stop.is_set():
+                self._never_started(run)
+                return
+            try:
+                run.pod_dir.mkdir(parents=True, exist_ok=True)
+                spec = self._setup.prepare(pod, run.pod_dir, run.message_path)
+                break
+            except NotYet as exc:
+                # As a kubelet retries a volume whose ConfigMap/Secret does not exist yet (Spark creates its
+                # executor ConfigMap after the first executor Pods): the Pod stays ContainerCreating.
+                if str(exc) != waiting_for:
+                    waiting_for = str(exc)
+                    log.info("kubelet: pod %s/%s waits: %s", ns, name, exc)
+                    with open(run.log_path, "ab") as out:
+                        out.write(f"--- {_now()} process kubelet: waiting: {exc}\n".encode())
+                self._stop.wait(RETRY_SECONDS)
+            except Exception as exc:  # noqa: BLE001 - a bad spec fails the pod, like a kubelet would
+                log.warning("kubelet: pod %s/%s cannot start: %s", ns, name, exc)
+                self._finish(run, exit_code=128, reason="CreateContainerError", message=str(exc)[:MAX_MESSAGE])
+                return
+        argv, env, cwd = spec.argv, spec.env, spec.cwd
         run.message_path.write_text("")
         with open(run.log_path, "ab") as out:
-            out.write(f"--- {_now()} starting {argv!r} in {cwd}\n".encode())
+            for note in spec.notes:
+                out.write(f"--- {note}\n".encode())
+            mounts = "".join(f"; {m.target} ({m.source}{', ro' if m.read_only else ''})" for m in spec.mounts)
+            out.write(f"--- {_now()} starting {argv!r} in {cwd}{mounts}\n".encode())
             out.flush()
-            try:
-                run.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
-            except OSError as exc:
-                self._finish(run, exit_code=128, reason="StartError", message=str(exc)[:MAX_MESSAGE])
-                return
+            with run.lock:
+                if run.deleting or run.gone or self._stop.is_set():
+                    started = False
+                else:
+                    started = True
+                    try:
+                        if spec.mounts:
+                            run.mount_points = host_mount_points(spec.mounts)
+                            MOUNT_POINTS.acquire(run.mount_points, uid)
+                            argv = namespaced_argv(argv, spec.mounts)
+                        run.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                    except OSError as exc:
+                        error = exc
+                        started = None
+        if started is False:
+            self._never_started(run)
+            return
+        if started is None:
+            self._finish(run, exit_code=128, reason="StartError", message=str(error)[:MAX_MESSAGE])
+            return
         run.started_at = _now()
         log.info("kubelet: started pod %s/%s as pid %s", ns, name, run.proc.pid)
         self._patch_status(run, {
             "phase": "Running",
             "hostIP": "127.0.0.1",
-            "podIP": "127.0.0.1",
-            "podIPs": [{"ip": "127.0.0.1"}],
+            "podIP": pod_ip(run.pod),
+            "podIPs": [{"ip": pod_ip(run.pod)}],
             "startTime": run.started_at,
             "conditions": self._conditions(ready=True),
             "containerStatuses": [self._container_status(
@@ -374,9 +462,14 @@ class ProcessKubelet:
         })
         run.waiter = threading.Thread(target=self._wait, args=(run,), name=f"pod-{ns}-{name}", daemon=True)
         run.waiter.start()
-        # Deleted while we were starting it?
+        # Deleted while we were starting it (the watch thread may not have handled that event yet)?
         if run.pod["metadata"].get("deletionTimestamp") and not run.deleting:
             self._on_delete(run)
+
+    def _never_started(self, run: PodRun) -> None:
+        """Deleted, gone or stopped before its process started: what a kubelet reports for such a container."""
+        self._finish(run, exit_code=137, reason="ContainerStatusUnknown",
+                     message="The container could not be located when the pod was terminated")
 
     def _wait(self, run: PodRun) -> None:
         rc = run.proc.wait()
@@ -425,17 +518,21 @@ class ProcessKubelet:
                     self._confirm_deletion(run.namespace, run.name, run.uid)
         finally:
             run.done.set()
-            try:
-                run.message_path.unlink(missing_ok=True)
-            except OSError:
-                pass
+            if run.mount_points:
+                try:
+                    MOUNT_POINTS.release(run.uid)
+                except OSError as exc:
+                    log.warning("kubelet: releasing the mount points of %s/%s failed: %s", run.namespace,
+                                run.name, exc)
+            remove_pod_dir(run.pod_dir)
 
     def _on_delete(self, run: PodRun) -> None:
-        run.deleting = True
+        with run.lock:
+            run.deleting = True
         if run.proc is None:
             if run.done.is_set():
                 self._confirm_deletion(run.namespace, run.name, run.uid)
-            return
+            return   # still starting: the launcher sees `deleting` and ends the Pod without a process
         if run.proc.poll() is not None and run.done.is_set():
             self._confirm_deletion(run.namespace, run.name, run.uid)
             return
@@ -450,7 +547,8 @@ class ProcessKubelet:
         run.kill_timer.start()
 
     def _on_gone(self, run: PodRun) -> None:
-        run.gone = True
+        with run.lock:
+            run.gone = True
         if run.proc is not None and run.proc.poll() is None and not run.deleting:
             run.deleting = True
             grace = run.pod["spec"].get("terminationGracePeriodSeconds", 30)
@@ -488,117 +586,15 @@ class ProcessKubelet:
     def _mark_lost(self, pod: dict) -> None:
         meta = pod["metadata"]
         run = PodRun(meta["namespace"], meta["name"], meta["uid"], pod, self.log_path(meta["namespace"], meta["name"]),
-                     self._msg_dir / "lost")
+                     self.pods_dir / meta["uid"])
         statuses = pod.get("status", {}).get("containerStatuses") or [{}]
         run.started_at = ((statuses[0].get("state") or {}).get("running") or {}).get("startedAt", "")
         self._finish(run, exit_code=137, reason="ProcessLost",
                      message=f"the process kubelet {self.node_name} restarted and lost this pod's process")
 
-    # -- pod spec → process -------------------------------------------------
     @staticmethod
     def _container(pod: dict) -> dict:
-        containers = pod.get("spec", {}).get("containers") or [{}]
-        return containers[0]
-
-    def _process_spec(self, pod: dict, run: PodRun) -> tuple[list[str], dict[str, str], str]:
-        c = self._container(pod)
-        command = list(c.get("command") or [])
-        args = list(c.get("args") or [])
-        if not command:
-            raise ValueError("the process kubelet needs an explicit container command (image entrypoints "
-                             "are not known here)")
-        env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        env.update(self.extra_env)
-        if self.env_for is not None:
-            env.update(self.env_for(run.name) or {})
-        env["HOSTNAME"] = run.name
-        ns = run.namespace
-        for src in c.get("envFrom") or []:
-            prefix = src.get("prefix", "")
-            if "configMapRef" in src:
-                ref = src["configMapRef"]
-                data = self._config_map(ns, ref["name"], ref.get("optional", False)) or {}
-            else:
-                ref = src.get("secretRef", {})
-                data = self._secret(ns, ref.get("name", ""), ref.get("optional", False)) or {}
-            for k, v in data.items():
-                env[prefix + k] = v
-        container_env: dict[str, str] = {}
-        for item in c.get("env") or []:
-            name = item["name"]
-            if "valueFrom" in item:
-                value = self._value_from(pod, item["valueFrom"])
-                if value is None:
-                    continue
-            else:
-                value = _expand(item.get("value", ""), {**env, **container_env})
-            container_env[name] = value
-        env.update(container_env)
-        env["EOS_TERMINATION_MESSAGE_PATH"] = str(run.message_path)
-        argv = [_expand(a, env) for a in command + args]
-        if PYTHON_NAMES.match(argv[0]):
-            argv[0] = sys.executable
-        cwd = c.get("workingDir") or str(self.workdir)
-        if not Path(cwd).is_dir():
-            raise ValueError(f"workingDir {cwd} does not exist on this machine")
-        return argv, env, cwd
-
-    def _value_from(self, pod: dict, vf: dict) -> str | None:
-        ns = pod["metadata"]["namespace"]
-        if "secretKeyRef" in vf:
-            ref = vf["secretKeyRef"]
-            data = self._secret(ns, ref["name"], ref.get("optional", False))
-            return self._key(data, ref, "Secret")
-        if "configMapKeyRef" in vf:
-            ref = vf["configMapKeyRef"]
-            data = self._config_map(ns, ref["name"], ref.get("optional", False))
-            return self._key(data, ref, "ConfigMap")
-        if "fieldRef" in vf:
-            path = vf["fieldRef"]["fieldPath"]
-            meta = pod["metadata"]
-            simple = {"metadata.name": meta["name"], "metadata.namespace": ns, "metadata.uid": meta["uid"],
-                      "spec.nodeName": self.node_name, "spec.serviceAccountName": pod["spec"].get(
-                          "serviceAccountName", "default"), "status.podIP": "127.0.0.1",
-                      "status.hostIP": "127.0.0.1", "status.podIPs": "127.0.0.1", "status.hostIPs": "127.0.0.1"}
-            if path in simple:
-                return simple[path]
-            m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]$", path)
-            if m:
-                return (meta.get(m.group(1)) or {}).get(m.group(2), "")
-            raise ValueError(f"fieldRef {path} is not supported by the process kubelet")
-        raise ValueError(f"valueFrom {sorted(vf)} is not supported by the process kubelet")
-
-    @staticmethod
-    def _key(data: dict | None, ref: dict, kind: str) -> str | None:
-        if data is None:
-            return None  # optional and missing
-        if ref["key"] not in data:
-            if ref.get("optional", False):
-                return None
-            raise ValueError(f"{kind} {ref['name']} has no key {ref['key']}")
-        return data[ref["key"]]
-
-    def _read(self, call, ns: str, name: str, optional: bool, kind: str) -> dict | None:
-        try:
-            return json.loads(call(name, ns, _preload_content=False).data)
-        except ApiException as exc:
-            if exc.status == 404:
-                if optional:
-                    return None
-                raise ValueError(f"{kind} {ns}/{name} not found") from None
-            raise
-
-    def _secret(self, ns: str, name: str, optional: bool) -> dict | None:
-        obj = self._read(self.v1.read_namespaced_secret, ns, name, optional, "Secret")
-        if obj is None:
-            return None
-        out = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
-        out.update(obj.get("stringData") or {})
-        return out
-
-    def _config_map(self, ns: str, name: str, optional: bool) -> dict | None:
-        obj = self._read(self.v1.read_namespaced_config_map, ns, name, optional, "ConfigMap")
-        return None if obj is None else dict(obj.get("data") or {})
+        return container_of(pod)
 
     # -- status -------------------------------------------------------------
     def _container_status(self, run: PodRun, state: dict, *, ready: bool) -> dict:

@@ -1,9 +1,15 @@
 """The process kubelet test harness runs Pods of the local API server as processes."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import sys
 import textwrap
 import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client
@@ -46,6 +52,32 @@ def terminated(p: dict) -> dict:
     return p["status"]["containerStatuses"][0]["state"]["terminated"]
 
 
+def succeeded(v1, kubelet, ns: str, name: str) -> str:
+    """Wait for the pod to end, assert it succeeded, return its log."""
+    p = wait_phase(v1, ns, name, ("Succeeded", "Failed"))
+    out = kubelet.log_path(ns, name).read_text()
+    assert p["status"]["phase"] == "Succeeded", f"{p['status']}\n{out}"
+    return out
+
+
+def gone(pid: int) -> bool:
+    """The process no longer runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# A volume makes the kubelet start the Pod's process in a mount namespace (unshare, sh, then the program,
+# each exec'ing the next): signals must reach it all the same.
+WITH_VOLUME = {"volumes": [{"name": "scratch", "emptyDir": {}}]}
+SCRATCH_MOUNT = {"volumeMounts": [{"name": "scratch", "mountPath": "/eos-kubelet-test-scratch"}]}
+
+
 def test_pod_runs_to_success_with_env_from_secret_and_configmap(api, namespace, kubelet):
     v1 = client.CoreV1Api(api)
     v1.create_namespaced_secret(namespace, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
@@ -67,7 +99,8 @@ def test_pod_runs_to_success_with_env_from_secret_and_configmap(api, namespace, 
     p = wait_phase(v1, namespace, "ok", ("Succeeded", "Failed"))
     assert p["status"]["phase"] == "Succeeded", p["status"]
     assert p["spec"]["nodeName"] == kubelet.node_name
-    assert p["status"]["podIP"] == "127.0.0.1"
+    assert p["status"]["podIP"].startswith("127.") and p["status"]["podIP"] != "127.0.0.1", "a Pod's own address"
+    assert p["status"]["hostIP"] == "127.0.0.1"
     t = terminated(p)
     assert t["exitCode"] == 0 and t["reason"] == "Completed"
     assert t["startedAt"] and t["finishedAt"]
@@ -105,45 +138,52 @@ def test_fallback_to_logs_on_error(api, namespace, kubelet):
     assert "no message file, but a traceback" in t["message"]
 
 
-def test_deleted_pod_gets_sigterm_and_disappears(api, namespace, kubelet, tmp_path):
+@pytest.mark.parametrize("volume", [False, True], ids=["plain", "mount-namespace"])
+def test_deleted_pod_gets_sigterm_and_disappears(api, namespace, kubelet, tmp_path, volume):
     v1 = client.CoreV1Api(api)
     ready, marker = tmp_path / "ready", tmp_path / "got-sigterm"
     v1.create_namespaced_pod(namespace, pod("victim", f"""
-        import signal, sys, time, pathlib
+        import os, signal, sys, time, pathlib
         def term(signum, frame):
             pathlib.Path({str(marker)!r}).write_text("SIGTERM")
             sys.exit(0)
         signal.signal(signal.SIGTERM, term)
-        pathlib.Path({str(ready)!r}).write_text("ready")
+        pathlib.Path({str(ready)!r}).write_text(str(os.getpid()))
         while True:
             time.sleep(0.1)
-        """, terminationGracePeriodSeconds=20))
+        """, terminationGracePeriodSeconds=20, **(WITH_VOLUME if volume else {}),
+        container=SCRATCH_MOUNT if volume else {}))
     wait_phase(v1, namespace, "victim", ("Running",))
     wait_until(ready.exists, "the pod's process to install its SIGTERM handler", 30)
     pid = kubelet.pid(namespace, "victim")
-    assert pid
+    assert pid and int(ready.read_text()) == pid   # the program itself is the process the kubelet signals
     v1.delete_namespaced_pod("victim", namespace)
     wait_until(lambda: read_pod(v1, namespace, "victim") is None, "the deleted pod to disappear", 30)
     assert marker.read_text() == "SIGTERM"
     assert kubelet.pid(namespace, "victim") is None
 
 
-def test_deleted_pod_ignoring_sigterm_is_killed_after_grace(api, namespace, kubelet, tmp_path):
+@pytest.mark.parametrize("volume", [False, True], ids=["plain", "mount-namespace"])
+def test_deleted_pod_ignoring_sigterm_is_killed_after_grace(api, namespace, kubelet, tmp_path, volume):
     v1 = client.CoreV1Api(api)
     ignoring = tmp_path / "ignoring"
     v1.create_namespaced_pod(namespace, pod("stubborn", f"""
-        import pathlib, signal, time
+        import pathlib, signal, subprocess, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        pathlib.Path({str(ignoring)!r}).write_text("ignoring")
+        child = subprocess.Popen(["sleep", "300"])   # in the pod's process group
+        pathlib.Path({str(ignoring)!r}).write_text(str(child.pid))
         while True:
             time.sleep(0.1)
-        """, terminationGracePeriodSeconds=2))
+        """, terminationGracePeriodSeconds=2, **(WITH_VOLUME if volume else {}),
+        container=SCRATCH_MOUNT if volume else {}))
     wait_phase(v1, namespace, "stubborn", ("Running",))
     wait_until(ignoring.exists, "the pod's process to ignore SIGTERM", 30)
+    child = int(ignoring.read_text())
     t0 = time.monotonic()
     v1.delete_namespaced_pod("stubborn", namespace)
     wait_until(lambda: read_pod(v1, namespace, "stubborn") is None, "the stubborn pod to disappear", 30)
     assert time.monotonic() - t0 >= 1.5
+    wait_until(lambda: gone(child), "the pod's child process to be killed with its group", 10)
 
 
 def test_kill9_ends_failed_137(api, namespace, kubelet):
@@ -174,3 +214,241 @@ def test_pods_of_other_nodes_and_schedulers_are_left_alone(api, namespace, kubel
         assert kubelet.pid(namespace, name) is None
     # No kubelet will ever confirm the deletion of a pod bound to another node: force it.
     v1.delete_namespaced_pod("elsewhere", namespace, grace_period_seconds=0)
+
+
+# -- what a node gives a Pod: the image's entrypoint, fieldRefs, volumes, the ServiceAccount token ----------
+def pyspark_home() -> str:
+    return list(importlib.util.find_spec("pyspark").submodule_search_locations)[0]
+
+
+def test_container_without_command_runs_the_image_entrypoint(api, namespace, kubelet):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "entry"},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "spark-eos-operator:dev",
+            "args": ["sh", "-c", "echo SPARK_HOME=$SPARK_HOME; ls $SPARK_HOME/jars | head -1; "
+                                 "echo PYSPARK_PYTHON=$PYSPARK_PYTHON; echo MINE=$MINE"],
+            "env": [{"name": "MINE", "value": "$(SPARK_HOME)/x"}]}]}})
+    out = succeeded(v1, kubelet, namespace, "entry")
+    assert f"SPARK_HOME={pyspark_home()}\n" in out
+    assert any(line.endswith(".jar") for line in out.splitlines()), out
+    assert f"PYSPARK_PYTHON={sys.executable}\n" in out, out
+    assert f"MINE={pyspark_home()}/x" in out   # the image's ENV is there for the Pod's $(VAR) references
+
+
+def test_field_refs_service_env_and_no_test_credentials(api, namespace, kubelet, stack_env):
+    v1 = client.CoreV1Api(api)
+    paths = {"POD_IP": "status.podIP", "HOST_IP": "status.hostIP", "NAME": "metadata.name",
+             "NS": "metadata.namespace", "UID": "metadata.uid", "NODE": "spec.nodeName",
+             "SA": "spec.serviceAccountName"}
+    v1.create_namespaced_pod(namespace, pod("refs", f"""
+        import os
+        for k in {sorted(paths)!r} + ["KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
+                                      "KUBERNETES_SERVICE_PORT_HTTPS"]:
+            print(k, os.environ[k])
+        for k in ("KUBECONFIG", "KUBECTL", "KUBE_APISERVER"):
+            print(k, os.environ.get(k, "absent"))
+        print("token", os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"))
+        """, container={"env": [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}}
+                                for k, v in paths.items()]}))
+    out = succeeded(v1, kubelet, namespace, "refs")
+    uid = read_pod(v1, namespace, "refs")["metadata"]["uid"]
+    server = urlsplit(api.configuration.host)
+    lines = set(out.splitlines())
+    pod_ip = read_pod(v1, namespace, "refs")["status"]["podIP"]
+    expected = {f"POD_IP {pod_ip}", "HOST_IP 127.0.0.1", "NAME refs", f"NS {namespace}", f"UID {uid}",
+                f"NODE {kubelet.node_name}", "SA default", f"KUBERNETES_SERVICE_HOST {server.hostname}",
+                f"KUBERNETES_SERVICE_PORT {server.port}", f"KUBERNETES_SERVICE_PORT_HTTPS {server.port}",
+                "KUBECONFIG absent", "KUBECTL absent", "KUBE_APISERVER absent", "token False"}
+    assert expected <= lines, out
+    assert os.environ.get("KUBECONFIG")   # the test process has it; the Pod did not inherit it
+    # No "default" ServiceAccount here (no controller makes one): nothing mounted, the log says why.
+    assert out.splitlines()[0].endswith(f"ServiceAccount {namespace}/default does not exist; no token mounted "
+                                        "at /var/run/secrets/kubernetes.io/serviceaccount"), out
+
+
+def test_empty_dir_and_config_map_volumes_at_their_mount_paths(api, namespace, kubelet, tmp_path):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_config_map(namespace, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                "metadata": {"name": "conf"},
+                                                "data": {"a.properties": "a=1\n", "b.properties": "b=2\n"}})
+    scratch, conf, conf_all = tmp_path / "scratch", tmp_path / "no" / "such" / "conf", tmp_path / "conf-all"
+    ckpt = tmp_path / "ckpt"   # a "claim": tests name a path of this machine, which Pods share as is
+    scratch.mkdir()
+    ckpt.mkdir()
+    (scratch / "on-the-host").write_text("host")   # hidden by the emptyDir, untouched by the Pods
+    code = f"""
+        import os, pathlib, sys, time
+        me, other = sys.argv[1], sys.argv[2]
+        scratch = pathlib.Path({str(scratch)!r})
+        (scratch / me).write_text(me)
+        pathlib.Path({str(ckpt)!r}, me).write_text(me)
+        pathlib.Path({str(tmp_path)!r}, "ready-" + me).write_text("")
+        while not pathlib.Path({str(tmp_path)!r}, "ready-" + other).exists():
+            time.sleep(0.05)
+        print("scratch", sorted(p.name for p in scratch.iterdir()))
+        conf = pathlib.Path({str(conf)!r})
+        print("conf", sorted(str(p.relative_to(conf)) for p in conf.rglob("*") if p.is_file()),
+              (conf / "renamed" / "a.txt").read_text().strip())
+        print("conf-all", sorted(os.listdir({str(conf_all)!r})))
+        try:
+            (conf / "x").write_text("x")
+            print("conf writable")
+        except OSError as exc:
+            print("conf read-only", exc.errno)
+        """
+    for me, other in (("one", "two"), ("two", "one")):
+        manifest = pod(me, code, volumes=[
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "conf", "configMap": {"name": "conf", "items": [{"key": "a.properties",
+                                                                      "path": "renamed/a.txt"}]}},
+            {"name": "conf-all", "configMap": {"name": "conf"}},
+            {"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}],
+            container={"volumeMounts": [{"name": "ckpt", "mountPath": str(ckpt)},
+                                        {"name": "scratch", "mountPath": str(scratch)},
+                                        {"name": "conf", "mountPath": str(conf)},
+                                        {"name": "conf-all", "mountPath": str(conf_all)}]})
+        manifest["spec"]["containers"][0]["command"] += [me, other]
+        v1.create_namespaced_pod(namespace, manifest)
+    for me in ("one", "two"):
+        out = succeeded(v1, kubelet, namespace, me)
+        assert f"scratch [{me!r}]" in out, out   # its own emptyDir only: not the other Pod's, not the host's
+        assert "conf ['renamed/a.txt'] a=1" in out, out   # items: only the key named, at its path
+        assert "conf-all ['a.properties', 'b.properties']" in out, out
+        assert "conf read-only 30" in out, out   # EROFS
+    assert sorted(p.name for p in scratch.iterdir()) == ["on-the-host"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["one", "two"]
+    # The mount points the kubelet made on this machine are gone with the Pods.
+    wait_until(lambda: not (tmp_path / "no").exists() and not conf_all.exists(), "the mount points removed", 10)
+
+
+def test_executor_pod_runs_through_the_entrypoint(api, namespace, kubelet, tmp_path):
+    """A Pod shaped like Spark's executor Pods (KubernetesExecutorBuilder): no command, args ["executor"],
+    fieldRefs for its IP and name, an emptyDir for SPARK_LOCAL_DIRS and the executor ConfigMap at
+    /opt/spark/conf, owned by the driver Pod. A stand-in java (JAVA_HOME) prints what it was given.
+    Spark creates that ConfigMap after its first executor Pods: the Pod waits for it, as on a node."""
+    v1 = client.CoreV1Api(api)
+    driver = v1.create_namespaced_pod(namespace, pod("drv", "print('never run')", schedulerName="nobody"))
+    jdk = tmp_path / "jdk"
+    (jdk / "bin").mkdir(parents=True)
+    (jdk / "bin" / "java").write_text(textwrap.dedent("""\
+        #!/bin/sh
+        echo "java $*"
+        echo "conf: $(cat "$SPARK_CONF_DIR/log4j2.properties")"
+        touch "$SPARK_LOCAL_DIRS/block" && echo "local dir: $(ls "$SPARK_LOCAL_DIRS")"
+        """))
+    (jdk / "bin" / "java").chmod(0o755)
+    local_dir = f"/var/data/spark-{uuid.uuid4()}"
+    name = "colors-driver-0-exec-1"
+    env = {"SPARK_USER": "root", "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@10.0.0.9:7078",
+           "SPARK_EXECUTOR_CORES": "1", "SPARK_EXECUTOR_MEMORY": "512m", "SPARK_APPLICATION_ID": "spark-app-1",
+           "SPARK_CONF_DIR": "/opt/spark/conf", "SPARK_EXECUTOR_ID": "1", "SPARK_RESOURCE_PROFILE_ID": "0",
+           "SPARK_JAVA_OPT_0": "-Dspark.driver.port=7078", "SPARK_LOCAL_DIRS": local_dir, "JAVA_HOME": str(jdk)}
+    v1.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"spark-role": "executor", "spark-exec-id": "1"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "drv",
+                                          "uid": driver.metadata.uid, "controller": True}]},
+        "spec": {"restartPolicy": "Never", "hostname": name, "containers": [{
+            "name": "spark-kubernetes-executor", "image": "spark-eos-operator:dev", "args": ["executor"],
+            "env": [{"name": k, "value": v} for k, v in env.items()] + [
+                {"name": "SPARK_EXECUTOR_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "SPARK_EXECUTOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+            "volumeMounts": [{"name": "spark-local-dir-1", "mountPath": local_dir},
+                             {"name": "spark-conf-volume-exec", "mountPath": "/opt/spark/conf"}]}],
+            "volumes": [{"name": "spark-local-dir-1", "emptyDir": {}},
+                        {"name": "spark-conf-volume-exec", "configMap": {
+                            "name": "spark-exec-1-conf-map",
+                            "items": [{"key": "log4j2.properties", "path": "log4j2.properties"}]}}]}})
+    log = kubelet.log_path(namespace, name)
+    wait_until(lambda: log.exists() and "waiting: ConfigMap" in log.read_text(), "the pod to wait for its ConfigMap",
+               30)
+    p = read_pod(v1, namespace, name)
+    assert p["status"]["phase"] == "Pending", p["status"]
+    assert p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    v1.create_namespaced_config_map(namespace, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                "metadata": {"name": "spark-exec-1-conf-map"},
+                                                "data": {"log4j2.properties": "rootLogger.level = info\n"}})
+    out = succeeded(v1, kubelet, namespace, name)
+    java = next(line for line in out.splitlines() if line.startswith("java "))
+    assert java.startswith("java -Dspark.driver.port=7078 -Xms512m -Xmx512m "
+                           f"-cp /opt/spark/conf:{pyspark_home()}/jars/* "
+                           "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend "), java
+    p = read_pod(v1, namespace, name)
+    assert java.endswith("--driver-url spark://CoarseGrainedScheduler@10.0.0.9:7078 --executor-id 1 --cores 1 "
+                         f"--app-id spark-app-1 --hostname {p['status']['podIP']} --resourceProfileId 0 "
+                         f"--podName {name}"), java
+    assert "conf: rootLogger.level = info" in out and "local dir: block" in out, out
+    assert p["spec"]["nodeName"] == kubelet.node_name
+    wait_until(lambda: not Path(local_dir).exists(), "the executor's local dir mount point removed", 10)
+
+
+def test_pod_waiting_for_its_config_map_can_be_deleted(api, namespace, kubelet):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod(namespace, pod("waits", "print('never')", volumes=[
+        {"name": "conf", "configMap": {"name": "not-yet"}}],
+        container={"volumeMounts": [{"name": "conf", "mountPath": "/eos-kubelet-test-conf"}]}))
+    wait_until(lambda: (read_pod(v1, namespace, "waits")["spec"].get("nodeName")), "the pod to be claimed", 30)
+    v1.delete_namespaced_pod("waits", namespace)
+    wait_until(lambda: read_pod(v1, namespace, "waits") is None, "the waiting pod to disappear", 30)
+    assert "never" not in kubelet.log_path(namespace, "waits").read_text()
+
+
+def test_service_account_token_authenticates_as_the_pod_service_account(api, namespace, kubelet):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_service_account(namespace, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                     "metadata": {"name": "runner"}})
+    v1.create_namespaced_service_account(namespace, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                     "metadata": {"name": "quiet"},
+                                                     "automountServiceAccountToken": False})
+    v1.create_namespaced_pod(namespace, pod("in-cluster", """
+        import base64, json, os, ssl, urllib.error, urllib.request
+        sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+        token, ns = open(f"{sa}/token").read(), open(f"{sa}/namespace").read()
+        ctx = ssl.create_default_context(cafile=f"{sa}/ca.crt")   # verifies the API server's certificate
+        base = f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}"
+        def call(method, path, body=None):
+            req = urllib.request.Request(base + path, method=method, data=body and json.dumps(body).encode(),
+                                         headers={"Authorization": f"Bearer {token}",
+                                                  "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+                    return resp.status, json.load(resp)
+            except urllib.error.HTTPError as exc:
+                return exc.code, None
+        status, review = call("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                              {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        print("review", status, review["status"]["userInfo"]["username"])
+        print("namespace", ns)
+        print("list pods", call("GET", f"/api/v1/namespaces/{ns}/pods")[0])
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        print("bound to pod", claims["kubernetes.io"]["pod"]["name"])
+        try:
+            open(f"{sa}/token", "w")
+        except OSError as exc:
+            print("token read-only", exc.errno)
+        """, serviceAccountName="runner"))
+    no_token = """
+        import os
+        print("token", os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"))
+        """
+    v1.create_namespaced_pod(namespace, pod("sa-says-no", no_token, serviceAccountName="quiet"))
+    v1.create_namespaced_service_account(namespace, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                     "metadata": {"name": "default"}})
+    v1.create_namespaced_pod(namespace, pod("default-sa", """
+        import os
+        print("token", os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"))
+        """))
+    v1.create_namespaced_pod(namespace, pod("pod-says-no", no_token, serviceAccountName="runner",
+                                            automountServiceAccountToken=False))
+    out = succeeded(v1, kubelet, namespace, "in-cluster")
+    assert f"review 201 system:serviceaccount:{namespace}:runner" in out, out
+    assert f"namespace {namespace}" in out
+    assert "list pods 403" in out, out   # RBAC is on and the ServiceAccount has no Role
+    assert "bound to pod in-cluster" in out
+    assert "token read-only 30" in out, out
+    for name in ("sa-says-no", "pod-says-no"):
+        assert "token False" in succeeded(v1, kubelet, namespace, name)
+    # No serviceAccountName (nothing defaults it here): the "default" ServiceAccount's token, as on a cluster.
+    assert "token True" in succeeded(v1, kubelet, namespace, "default-sa")
