@@ -117,7 +117,17 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     if torn:
         log.warning("removed %d file(s) a killed driver was writing when it died: %s", len(torn), ", ".join(torn))
     faults.driver_starting()
-    spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
+    cluster = config.spec.job.deploy_mode == "cluster"
+    try:
+        spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
+    except Exception as exc:  # noqa: BLE001 - in cluster mode, said as what to fix
+        if not cluster:
+            raise
+        from .executors import start_failure
+        raise start_failure(exc) from exc
+    if cluster and spark.sparkContext.master.startswith("k8s://"):
+        from .executors import wait_for_executors
+        wait_for_executors(spark, config.spec.job.executor.start_timeout_seconds)
     writer = BatchWriter(config)
     log.info("driver epoch %d, generation %d", writer.claim(ckpt), writer.base["generation"])
 

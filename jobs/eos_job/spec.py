@@ -44,6 +44,9 @@ class Resources(Model):
 
 class ExecutorSpec(Resources):
     instances: int = Field(1, ge=1, le=256, description="Executor Pods (cluster deploy mode only).")
+    start_timeout_seconds: int = Field(300, ge=10, le=3600, description=(
+        "Cluster deploy mode: the driver fails, saying why, when no executor registered within this time "
+        "(e.g. its ServiceAccount may not create Pods); the restart strategy then applies."))
 
 
 class JobSpec(Model):

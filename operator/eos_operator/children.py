@@ -242,6 +242,8 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
                     "value": shlex.join(spark_submit_args(ref, spec, name) + ["pyspark-shell"])})
         env.append({"name": SPARK_MASTER_ENV, "value": "k8s"})
         env.append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        env.append({"name": "EOS_SERVICE_ACCOUNT",
+                    "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}})
     resources = {"cpu": spec.job.driver.cpu, "memory": spec.job.driver.memory}
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,

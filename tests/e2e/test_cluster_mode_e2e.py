@@ -6,7 +6,9 @@ rendered from the chart) runs Spark's Kubernetes scheduler against the API serve
 executor Pods owned by the driver Pod; the process kubelet runs them through the image's entrypoint
 (``docker/entrypoint.sh executor``). The checkpoint, state store included, lives in the S3 bucket.
 
-Kills: an executor SIGKILLed while batches run (Spark retries its tasks on the other executor or on the
+First the job's Role lacks ``create pods``: the driver waits for an executor in vain and fails naming the
+missing rule, which reaches the stream's status; the chart's Role is then applied and the restart strategy's
+next driver runs. Kills: an executor SIGKILLed while batches run (Spark retries its tasks on the other executor or on the
 replacement it requests), then the driver SIGKILLed (its executors lose their driver and end; the operator
 resolves and restarts). At the end every id is in the sink exactly once (set equality, read_committed), and
 deleting the stream collects every executor Pod through its owner reference.
@@ -28,13 +30,23 @@ NAME = "colors"
 SA = "spark-eos-driver"
 
 
-def job_rbac(stack_env, kubectl, namespace: str) -> None:
-    """The chart's job identity for ``namespace`` (ServiceAccount, Role, RoleBinding), rendered by helm."""
+def job_rbac(stack_env, kubectl, namespace: str, *, without_pod_create: bool = False) -> None:
+    """The chart's job identity for ``namespace`` (ServiceAccount, Role, RoleBinding), rendered by helm;
+    ``without_pod_create``: its Role with ``create pods`` taken out."""
     out = subprocess.run([stack_env["HELM"], "template", "eos", str(REPO / "charts" / "spark-eos-operator"),
                           "--namespace", namespace, "--set", "jobRbac.create=true",
                           "--set", f"jobRbac.namespaces={{{namespace}}}", "--show-only", "templates/job-rbac.yaml"],
                          capture_output=True, text=True, check=True).stdout
     for doc in yaml.safe_load_all(out):
+        if doc and doc["kind"] == "Role" and without_pod_create:
+            rules = []
+            for rule in doc["rules"]:
+                others = [r for r in rule["resources"] if r != "pods"]
+                if others:
+                    rules.append({**rule, "resources": others})
+                if "pods" in rule["resources"]:
+                    rules.append({**rule, "resources": ["pods"], "verbs": [v for v in rule["verbs"] if v != "create"]})
+            doc = {**doc, "rules": rules}
         if doc:
             kubectl.apply(doc, namespace)
 
@@ -55,14 +67,15 @@ def committed(kubectl, namespace: str) -> int:
 def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubectl, namespace, kubelet, operator,
                                                               tmp_path, report_result):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
-    job_rbac(stack_env, kubectl, namespace)
+    job_rbac(stack_env, kubectl, namespace, without_pod_create=True)
     kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
                    "data": {k: base64.b64encode(stack_env[v].encode()).decode()
                             for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     manifest = colors_stream(NAME, topics, tmp_path, attempts=5, delay=1.0, module="examples.colors.ids")
     manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA,
-                                    "executor": {"instances": 2, "cpu": "1", "memory": "768Mi"}})
+                                    "executor": {"instances": 2, "cpu": "1", "memory": "768Mi",
+                                                 "startTimeoutSeconds": 15}})
     manifest["spec"]["checkpoint"] = {"store": "s3", "path": f"/e2e-cluster/{namespace}", "s3": {
         "bucket": stack_env["S3_BUCKET"], "endpoint": stack_env["S3_ENDPOINT"], "pathStyleAccess": True,
         "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
@@ -77,9 +90,20 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
         sent += n
 
     kubectl.apply(manifest, namespace)
+    # 0. The job's ServiceAccount may not create Pods: the driver names that, in the stream's status.
+    why = wait_until(lambda: (lambda e: e if "may not create pods" in e else None)(
+        kubectl.status(namespace, NAME).get("lastError") or ""), "the missing RBAC rule in status", 180, diag, 1)
+    assert f"{namespace}/{SA} may not create pods (RBAC forbids it)" in why, why
+    assert not executors(kubectl, namespace)
+    journal.append(f"without create pods: {why[:160]}...")
+    job_rbac(stack_env, kubectl, namespace)   # the chart's Role: the restart strategy's next driver runs
+    d0 = wait_until(lambda: (lambda d: d if running_executors(kubectl, namespace, d or "") else None)(
+        kubectl.status(namespace, NAME).get("driverPod")), "a driver with executors", 240, diag, 1)
+    attempt = int(d0.rsplit("-", 1)[1])
+    d1 = f"{NAME}-driver-{attempt + 1}"
     first = wait_until(lambda: (lambda e: e if len(e) == 2 else None)(
-        running_executors(kubectl, namespace, f"{NAME}-driver-0")), "two executor Pods of driver 0", 240, diag)
-    driver0 = kubectl.json("get", "pod", f"{NAME}-driver-0", "-n", namespace)
+        running_executors(kubectl, namespace, d0)), f"two executor Pods of {d0}", 240, diag)
+    driver0 = kubectl.json("get", "pod", d0, "-n", namespace)
     for pod in first:
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Pod", driver0["metadata"]["uid"]), owner
@@ -102,15 +126,15 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
     feed(2000, 12)
     time.sleep(3)
     old = {p["metadata"]["name"] for p in executors(kubectl, namespace)}
-    assert kubelet.kill9(namespace, f"{NAME}-driver-0"), diag()
+    assert kubelet.kill9(namespace, d0), diag()
     wait_until(lambda: (lambda e: e if len(e) == 2 else None)(
-        running_executors(kubectl, namespace, f"{NAME}-driver-1")), "two executor Pods of driver 1", 300, diag)
+        running_executors(kubectl, namespace, d1)), f"two executor Pods of {d1}", 300, diag)
     lingering = lambda: [p["metadata"]["name"] for p in executors(kubectl, namespace)   # noqa: E731
                          if p["metadata"]["name"] in old and p.get("status", {}).get("phase") == "Running"]
-    wait_until(lambda: not lingering(), "driver 0's executors to end", 120, diag, 1)
+    wait_until(lambda: not lingering(), f"{d0}'s executors to end", 120, diag, 1)
     gone = old - {p["metadata"]["name"] for p in executors(kubectl, namespace)}
     journal.append(f"driver SIGKILLed; its {len(old)} executor Pods ended ({len(gone)} already collected with "
-                   "the driver Pod); driver 1 runs with 2 new executors")
+                   f"the driver Pod); {d1} runs with 2 new executors")
     feed(1000, 13)
     wait_ids(topics.bootstrap, topics.counts, expected, diag)
     assert_ids_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, NAME), expected, (topics.dlq,))
