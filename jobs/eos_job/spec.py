@@ -11,8 +11,11 @@ import json
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from .model import Model
+from .pod_template import PodTemplate
 
 API_GROUP = "streaming.eos.dev"
 API_VERSION = "v1alpha1"
@@ -27,15 +30,6 @@ MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              validate_default=True)
-
-    def wire(self) -> dict:
-        """The camelCase form, as stored in the API server."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
 # --------------------------------------------------------------------------- spec
 class Resources(Model):
     cpu: str = Field("1", pattern=QUANTITY_PATTERN, description="CPU request and limit, e.g. 500m or 2.")
@@ -47,6 +41,8 @@ class ExecutorSpec(Resources):
     start_timeout_seconds: int = Field(300, ge=10, le=3600, description=(
         "Cluster deploy mode: the driver fails, saying why, when no executor registered within this time "
         "(e.g. its ServiceAccount may not create Pods); the restart strategy then applies."))
+    pod_template: PodTemplate = Field(default_factory=PodTemplate, description=(
+        "Added to the executor Pods (cluster deploy mode): labels, annotations, scheduling, pull secrets, env."))
 
 
 class JobSpec(Model):
@@ -67,6 +63,9 @@ class JobSpec(Model):
     driver: Resources = Field(default_factory=Resources)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     service_account_name: str | None = Field(None, description="ServiceAccount of the driver Pod.")
+    pod_template: PodTemplate = Field(default_factory=PodTemplate, description=(
+        "Added to the driver Pod and the stream's pre-flight and drain Pods: labels, annotations, scheduling, "
+        "pull secrets, env. What the operator sets wins (eos_job.pod_template)."))
     state: Literal["running", "suspended"] = Field(
         "running", description="suspended stops the driver at a clean batch boundary; running resumes it.")
 
@@ -277,6 +276,8 @@ def semantic_errors(spec: ExactlyOnceStreamSpec) -> list[str]:
         errors.append("sink.deadLetterTopic: must differ from sink.topic")
     if spec.checkpoint.store == "pvc" and not spec.checkpoint.claim_name:
         errors.append("checkpoint.claimName: required when checkpoint.store is pvc")
+    errors += spec.job.pod_template.errors("job.podTemplate")
+    errors += spec.job.executor.pod_template.errors("job.executor.podTemplate")
     if spec.checkpoint.store == "s3" and spec.checkpoint.s3 is None:
         errors.append("checkpoint.s3: required when checkpoint.store is s3 (at least its bucket)")
     for key in spec.source.options:

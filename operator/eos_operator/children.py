@@ -8,6 +8,7 @@ an owner reference to the stream so Kubernetes collects it with the stream.
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ LABEL_ATTEMPT = f"{API_GROUP}/attempt"
 ANNOTATION_SPEC_HASH = f"{API_GROUP}/spec-hash"
 
 RUN_CONFIG_KEY = "run.json"
+EXECUTOR_TEMPLATE_KEY = "executor-template.yaml"   # Spark's executor pod template (job.executor.podTemplate)
+EXECUTOR_TEMPLATE_DIR = "/etc/eos"
 RUN_CONFIG_ENV = "EOS_RUN_CONFIG"
 # The job runtime reads the sink's SASL credentials from these variables; the
 # Pod fills them from the Secrets named in spec.sink.credentials, so no secret
@@ -156,10 +159,14 @@ def _meta(ref: StreamRef, name: str, labels: dict[str, str],
 def run_config_map(ref: StreamRef, config: RunConfig, name: str | None = None) -> dict[str, Any]:
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: ref.name,
               LABEL_GENERATION: str(config.stream.generation)}
+    data = {RUN_CONFIG_KEY: config.model_dump_json(by_alias=True)}
+    template = config.spec.job.executor.pod_template.executor_template()
+    if template is not None and config.spec.job.deploy_mode == "cluster":
+        data[EXECUTOR_TEMPLATE_KEY] = json.dumps(template, sort_keys=True)   # JSON is YAML
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _meta(ref, name or run_config_name(ref.name), labels,
                               {ANNOTATION_SPEC_HASH: config.spec.spec_hash()}),
-            "data": {RUN_CONFIG_KEY: config.model_dump_json(by_alias=True)}}
+            "data": data}
 
 
 def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str) -> list[str]:
@@ -193,6 +200,9 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
         # Executors write state files to the checkpoint: the same keys, from the same Secret.
         for var, ref_ in (("AWS_ACCESS_KEY_ID", ck.s3.access_key_id), ("AWS_SECRET_ACCESS_KEY", ck.s3.secret_access_key)):
             conf[f"spark.kubernetes.executor.secretKeyRef.{var}"] = f"{ref_.name}:{ref_.key}"
+    conf.update(job.executor.pod_template.spark_conf())
+    if job.executor.pod_template.executor_template() is not None:
+        conf["spark.kubernetes.executor.podTemplateFile"] = f"{EXECUTOR_TEMPLATE_DIR}/{EXECUTOR_TEMPLATE_KEY}"
     if ck.store == "pvc" and ck.claim_name:
         # The state store's files live under the checkpoint: executors mount the same claim at the same path.
         vol = "spark.kubernetes.executor.volumes.persistentVolumeClaim.checkpoint"
@@ -256,11 +266,20 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
     if spec.job.deploy_mode == "cluster":
         container["ports"] = [{"name": "driver-rpc", "containerPort": DRIVER_PORT},
                               {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT}]
-    return pod_body(_meta(ref, name, labels, {ANNOTATION_SPEC_HASH: spec.spec_hash()}), container,
+    body = pod_body(_meta(ref, name, labels, {ANNOTATION_SPEC_HASH: spec.spec_hash()}), container,
                     grace_seconds=TERMINATION_GRACE_SECONDS, service_account=spec.job.service_account_name,
                     claim_name=spec.checkpoint.claim_name if spec.checkpoint.store == "pvc" else None,
                     mount_path=spec.checkpoint.path,
                     s3=spec.checkpoint.s3 if spec.checkpoint.store == "s3" else None)
+    if spec.job.deploy_mode == "cluster" and spec.job.executor.pod_template.executor_template() is not None:
+        # Spark reads the executors' pod template from a file: the run ConfigMap's key, mounted.
+        container.setdefault("volumeMounts", []).append({"name": "executor-template",
+                                                         "mountPath": EXECUTOR_TEMPLATE_DIR, "readOnly": True})
+        body["spec"].setdefault("volumes", []).append(
+            {"name": "executor-template", "configMap": {"name": run_config_name(ref.name),
+                                                        "items": [{"key": EXECUTOR_TEMPLATE_KEY,
+                                                                   "path": EXECUTOR_TEMPLATE_KEY}]}})
+    return spec.job.pod_template.apply(body)
 
 
 def s3_env(s3) -> list[dict[str, Any]]:
@@ -314,13 +333,23 @@ def aux_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, component: str, atte
     body = driver_pod(ref, spec, attempt=attempt, tx_generation=tx_generation)
     name = aux_pod_name(ref.name, component, attempt)
     body["metadata"]["name"] = name
-    body["metadata"]["labels"] = {**aux_selector(ref.name), LABEL_COMPONENT: component,
-                                  LABEL_GENERATION: str(tx_generation), LABEL_ATTEMPT: str(attempt)}
+    body["metadata"]["labels"] = {**spec.job.pod_template.labels, **aux_selector(ref.name),
+                                  LABEL_COMPONENT: component, LABEL_GENERATION: str(tx_generation),
+                                  LABEL_ATTEMPT: str(attempt)}
     container = body["spec"]["containers"][0]
     container["name"] = component
     container["command"] = ["python", "-m", "eos_job", *args]
     container.pop("ports", None)
-    env = [e for e in container["env"] if e["name"] not in ("PYSPARK_SUBMIT_ARGS", "EOS_DRIVER_POD")]
+    # Always Spark local mode: no executors, so no executor template and none of cluster mode's settings.
+    container["volumeMounts"] = [m for m in container.get("volumeMounts", []) if m["name"] != "executor-template"]
+    body["spec"]["volumes"] = [v for v in body["spec"].get("volumes", []) if v["name"] != "executor-template"]
+    for key in ("volumeMounts",):
+        if not container[key]:
+            container.pop(key)
+    if not body["spec"]["volumes"]:
+        body["spec"].pop("volumes")
+    cluster_env = ("PYSPARK_SUBMIT_ARGS", "EOS_DRIVER_POD", SPARK_MASTER_ENV, POD_IP_ENV, "EOS_SERVICE_ACCOUNT")
+    env = [e for e in container["env"] if e["name"] not in cluster_env]
     for e in env:
         if e["name"] == RUN_CONFIG_ENV:
             e["valueFrom"] = {"configMapKeyRef": {"name": aux_config_name(ref.name, component), "key": RUN_CONFIG_KEY}}

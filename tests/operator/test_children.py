@@ -198,3 +198,56 @@ def test_s3_store_pods_get_the_bucket_settings_and_keys_by_reference():
     assert "volumes" not in pod["spec"], "nothing to mount for an object store"
     assert children.checkpoint_dir(s) == "s3a://ckpt/streams/colors/live"
     assert children.snapshot_path(REF, s, 2).startswith("s3a://ckpt/streams/colors/snapshots/")
+
+
+TEMPLATE = {"labels": {"team": "payments", "streaming.eos.dev/stream": "hijack"},
+            "annotations": {"cost-center": "42"}, "nodeSelector": {"pool": "streaming"},
+            "tolerations": [{"key": "dedicated", "value": "spark", "effect": "NoSchedule"}],
+            "priorityClassName": "streaming-high", "imagePullSecrets": ["registry-creds"],
+            "env": [{"name": "TZ", "value": "UTC"}]}
+
+
+def test_pod_templates_merge_and_the_operator_wins():
+    res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": TEMPLATE}})
+    assert any(e.startswith("spec.job.podTemplate.labels.streaming.eos.dev/stream") for e in res.errors), res
+    ok = {**TEMPLATE, "labels": {"team": "payments"}}
+    s = spec(job={"module": "m", "podTemplate": ok})
+    pod = children.driver_pod(REF, s, attempt=1, tx_generation=0)
+    assert pod["metadata"]["labels"]["team"] == "payments"
+    assert pod["metadata"]["labels"]["streaming.eos.dev/stream"] == "colors"
+    assert pod["metadata"]["annotations"]["cost-center"] == "42"
+    assert pod["spec"]["nodeSelector"] == {"pool": "streaming"} and pod["spec"]["priorityClassName"] == "streaming-high"
+    assert pod["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "spark",
+                                           "effect": "NoSchedule"}]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "registry-creds"}]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["TZ"] == "UTC" and "EOS_DRIVER_POD" in env
+    # The stream's short-lived Pods land where the driver may (same scheduling), with their own labels.
+    aux = children.aux_pod(REF, s, component="preflight", attempt=1, tx_generation=0, args=["preflight"])
+    assert aux["spec"]["nodeSelector"] == {"pool": "streaming"} and aux["metadata"]["labels"]["team"] == "payments"
+    assert aux["metadata"]["labels"][children.LABEL_COMPONENT] == "preflight"
+
+
+def test_executor_templates_become_spark_settings_and_a_template_file():
+    res = validate_spec({**base_spec(), "job": {"module": "m", "executor": {"podTemplate": {
+        "env": [{"name": "SPARK_HOME", "value": "/x"}]}}}})
+    assert any(e.startswith("spec.job.executor.podTemplate.env.SPARK_HOME") for e in res.errors), res
+    ok = {**TEMPLATE, "labels": {"team": "payments"}}
+    s = spec(job={"module": "m", "deployMode": "cluster", "executor": {"podTemplate": ok}})
+    conf = dict(a.split("=", 1) for a in children.spark_submit_args(REF, s, "colors-driver-0")[5::2])
+    assert conf["spark.kubernetes.executor.label.team"] == "payments"
+    assert conf["spark.kubernetes.executor.annotation.cost-center"] == "42"
+    assert conf["spark.kubernetes.node.selector.pool"] == "streaming" and conf["spark.executorEnv.TZ"] == "UTC"
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == "/etc/eos/executor-template.yaml"
+    from eos_job.spec import StreamIdentity
+    cm = children.run_config_map(REF, RunConfig(stream=StreamIdentity(name="colors", namespace="team-a", uid=REF.uid,
+                                                                      generation=0), spec=s, checkpoint_dir="/c"))
+    template = json.loads(cm["data"]["executor-template.yaml"])
+    assert template["spec"]["priorityClassName"] == "streaming-high"
+    assert template["spec"]["imagePullSecrets"] == [{"name": "registry-creds"}]
+    pod = children.driver_pod(REF, s, attempt=0, tx_generation=0)
+    mount = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}["executor-template"]
+    assert mount["mountPath"] == "/etc/eos"
+    aux = children.aux_pod(REF, s, component="drain", attempt=0, tx_generation=0, args=["run"])
+    assert "volumes" not in aux["spec"] or all(v["name"] != "executor-template" for v in aux["spec"]["volumes"])
+    assert not {"PYSPARK_SUBMIT_ARGS", "EOS_SPARK_MASTER"} & {e["name"] for e in aux["spec"]["containers"][0]["env"]}

@@ -1,0 +1,99 @@
+"""Pod templates: what a platform adds to a stream's Pods (scheduling, pull secrets, labels, env).
+
+``job.podTemplate`` applies to the driver Pod and the stream's short-lived Pods (pre-flight, drain), which
+must land where the driver may; ``job.executor.podTemplate`` to the executor Pods Spark creates in cluster
+mode (as Spark settings: labels, annotations, node selector and env; tolerations, priority class and image
+pull secrets through Spark's executor pod template file, which the operator writes into the run ConfigMap).
+
+Merged with what the operator owns, which always wins and cannot be set here: its labels (prefix
+``streaming.eos.dev/``, ``app.kubernetes.io/managed-by`` and ``component``, Spark's ``spark-role``,
+``spark-app-selector``, ``spark-exec-id``), the container's command, image, resources,
+ports and checkpoint volume, and the environment it passes (names starting ``EOS_``, ``SPARK_``,
+``PYSPARK_``, and the checkpoint's ``AWS_`` keys). A template that sets one of those is refused with the
+field named.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .model import Model
+
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+DNS_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+OWNED_LABEL_PREFIXES = ("streaming.eos.dev/", "app.kubernetes.io/managed-by", "app.kubernetes.io/component",
+                        "spark-role", "spark-app-selector", "spark-exec-id")
+OWNED_ENV_PREFIXES = ("EOS_", "SPARK_", "PYSPARK_", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+class Toleration(Model):
+    key: str | None = Field(None, pattern=LABEL_KEY, description="The taint key; unset with Exists: every taint.")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="Equal: key and value match; Exists: the key.")
+    value: str | None = Field(None, max_length=63, description="The taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="The taint effect tolerated; unset: every effect.")
+    toleration_seconds: int | None = Field(None, ge=0, description="NoExecute: how long the Pod stays bound.")
+
+
+class EnvVar(Model):
+    name: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The variable's name.")
+    value: str = Field("", max_length=32768, description="Its value (literal; Secrets come through the spec's "
+                                                         "credential fields).")
+
+
+class PodTemplate(Model):
+    labels: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' annotations.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="The Pods' nodeSelector.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="The Pods' tolerations.")
+    priority_class_name: str | None = Field(None, pattern=DNS_NAME, description="The Pods' priorityClassName.")
+    image_pull_secrets: list[str] = Field(default_factory=list, description=(
+        "Names of Secrets in the stream's namespace to pull the image with."))
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment of the container.")
+
+    def errors(self, field: str) -> list[str]:
+        """What the operator owns and this template sets; each names the field."""
+        out = [f"{field}.labels.{k}: the operator owns this label; choose another key"
+               for k in self.labels if k.startswith(OWNED_LABEL_PREFIXES)]
+        out += [f"{field}.env.{e.name}: the operator sets this variable; choose another name"
+                for e in self.env if e.name.startswith(OWNED_ENV_PREFIXES)]
+        return out
+
+    def apply(self, pod: dict) -> dict:
+        """``pod`` with this template merged in; what the operator set wins."""
+        meta, spec = pod["metadata"], pod["spec"]
+        meta["labels"] = {**self.labels, **meta.get("labels", {})}
+        if self.annotations:
+            meta["annotations"] = {**self.annotations, **meta.get("annotations", {})}
+        if self.node_selector:
+            spec["nodeSelector"] = dict(self.node_selector)
+        if self.tolerations:
+            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations]
+        if self.priority_class_name:
+            spec["priorityClassName"] = self.priority_class_name
+        if self.image_pull_secrets:
+            spec["imagePullSecrets"] = [{"name": n} for n in self.image_pull_secrets]
+        if self.env:
+            container = spec["containers"][0]
+            container["env"] = [{"name": e.name, "value": e.value} for e in self.env] + container.get("env", [])
+        return pod
+
+    def spark_conf(self) -> dict[str, str]:
+        """Executor settings Spark takes as configuration (labels, annotations, node selector, env)."""
+        conf = {f"spark.kubernetes.executor.label.{k}": v for k, v in self.labels.items()}
+        conf.update({f"spark.kubernetes.executor.annotation.{k}": v for k, v in self.annotations.items()})
+        conf.update({f"spark.kubernetes.node.selector.{k}": v for k, v in self.node_selector.items()})
+        conf.update({f"spark.executorEnv.{e.name}": e.value for e in self.env})
+        return conf
+
+    def executor_template(self) -> dict | None:
+        """Spark's executor pod template file (what no setting expresses), or None when not needed."""
+        spec: dict = {}
+        if self.tolerations:
+            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations]
+        if self.priority_class_name:
+            spec["priorityClassName"] = self.priority_class_name
+        if self.image_pull_secrets:
+            spec["imagePullSecrets"] = [{"name": n} for n in self.image_pull_secrets]
+        return {"apiVersion": "v1", "kind": "Pod", "spec": spec} if spec else None
