@@ -46,8 +46,8 @@ test: venv
 # (EOS_LIFECYCLE_OPS); `make test` runs 15 of each.
 soak: venv
 	$(PY) -m eos_stack up
-	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} EOS_LIFECYCLE_OPS=$${EOS_LIFECYCLE_OPS:-100} \
-	  $(PY) -m pytest -s tests/e2e/test_chaos.py tests/e2e/test_chaos_lifecycle.py
+	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} EOS_LIFECYCLE_OPS=$${EOS_LIFECYCLE_OPS:-100} EOS_UPGRADES=$${EOS_UPGRADES:-3} \
+	  $(PY) -m pytest -s tests/e2e/test_chaos.py tests/e2e/test_chaos_lifecycle.py tests/e2e/test_upgrade_e2e.py
 
 demo: venv
 	$(PY) -m eos_stack up

@@ -73,9 +73,12 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
                             for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     manifest = colors_stream(NAME, topics, tmp_path, attempts=5, delay=1.0, module="examples.colors.ids")
-    manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA,
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"}
+    template = {"labels": {"team": "payments"}, "env": [{"name": "TZ", "value": "UTC"}],
+                "tolerations": [toleration]}
+    manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA, "podTemplate": template,
                                     "executor": {"instances": 2, "cpu": "1", "memory": "768Mi",
-                                                 "startTimeoutSeconds": 15}})
+                                                 "startTimeoutSeconds": 15, "podTemplate": template}})
     manifest["spec"]["checkpoint"] = {"store": "s3", "path": f"/e2e-cluster/{namespace}", "s3": {
         "bucket": stack_env["S3_BUCKET"], "endpoint": stack_env["S3_ENDPOINT"], "pathStyleAccess": True,
         "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
@@ -104,6 +107,10 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
     first = wait_until(lambda: (lambda e: e if len(e) == 2 else None)(
         running_executors(kubectl, namespace, d0)), f"two executor Pods of {d0}", 240, diag)
     driver0 = kubectl.json("get", "pod", d0, "-n", namespace)
+    for pod in [driver0, *first]:   # the pod templates: label, env and toleration on driver and executors
+        assert pod["metadata"]["labels"]["team"] == "payments", pod["metadata"]["labels"]
+        assert toleration in pod["spec"].get("tolerations", []), pod["spec"].get("tolerations")
+        assert {"name": "TZ", "value": "UTC"} in pod["spec"]["containers"][0]["env"]
     for pod in first:
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Pod", driver0["metadata"]["uid"]), owner
