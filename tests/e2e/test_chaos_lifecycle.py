@@ -9,7 +9,7 @@ change is made GitOps-style: the whole manifest is applied again. After each ope
 and write new output before the next one. At the end every id sent is in the sink exactly once (set
 equality, read_committed), the ledger only grew per slot and no transaction is open.
 
-``make test`` runs 10 operations (each kind once) (``EOS_LIFECYCLE_OPS``); ``make soak`` runs 100.
+``make test`` runs 12 operations (``EOS_LIFECYCLE_OPS``); ``make soak`` runs 100.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from tests.e2e.streams import NAME, IdFeed, Rig, assert_ids_exactly_once, rig, w
 
 pytestmark = pytest.mark.stack
 
-OPS = int(os.environ.get("EOS_LIFECYCLE_OPS", "10"))   # make soak: 100
+OPS = int(os.environ.get("EOS_LIFECYCLE_OPS", "12"))   # make soak: 100
 KINDS = ("driver-kill", "operator-kill", "upgrade", "rescale", "rollback", "nonce-snapshot", "restore-older",
          "delete-recreate", "suspend-resume", "broker-kill")
 
