@@ -217,7 +217,13 @@ class PodSetup:
         else:
             entry = [str(ENTRYPOINT)] if os.access(ENTRYPOINT, os.X_OK) else ["bash", str(ENTRYPOINT)]
             argv = entry + ([expand(a, env) for a in args] if args else image_cmd())
-        cwd = c.get("workingDir") or str(self.workdir)
+        cwd = c.get("workingDir")
+        if not cwd and not command:
+            # The image's WORKDIR: a directory of the Pod's own. Spark's executors copy the jars they fetch
+            # into it; the repository is no place for them.
+            (pod_dir / "work").mkdir(parents=True, exist_ok=True)
+            cwd = str(pod_dir / "work")
+        cwd = cwd or str(self.workdir)
         if not Path(cwd).is_dir():
             raise ValueError(f"workingDir {cwd} does not exist on this machine")
         notes: list[str] = []
