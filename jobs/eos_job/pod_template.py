@@ -68,12 +68,7 @@ class PodTemplate(Model):
             meta["annotations"] = {**self.annotations, **meta.get("annotations", {})}
         if self.node_selector:
             spec["nodeSelector"] = dict(self.node_selector)
-        if self.tolerations:
-            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations]
-        if self.priority_class_name:
-            spec["priorityClassName"] = self.priority_class_name
-        if self.image_pull_secrets:
-            spec["imagePullSecrets"] = [{"name": n} for n in self.image_pull_secrets]
+        spec.update(self._pod_spec_fields())
         if self.env:
             container = spec["containers"][0]
             container["env"] = [{"name": e.name, "value": e.value} for e in self.env] + container.get("env", [])
@@ -89,6 +84,11 @@ class PodTemplate(Model):
 
     def executor_template(self) -> dict | None:
         """Spark's executor pod template file (what no setting expresses), or None when not needed."""
+        spec = self._pod_spec_fields()
+        return {"apiVersion": "v1", "kind": "Pod", "spec": spec} if spec else None
+
+    def _pod_spec_fields(self) -> dict:
+        """Tolerations, priority class and pull secrets, as a Pod spec spells them (only those set)."""
         spec: dict = {}
         if self.tolerations:
             spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations]
@@ -96,4 +96,4 @@ class PodTemplate(Model):
             spec["priorityClassName"] = self.priority_class_name
         if self.image_pull_secrets:
             spec["imagePullSecrets"] = [{"name": n} for n in self.image_pull_secrets]
-        return {"apiVersion": "v1", "kind": "Pod", "spec": spec} if spec else None
+        return spec
