@@ -343,9 +343,8 @@ def aux_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, component: str, atte
     # Always Spark local mode: no executors, so no executor template and none of cluster mode's settings.
     container["volumeMounts"] = [m for m in container.get("volumeMounts", []) if m["name"] != "executor-template"]
     body["spec"]["volumes"] = [v for v in body["spec"].get("volumes", []) if v["name"] != "executor-template"]
-    for key in ("volumeMounts",):
-        if not container[key]:
-            container.pop(key)
+    if not container["volumeMounts"]:
+        container.pop("volumeMounts")
     if not body["spec"]["volumes"]:
         body["spec"].pop("volumes")
     cluster_env = ("PYSPARK_SUBMIT_ARGS", "EOS_DRIVER_POD", SPARK_MASTER_ENV, POD_IP_ENV, "EOS_SERVICE_ACCOUNT")
