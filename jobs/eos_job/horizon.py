@@ -20,10 +20,12 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
-from .ledger import admin_client, base_config, list_offsets
+from .kafka_security import KafkaSecrets
+from .ledger import admin_client, base_config, list_offsets, source_security
 from .resolution import last_batch_record
 from .spec import RunConfig
 from .status import ReplayHorizon
@@ -127,11 +129,12 @@ def _retention(admin, topics: list[str], timeout_s: float) -> dict[str, int | No
     return out
 
 
-def _oldest_timestamps(bootstrap: str, wanted: dict[tuple[str, int], int], timeout_s: float) -> dict:
+def _oldest_timestamps(bootstrap: str, wanted: dict[tuple[str, int], int], timeout_s: float,
+                       sec: dict[str, str]) -> dict:
     """The timestamp (ms) of the record at each wanted (topic, partition) -> offset."""
     if not wanted:
         return {}
-    consumer = Consumer({**base_config(bootstrap), "group.id": f"eos-horizon-{time.monotonic_ns()}",
+    consumer = Consumer({**base_config(bootstrap, sec), "group.id": f"eos-horizon-{time.monotonic_ns()}",
                          "enable.auto.commit": False, "enable.partition.eof": False,
                          "isolation.level": "read_uncommitted"})
     found: dict[tuple[str, int], int] = {}
@@ -151,15 +154,18 @@ def _oldest_timestamps(bootstrap: str, wanted: dict[tuple[str, int], int], timeo
         consumer.close()
 
 
-def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = None) -> ReplayHorizon | None:
-    """The stream's replay horizon now; None when no batch with source positions is in the ledger yet."""
+def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = None,
+            kafka: Mapping[str, KafkaSecrets] | None = None) -> ReplayHorizon | None:
+    """The stream's replay horizon now; None when no batch with source positions is in the ledger yet.
+    ``kafka``: Secret values of both ends' security (the operator's); else the environment's."""
     from confluent_kafka.admin import OffsetSpec
 
-    record = last_batch_record(config, timeout_s=timeout_s)
+    record = last_batch_record(config, timeout_s=timeout_s, kafka=kafka)
     if record is None or not record.source_offsets:
         return None
     src = config.spec.source
-    admin = admin_client(base_config(src.bootstrap_servers))
+    sec = source_security(src, (kafka or {}).get("source"))
+    admin = admin_client(base_config(src.bootstrap_servers, sec))
     meta = admin.list_topics(timeout=timeout_s)
     tps = [TopicPartition(t, p) for t in src.topics if t in meta.topics and meta.topics[t].error is None
            for p in sorted(meta.topics[t].partitions)]
@@ -172,7 +178,7 @@ def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = N
     positions = {(t, int(p)): o for t, parts in record.source_offsets.items() for p, o in parts.items()}
     behind = {k: o for k, o in positions.items()
               if k in latest and latest[k] > o >= earliest[k] and retention.get(k[0]) is not None}
-    stamps = _oldest_timestamps(src.bootstrap_servers, behind, timeout_s)
+    stamps = _oldest_timestamps(src.bootstrap_servers, behind, timeout_s, sec)
     views = [PartitionView(topic=t, partition=p, earliest=earliest[(t, p)], latest=latest[(t, p)],
                            checkpointed=positions.get((t, p)), oldest_unprocessed_ms=stamps.get((t, p)),
                            retention_ms=retention.get(t)) for t, p in sorted(earliest)]

@@ -10,7 +10,6 @@ steady state, never a scan of the topic.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 
@@ -18,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from . import protocol
+from .kafka_security import KafkaSecretMissing, KafkaSecrets, librdkafka_config
 
 log = logging.getLogger(__name__)
 
@@ -26,27 +26,26 @@ class SinkUnavailable(RuntimeError):
     """The sink cluster or one of its topics cannot be used; the message says what to do."""
 
 
-SASL_USERNAME_ENV = "EOS_SINK_SASL_USERNAME"
-SASL_PASSWORD_ENV = "EOS_SINK_SASL_PASSWORD"
-
-
-def sink_security(sink) -> dict[str, str]:
+def sink_security(sink, secrets: KafkaSecrets | None = None) -> dict[str, str]:
     """Connection security for every client of the sink cluster (producers, ledger readers, admin).
 
-    TLS settings may come from ``sink.producerConfig``; SASL credentials only from
-    ``sink.credentials``, whose Secret values the driver Pod receives as
-    environment variables. The values are never logged.
+    TLS settings may also come from ``sink.producerConfig``; SASL and TLS material from ``sink.credentials``
+    and ``sink.tls``: their Secret values from ``secrets`` (the operator reads the Secrets) or the
+    environment (the stream's Pods). The values are never logged.
     """
     conf = {k: v for k, v in sink.producer_config.items() if k.startswith(("security.", "ssl."))}
-    if sink.credentials is not None:
-        user, password = os.environ.get(SASL_USERNAME_ENV), os.environ.get(SASL_PASSWORD_ENV)
-        if not user or not password:
-            raise SinkUnavailable(f"sink.credentials is set but {SASL_USERNAME_ENV}/{SASL_PASSWORD_ENV} are not in "
-                                  "the environment; the operator sets them from the referenced Secret")
-        conf.update({"security.protocol": sink.credentials.security_protocol,
-                     "sasl.mechanism": sink.credentials.mechanism,
-                     "sasl.username": user, "sasl.password": password})
+    try:
+        conf.update(librdkafka_config("sink", sink.credentials, sink.tls,
+                                      secrets if secrets is not None else KafkaSecrets.from_env("sink")))
+    except KafkaSecretMissing as exc:
+        raise SinkUnavailable(str(exc)) from None
     return conf
+
+
+def source_security(source, secrets: KafkaSecrets | None = None) -> dict[str, str]:
+    """Connection security of the Python clients of the source cluster (the replay horizon's reads)."""
+    return librdkafka_config("source", source.credentials, source.tls,
+                             secrets if secrets is not None else KafkaSecrets.from_env("source"))
 
 
 def base_config(bootstrap: str, extra: dict[str, str] | None = None) -> dict:

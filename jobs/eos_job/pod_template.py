@@ -42,6 +42,35 @@ class EnvVar(Model):
                                                          "credential fields).")
 
 
+IMAGE_UID = 10001   # the image's user (Dockerfile: USER 10001:10001)
+# What the `restricted` Pod Security level asks of every container; a template cannot loosen it.
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                      "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+class PodSecurity(Model):
+    """Who the Pods run as. Always non-root, no privilege escalation, no capabilities and the runtime's
+    default seccomp profile: every Pod meets the ``restricted`` Pod Security level."""
+    run_as_user: int = Field(IMAGE_UID, ge=1, description="UID of the containers (never 0).")
+    run_as_group: int = Field(IMAGE_UID, ge=0, description="Primary GID of the containers.")
+    fs_group: int | None = Field(IMAGE_UID, ge=0, description=(
+        "GID that owns mounted volumes (a checkpoint claim); null leaves volume ownership alone."))
+
+    def pod_context(self) -> dict:
+        ctx = {"runAsNonRoot": True, "runAsUser": self.run_as_user, "runAsGroup": self.run_as_group,
+               "seccompProfile": {"type": "RuntimeDefault"}}
+        if self.fs_group is not None:
+            ctx["fsGroup"] = self.fs_group
+        return ctx
+
+    def apply(self, pod: dict) -> dict:
+        """``pod`` with this pod-level context and the restricted container context on every container."""
+        pod["spec"]["securityContext"] = self.pod_context()
+        for container in pod["spec"]["containers"]:
+            container["securityContext"] = {**CONTAINER_SECURITY}
+        return pod
+
+
 class PodTemplate(Model):
     labels: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' labels.")
     annotations: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' annotations.")
@@ -51,6 +80,9 @@ class PodTemplate(Model):
     image_pull_secrets: list[str] = Field(default_factory=list, description=(
         "Names of Secrets in the stream's namespace to pull the image with."))
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment of the container.")
+    security_context: PodSecurity = Field(default_factory=PodSecurity, description=(
+        "User, group and volume group of the Pods (the image's 10001 by default); the rest of the security "
+        "context is fixed at the restricted Pod Security level."))
 
     def errors(self, field: str) -> list[str]:
         """What the operator owns and this template sets; each names the field."""
@@ -72,7 +104,7 @@ class PodTemplate(Model):
         if self.env:
             container = spec["containers"][0]
             container["env"] = [{"name": e.name, "value": e.value} for e in self.env] + container.get("env", [])
-        return pod
+        return self.security_context.apply(pod)
 
     def spark_conf(self) -> dict[str, str]:
         """Executor settings Spark takes as configuration (labels, annotations, node selector, env)."""
@@ -82,10 +114,12 @@ class PodTemplate(Model):
         conf.update({f"spark.executorEnv.{e.name}": e.value for e in self.env})
         return conf
 
-    def executor_template(self) -> dict | None:
-        """Spark's executor pod template file (what no setting expresses), or None when not needed."""
-        spec = self._pod_spec_fields()
-        return {"apiVersion": "v1", "kind": "Pod", "spec": spec} if spec else None
+    def executor_template(self) -> dict:
+        """Spark's executor pod template file: what no setting expresses (the security context, and
+        tolerations, priority class, pull secrets when set). Spark builds the executor on its first
+        container."""
+        pod = {"apiVersion": "v1", "kind": "Pod", "spec": {**self._pod_spec_fields(), "containers": [{}]}}
+        return self.security_context.apply(pod)
 
     def _pod_spec_fields(self) -> dict:
         """Tolerations, priority class and pull secrets, as a Pod spec spells them (only those set)."""

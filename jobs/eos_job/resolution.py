@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Mapping
 
 from confluent_kafka import KafkaException, Producer
 
@@ -20,6 +21,7 @@ from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics
                      records, watermarks, read_latest, sink_security)
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .epoch import read_generations
+from .kafka_security import KafkaSecrets
 from .spec import RunConfig
 from .status import ResolutionReport
 from .storage import Loc, S3Options
@@ -82,12 +84,13 @@ def open_transaction_partitions(admin, topics: dict, names: list[str], timeout_s
     return {tp for tp, off in stable.items() if off < high[tp]}
 
 
-def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None = None) -> ResolutionReport:
-    """``s3``: how to reach a checkpoint bucket (``store: s3``), keys included, when the caller (the
-    operator) has no keys in its environment."""
+def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None = None,
+            kafka: Mapping[str, KafkaSecrets] | None = None) -> ResolutionReport:
+    """``s3``: how to reach a checkpoint bucket (``store: s3``), keys included, and ``kafka``: the Secret
+    values of the sink's credentials and TLS, when the caller (the operator) has none in its environment."""
     spec, stream = config.spec, config.stream
     sink = spec.sink
-    sec = sink_security(sink)
+    sec = sink_security(sink, (kafka or {}).get("sink"))
     ckpt = Loc.of(config.checkpoint_dir, s3)
     if config.restore_from and checkpoint.checkpoint_id(ckpt) is None:
         # A start from a snapshot: the driver seeds the empty location with this copy, so it is what the
@@ -190,7 +193,8 @@ def _summarise(r: ResolutionReport) -> str:
     return "; ".join(parts)
 
 
-def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0) -> BatchCompleteRecord | None:
+def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0,
+                      kafka: Mapping[str, KafkaSecrets] | None = None) -> BatchCompleteRecord | None:
     """The newest batch-complete record of the stream's ledger, whatever its checkpoint: the driver writes
     it last of a batch's records in partition 0, so it is among the partition's last few (batch history
     records and tombstones come before it). Cheap, no fencing; None if there is none or Kafka fails.
@@ -200,7 +204,7 @@ def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0) -> BatchCom
     from confluent_kafka import TopicPartition
 
     sink = config.spec.sink
-    consumer = ledger_consumer(sink.bootstrap_servers, sink_security(sink))
+    consumer = ledger_consumer(sink.bootstrap_servers, sink_security(sink, (kafka or {}).get("sink")))
     try:
         tp = TopicPartition(config.ledger_topic(), protocol.BATCH_PARTITION)
         try:

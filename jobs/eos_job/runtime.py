@@ -16,6 +16,7 @@ from . import checkpoint, faults
 from . import replay as rerun
 from .contract import (BatchRefused, DriverSuperseded, JobFailed, TransformContext, load_transform,
                        prepare_output)
+from .kafka_security import KafkaSecrets, java_config
 from .ledger import (admin_client, base_config, check_ledger_topic, ensure_ledger_topic, ledger_consumer,
                      require_topics, sink_security)
 from .spec import RunConfig
@@ -58,6 +59,10 @@ def build_query(spark, config: RunConfig, writer, *, once: bool = False, checkpo
         .option("maxOffsetsPerTrigger", str(spec.source.max_offsets_per_trigger))
     for k, v in spec.source.options.items():   # never a reserved one (spec.semantic_errors)
         src = src.option(k, v)
+    # SASL/TLS of the source, Secret values from the environment (Spark redacts sasl.jaas.config in its logs).
+    for k, v in java_config("source", spec.source.credentials, spec.source.tls,
+                            KafkaSecrets.from_env("source")).items():
+        src = src.option(f"kafka.{k}", v)
     source_df = src.load()
     transform = load_transform(spec.job.module, spec.job.function)
     ctx = TransformContext(spark=spark, args=dict(spec.job.args), stream=config.stream.name,

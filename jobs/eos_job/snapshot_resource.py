@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from .pod_template import PodSecurity
 from .spec import Model, S3Store
 
 SNAPSHOT_KIND = "ExactlyOnceSnapshot"
@@ -34,6 +35,8 @@ class SnapshotAccess(Model):
     claim_name: str | None = None
     s3: S3Store | None = Field(None, description="The bucket (store s3): endpoint settings and Secret references.")
     mount_path: str = Field(..., description="checkpoint.path of the stream (the claim's mount path).")
+    security: PodSecurity = Field(default_factory=PodSecurity, description=(
+        "job.podTemplate.securityContext of the stream: who the snapshot's Pods run as."))
 
 
 class ExactlyOnceSnapshotStatus(Model):

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from .model import Model
+from .kafka_security import KafkaCredentials, KafkaTls, SecretKeyRef, end_errors
 from .pod_template import PodTemplate
 
 API_GROUP = "streaming.eos.dev"
@@ -34,6 +35,13 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
 class Resources(Model):
     cpu: str = Field("1", pattern=QUANTITY_PATTERN, description="CPU request and limit, e.g. 500m or 2.")
     memory: str = Field("1Gi", pattern=QUANTITY_PATTERN, description="Memory request and limit, e.g. 2Gi.")
+
+
+class DriverSpec(Resources):
+    start_timeout_seconds: int = Field(300, ge=10, le=3600, description=(
+        "A driver Pod that is not running within this time of its creation (an image that cannot be pulled, "
+        "a missing Secret or ConfigMap, no node that fits, an unbound claim) fails, saying why; the restart "
+        "strategy then applies. Until then status says what blocks it."))
 
 
 class ExecutorSpec(Resources):
@@ -60,7 +68,7 @@ class JobSpec(Model):
         "update", description="Spark output mode of the query.")
     deploy_mode: Literal["local", "cluster"] = Field(
         "local", description="local: Spark local mode inside the driver Pod; cluster: spark-submit --master k8s:// with executor Pods.")
-    driver: Resources = Field(default_factory=Resources)
+    driver: DriverSpec = Field(default_factory=DriverSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     service_account_name: str | None = Field(None, description="ServiceAccount of the driver Pod.")
     pod_template: PodTemplate = Field(default_factory=PodTemplate, description=(
@@ -88,6 +96,9 @@ class SourceSpec(Model):
         "Go on after the replay horizon was exceeded: records retention deleted before the stream read them "
         "are skipped (Spark's failOnDataLoss=false). The loss is reported (ReplayHorizonExceeded), never silent; "
         "leave false otherwise."))
+    credentials: KafkaCredentials | None = Field(None, description=(
+        "SASL credentials of the source cluster, by Secret reference (never in options)."))
+    tls: KafkaTls | None = Field(None, description="TLS to the source cluster: a private CA, a client certificate.")
     replay_horizon_warning_seconds: int | None = Field(None, ge=1, description=(
         "Warn (event, Degraded condition) when retention will delete the oldest record the stream has not "
         "processed within this many seconds; default half the topic's retention.ms."))
@@ -101,18 +112,6 @@ class SourceSpec(Model):
         return self
 
 
-class SecretKeyRef(Model):
-    name: str = Field(..., min_length=1, description="Secret name in the stream's namespace.")
-    key: str = Field(..., min_length=1, description="Key within the Secret.")
-
-
-class SinkCredentials(Model):
-    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    security_protocol: Literal["SASL_PLAINTEXT", "SASL_SSL"] = "SASL_SSL"
-    username: SecretKeyRef
-    password: SecretKeyRef
-
-
 class SinkSpec(Model):
     bootstrap_servers: str = Field(..., min_length=1, description="Kafka bootstrap servers of the sink cluster.")
     topic: str = Field(..., pattern=TOPIC_PATTERN, description="Default output topic.")
@@ -124,7 +123,9 @@ class SinkSpec(Model):
         "Kafka transaction.timeout.ms of the slot producers (at most the broker's transaction.max.timeout.ms)."))
     producer_config: dict[str, str] = Field(default_factory=dict, description=(
         "Extra librdkafka producer settings. Credentials go in credentials, never here."))
-    credentials: SinkCredentials | None = Field(None, description="SASL credentials by Secret reference.")
+    credentials: KafkaCredentials | None = Field(None, description=(
+        "SASL credentials of the sink cluster, by Secret reference."))
+    tls: KafkaTls | None = Field(None, description="TLS to the sink cluster: a private CA, a client certificate.")
 
 
 class S3Store(Model):
@@ -277,6 +278,11 @@ def semantic_errors(spec: ExactlyOnceStreamSpec) -> list[str]:
     if spec.checkpoint.store == "pvc" and not spec.checkpoint.claim_name:
         errors.append("checkpoint.claimName: required when checkpoint.store is pvc")
     errors += spec.job.pod_template.errors("job.podTemplate")
+    errors += end_errors("source", spec.source.credentials, spec.source.tls)
+    errors += end_errors("sink", spec.sink.credentials, spec.sink.tls)
+    errors += [f"source.options.{k}: credentials and TLS material come from source.credentials and source.tls "
+               "(Secret references), never options" for k in spec.source.options
+               if k.lower().startswith(("kafka.sasl.", "kafka.ssl.", "kafka.security."))]
     errors += spec.job.executor.pod_template.errors("job.executor.podTemplate")
     if spec.checkpoint.store == "s3" and spec.checkpoint.s3 is None:
         errors.append("checkpoint.s3: required when checkpoint.store is s3 (at least its bucket)")

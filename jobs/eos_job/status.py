@@ -61,6 +61,13 @@ class PendingLaunch(Model):
     not_before: str | None = Field(None, description="The restart delay: no Pod before this time (RFC 3339).")
     resolved_spec_hash: str | None = Field(None, description=(
         "Hash of the spec resolution ran for; unset until resolution succeeded for this attempt."))
+    refused: str | None = Field(None, description=(
+        "The API server's refusal of a Pod or object of this launch (Pod Security, a quota, a webhook, a "
+        "name another object holds); the launch retries it after a pause."))
+    refused_at: str | None = Field(None, description="When that refusal happened (RFC 3339).")
+    refused_reason: str | None = Field(None, description=(
+        "Its reason: Refused (the API server), KafkaAuthenticationFailed, KafkaAuthorizationFailed, "
+        "KafkaSecretMissing."))
 
 
 class SnapshotRecord(Model):

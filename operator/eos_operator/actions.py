@@ -48,11 +48,13 @@ class CreatePod:
 @dataclass(frozen=True)
 class DeleteConfigMap:
     name: str
+    owner_uid: str         # deleted only if this uid (the stream's) owns it: a name alone proves nothing
 
 
 @dataclass(frozen=True)
 class DeleteService:
     name: str
+    owner_uid: str         # as DeleteConfigMap
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
+from eos_job.kafka_security import KafkaSecretMissing, KafkaSecrets, secret_refs
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
 from eos_job.status import ReplayHorizon, ResolutionReport
 from eos_job.storage import Loc, S3Options
 
-from .kube_api import Conflict, KubeError, KubernetesApi, ObjectRef, event_kind  # noqa: F401 - one import for all adapters
+# One import for all adapters (F401: re-exported).
+from .kube_api import Conflict, KubeError, KubernetesApi, NameTaken, ObjectRef, event_kind  # noqa: F401
 from .observed import CheckpointState, SnapshotView
 
 log = logging.getLogger(__name__)
@@ -36,11 +38,14 @@ class Kube(Protocol):
                                   resource_version: str | None) -> dict[str, Any]: ...
     async def list_driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]: ...
     async def create_pod(self, namespace: str, body: dict[str, Any]) -> None: ...
-    async def delete_pod(self, namespace: str, name: str, grace_seconds: int) -> None: ...
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int,
+                         owner_uid: str | None = None) -> None: ...
+    # Never replace or delete an object the stream does not own: a 409 create/apply over someone else's
+    # object raises NameTaken; a delete of one that owner_uid does not own leaves it.
     async def apply_config_map(self, namespace: str, body: dict[str, Any]) -> None: ...
     async def apply_service(self, namespace: str, body: dict[str, Any]) -> None: ...
-    async def delete_config_map(self, namespace: str, name: str) -> None: ...
-    async def delete_service(self, namespace: str, name: str) -> None: ...
+    async def delete_config_map(self, namespace: str, name: str, owner_uid: str) -> None: ...
+    async def delete_service(self, namespace: str, name: str, owner_uid: str) -> None: ...
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str, *,
                          kind: str | None = None) -> None: ...
     # -- ExactlyOnceSnapshot resources and their Pods ---------------------------
@@ -56,7 +61,8 @@ class Kube(Protocol):
 
 
 class Resolver(Protocol):
-    async def resolve(self, config: RunConfig, s3: S3Options | None = None) -> ResolutionReport: ...
+    async def resolve(self, config: RunConfig, s3: S3Options | None = None,
+                      kafka: dict[str, KafkaSecrets] | None = None) -> ResolutionReport: ...
 
 
 class Clock(Protocol):
@@ -71,8 +77,9 @@ class LedgerTip:
 
 
 class Progress(Protocol):
-    async def ledger_tip(self, config: RunConfig) -> LedgerTip | None: ...
-    async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None: ...
+    async def ledger_tip(self, config: RunConfig, kafka: dict[str, KafkaSecrets] | None = None) -> LedgerTip | None: ...
+    async def replay_horizon(self, config: RunConfig,
+                             kafka: dict[str, KafkaSecrets] | None = None) -> ReplayHorizon | None: ...
 
 
 class StoreUnreadable(Exception):
@@ -86,26 +93,47 @@ class CheckpointStore(Protocol):
                                s3: S3Options | None = None) -> CheckpointState: ...
 
 
+async def secret_value(kube: Kube, namespace: str, ref, field: str) -> str:
+    """The value of one Secret key a stream references, read by name in its own namespace and kept in
+    memory only. Raises LookupError naming the field, the Secret and the key (never a value)."""
+    secret = await kube.read_secret(namespace, ref.name)
+    data = (secret or {}).get("data") or {}
+    if ref.key not in data:
+        raise LookupError(f"{field}: Secret {namespace}/{ref.name} "
+                          + ("does not exist" if secret is None else f"has no key {ref.key!r}")
+                          + "; create it (the stream's Pods read the same key)")
+    return base64.b64decode(data[ref.key]).decode()
+
+
 async def s3_options(kube: Kube, namespace: str, spec: ExactlyOnceStreamSpec) -> S3Options | None:
     """How the operator reaches a stream's checkpoint bucket (``store: s3``): the endpoint settings of its
-    spec and the keys of the Secrets it names, read by name in its own namespace, kept in memory only.
-    None for other stores. Raises StoreUnreadable naming the Secret and key (never a value)."""
+    spec and the keys of the Secrets it names. None for other stores. Raises StoreUnreadable."""
     ck = spec.checkpoint
     if ck.store != "s3" or ck.s3 is None:
         return None
     keys: dict[str, str] = {}
     for field_name, ref in (("access_key", ck.s3.access_key_id), ("secret_key", ck.s3.secret_access_key)):
-        if ref is None:
-            continue
-        secret = await kube.read_secret(namespace, ref.name)
-        data = (secret or {}).get("data") or {}
-        if ref.key not in data:
-            raise StoreUnreadable(
-                f"checkpoint.s3: Secret {namespace}/{ref.name} " + ("does not exist" if secret is None else
-                                                                    f"has no key {ref.key!r}")
-                + "; create it (the driver Pod reads the same key)")
-        keys[field_name] = base64.b64decode(data[ref.key]).decode()
+        if ref is not None:
+            try:
+                keys[field_name] = await secret_value(kube, namespace, ref, "checkpoint.s3")
+            except LookupError as exc:
+                raise StoreUnreadable(str(exc)) from None
     return S3Options(endpoint=ck.s3.endpoint, region=ck.s3.region, path_style=ck.s3.path_style_access, **keys)
+
+
+async def kafka_secrets(kube: Kube, namespace: str, spec: ExactlyOnceStreamSpec) -> dict[str, KafkaSecrets]:
+    """The Secret values of both Kafka ends' credentials and TLS (what the stream's Pods get as
+    environment), for the operator's own Kafka clients. Raises KafkaSecretMissing naming the Secret."""
+    out: dict[str, KafkaSecrets] = {}
+    for end, side in (("source", spec.source), ("sink", spec.sink)):
+        values = {}
+        for value, ref in secret_refs(side.credentials, side.tls).items():
+            try:
+                values[value] = await secret_value(kube, namespace, ref, f"{end} ({value})")
+            except LookupError as exc:
+                raise KafkaSecretMissing(str(exc)) from None
+        out[end] = KafkaSecrets(values)
+    return out
 
 
 # ---------------------------------------------------------------------- clock
@@ -121,11 +149,13 @@ class JobResolver:
     def __init__(self, timeout_s: float = 60.0):
         self.timeout_s = timeout_s
 
-    async def resolve(self, config: RunConfig, s3: S3Options | None = None) -> ResolutionReport:
+    async def resolve(self, config: RunConfig, s3: S3Options | None = None,
+                      kafka: dict[str, KafkaSecrets] | None = None) -> ResolutionReport:
         from eos_job.resolution import resolve  # imported late: it pulls in the Kafka client
 
         # The thread cannot be cancelled; the outer wait_for bounds how long we wait for it.
-        return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s, s3=s3),
+        return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s, s3=s3,
+                                                        kafka=kafka),
                                       timeout=self.timeout_s + 15.0)
 
 
@@ -175,19 +205,20 @@ class LedgerProgress:
         self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0)
         self._horizon = _ThrottledRead("replay horizon", horizon_interval, 4 * timeout_s + 5.0)
 
-    async def ledger_tip(self, config: RunConfig) -> LedgerTip | None:
+    async def ledger_tip(self, config: RunConfig, kafka: dict[str, KafkaSecrets] | None = None) -> LedgerTip | None:
         from eos_job.resolution import last_batch_record
 
         def read() -> LedgerTip | None:
-            record = last_batch_record(config, timeout_s=self.timeout_s)
+            record = last_batch_record(config, timeout_s=self.timeout_s, kafka=kafka)
             return None if record is None else LedgerTip(record.batch, record.nondeterministic_slots_total)
 
         return await self._tip(config, read)
 
-    async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None:
+    async def replay_horizon(self, config: RunConfig,
+                             kafka: dict[str, KafkaSecrets] | None = None) -> ReplayHorizon | None:
         from eos_job.horizon import observe
 
-        return await self._horizon(config, lambda: observe(config, timeout_s=self.timeout_s))
+        return await self._horizon(config, lambda: observe(config, timeout_s=self.timeout_s, kafka=kafka))
 
 
 # ------------------------------------------------------------ checkpoint store

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity, stream_uid
+from eos_job.kafka_security import env_name, secret_refs
 
 MANAGED_BY = "eos-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -30,8 +31,6 @@ RUN_CONFIG_ENV = "EOS_RUN_CONFIG"
 # The job runtime reads the sink's SASL credentials from these variables; the
 # Pod fills them from the Secrets named in spec.sink.credentials, so no secret
 # value ever passes through the operator, the ConfigMap or the logs.
-SINK_USERNAME_ENV = "EOS_SINK_SASL_USERNAME"
-SINK_PASSWORD_ENV = "EOS_SINK_SASL_PASSWORD"
 SNAPSHOT_ON_STOP_ENV = "EOS_SNAPSHOT_ON_STOP"   # read by eos_job.cli
 DRIVER_CONTAINER = "driver"
 DRIVER_COMMAND = ["python", "-m", "eos_job", "run", "--config-env", RUN_CONFIG_ENV]
@@ -160,8 +159,8 @@ def run_config_map(ref: StreamRef, config: RunConfig, name: str | None = None) -
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: ref.name,
               LABEL_GENERATION: str(config.stream.generation)}
     data = {RUN_CONFIG_KEY: config.model_dump_json(by_alias=True)}
-    template = config.spec.job.executor.pod_template.executor_template()
-    if template is not None and config.spec.job.deploy_mode == "cluster":
+    if config.spec.job.deploy_mode == "cluster":
+        template = config.spec.job.executor.pod_template.executor_template()
         data[EXECUTOR_TEMPLATE_KEY] = json.dumps(template, sort_keys=True)   # JSON is YAML
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _meta(ref, name or run_config_name(ref.name), labels,
@@ -201,8 +200,7 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
         for var, ref_ in (("AWS_ACCESS_KEY_ID", ck.s3.access_key_id), ("AWS_SECRET_ACCESS_KEY", ck.s3.secret_access_key)):
             conf[f"spark.kubernetes.executor.secretKeyRef.{var}"] = f"{ref_.name}:{ref_.key}"
     conf.update(job.executor.pod_template.spark_conf())
-    if job.executor.pod_template.executor_template() is not None:
-        conf["spark.kubernetes.executor.podTemplateFile"] = f"{EXECUTOR_TEMPLATE_DIR}/{EXECUTOR_TEMPLATE_KEY}"
+    conf["spark.kubernetes.executor.podTemplateFile"] = f"{EXECUTOR_TEMPLATE_DIR}/{EXECUTOR_TEMPLATE_KEY}"
     if ck.store == "pvc" and ck.claim_name:
         # The state store's files live under the checkpoint: executors mount the same claim at the same path.
         vol = "spark.kubernetes.executor.volumes.persistentVolumeClaim.checkpoint"
@@ -239,12 +237,7 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
     if snapshot_on_stop:
         # The runtime's --snapshot-on-stop default: any graceful stop of this driver leaves a snapshot.
         env.append({"name": SNAPSHOT_ON_STOP_ENV, "value": snapshot_on_stop})
-    creds = spec.sink.credentials
-    if creds is not None:
-        env.append({"name": SINK_USERNAME_ENV,
-                    "valueFrom": {"secretKeyRef": {"name": creds.username.name, "key": creds.username.key}}})
-        env.append({"name": SINK_PASSWORD_ENV,
-                    "valueFrom": {"secretKeyRef": {"name": creds.password.name, "key": creds.password.key}}})
+    env += kafka_env(spec)
     if spec.job.deploy_mode == "cluster":
         # PySpark starts its JVM through spark-submit with these arguments, so the
         # command stays `python -m eos_job run` in both deploy modes.
@@ -271,7 +264,7 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
                     claim_name=spec.checkpoint.claim_name if spec.checkpoint.store == "pvc" else None,
                     mount_path=spec.checkpoint.path,
                     s3=spec.checkpoint.s3 if spec.checkpoint.store == "s3" else None)
-    if spec.job.deploy_mode == "cluster" and spec.job.executor.pod_template.executor_template() is not None:
+    if spec.job.deploy_mode == "cluster":
         # Spark reads the executors' pod template from a file: the run ConfigMap's key, mounted.
         container.setdefault("volumeMounts", []).append({"name": "executor-template",
                                                          "mountPath": EXECUTOR_TEMPLATE_DIR, "readOnly": True})
@@ -280,6 +273,17 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
                                                         "items": [{"key": EXECUTOR_TEMPLATE_KEY,
                                                                    "path": EXECUTOR_TEMPLATE_KEY}]}})
     return spec.job.pod_template.apply(body)
+
+
+def kafka_env(spec: ExactlyOnceStreamSpec) -> list[dict[str, Any]]:
+    """The SASL and TLS material of both Kafka ends, by reference to the stream's Secrets (the runtime's
+    ``kafka_security.KafkaSecrets.from_env`` reads them); the values are never copied anywhere else."""
+    env = []
+    for end, side in (("source", spec.source), ("sink", spec.sink)):
+        for value, ref in secret_refs(side.credentials, side.tls).items():
+            env.append({"name": env_name(end, value),
+                        "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    return env
 
 
 def s3_env(s3) -> list[dict[str, Any]]:

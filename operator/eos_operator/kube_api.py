@@ -43,6 +43,33 @@ class Conflict(KubeError):
     """The object changed since it was read (optimistic concurrency): observe again."""
 
 
+class NameTaken(KubeError):
+    """An object the operator would create or replace is named like one it does not own."""
+
+    def __init__(self, kind: str, namespace: str, name: str, current: dict[str, Any], owner_uid: str):
+        super().__init__(409, f"{kind} {namespace}/{name} already exists and belongs to {owners_text(current)}, "
+                              f"not to uid {owner_uid}: delete or rename it; the operator never replaces an "
+                              "object it does not own")
+        self.kind, self.namespace, self.name = kind, namespace, name
+
+
+def owner_uids(obj: dict[str, Any]) -> set[str]:
+    return {o.get("uid") for o in (obj.get("metadata") or {}).get("ownerReferences") or [] if o.get("uid")}
+
+
+def owners_text(obj: dict[str, Any]) -> str:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return ", ".join(f"{o.get('kind', '?')} {o.get('name', '?')} (uid {o.get('uid')})" for o in refs) or "no owner"
+
+
+def refuse_unless_ours(kind: str, namespace: str, body: dict[str, Any], current: dict[str, Any]) -> None:
+    """Raise NameTaken if ``body`` names an owner and the existing ``current`` has none of its owners.
+    A body without owner references has nothing to check against (snapshot dispose Pods): no check."""
+    wanted = owner_uids(body)
+    if wanted and not wanted & owner_uids(current):
+        raise NameTaken(kind, namespace, body["metadata"]["name"], current, sorted(wanted)[0])
+
+
 
 class KubernetesApi:
     """The real cluster, through the kubernetes client's transport (sync, in threads of its own).
@@ -108,13 +135,17 @@ class KubernetesApi:
         path = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{PLURAL}"
         return list((await self._request("GET", path) or {}).get("items") or [])
 
-    async def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def _get(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, None if there is none (404)."""
         try:
-            return await self._request("GET", self._stream_path(namespace, name))
+            return await self._request("GET", path)
         except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
+
+    async def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._get(self._stream_path(namespace, name))
 
     async def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any],
                                   resource_version: str | None) -> dict[str, Any]:
@@ -141,20 +172,10 @@ class KubernetesApi:
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One Secret a stream references by name, in the stream's namespace (never listed or watched)."""
-        try:
-            return await self._request("GET", f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}")
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await self._get(f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}")
 
     async def get_snapshot(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return await self._request("GET", f"{self._snapshots_path(namespace)}/{quote(name)}")
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await self._get(f"{self._snapshots_path(namespace)}/{quote(name)}")
 
     async def create_snapshot(self, namespace: str, body: dict[str, Any]) -> None:
         try:
@@ -182,17 +203,34 @@ class KubernetesApi:
                                      query={"labelSelector": selector_string(labels)})
         return list((result or {}).get("items") or [])
 
+    async def _find_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        # A list by name, not a GET: the operator's Role may list Pods but not get them.
+        result = await self._request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods",
+                                     query={"fieldSelector": f"metadata.name={name}"})
+        return next(iter((result or {}).get("items") or []), None)
+
     async def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
+        """Create; a 409 is success (the deterministic name: a repeated create) when the Pod there is ours,
+        NameTaken when it is someone else's."""
         try:
             await self._request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body,
                                 {"fieldManager": FIELD_MANAGER})
         except KubeError as exc:
-            if exc.status != 409:  # already there: the deterministic name makes this success
+            if exc.status != 409:
                 raise
+            if owner_uids(body):
+                current = await self._find_pod(namespace, body["metadata"]["name"])
+                if current is not None:  # gone meanwhile: the next pass observes and decides again
+                    refuse_unless_ours("Pod", namespace, body, current)
 
-    async def delete_pod(self, namespace: str, name: str, grace_seconds: int) -> None:
-        await self._delete(f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}",
-                           {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace_seconds})
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int, owner_uid: str | None = None) -> None:
+        """Delete a Pod; with ``owner_uid`` only if that uid owns it (see _delete_owned)."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}"
+        options = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace_seconds}
+        if owner_uid is None:
+            await self._delete(path, options)
+        else:
+            await self._delete_owned("Pod", path, await self._find_pod(namespace, name), owner_uid, options)
 
     async def _delete(self, path: str, options: dict[str, Any] | None = None) -> None:
         try:
@@ -202,8 +240,31 @@ class KubernetesApi:
             if exc.status != 404:
                 raise
 
+    async def _delete_owned(self, kind: str, path: str, current: dict[str, Any] | None, owner_uid: str,
+                            options: dict[str, Any] | None = None) -> None:
+        """Delete ``current`` (as read at ``path``) if ``owner_uid`` owns it; else leave it and warn. The uid
+        precondition makes the server refuse (409) if the object was replaced since it was read."""
+        if current is None:
+            return
+        meta = current.get("metadata") or {}
+        if owner_uid not in owner_uids(current):
+            log.warning("not deleting %s %s/%s: it belongs to %s, not to uid %s", kind, meta.get("namespace"),
+                        meta.get("name"), owners_text(current), owner_uid)
+            return
+        options = {**(options or {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}),
+                   "preconditions": {"uid": meta.get("uid")}}
+        try:
+            await self._request("DELETE", path, options)
+        except KubeError as exc:
+            if exc.status == 409:   # replaced since read: the new object is not the one we own
+                log.warning("not deleting %s %s/%s: replaced since it was read", kind, meta.get("namespace"),
+                            meta.get("name"))
+            elif exc.status != 404:
+                raise
+
     # -- config map and service ------------------------------------------------
-    async def _apply(self, collection: str, body: dict[str, Any]) -> None:
+    async def _apply(self, namespace: str, collection: str, body: dict[str, Any]) -> None:
+        """Create, or replace the existing object of that name if it is ours (else NameTaken)."""
         name = body["metadata"]["name"]
         try:
             await self._request("POST", collection, body, {"fieldManager": FIELD_MANAGER})
@@ -212,6 +273,7 @@ class KubernetesApi:
             if exc.status != 409:
                 raise
         current = await self._request("GET", f"{collection}/{quote(name)}") or {}
+        refuse_unless_ours(body.get("kind") or "object", namespace, body, current)
         merged = json.loads(json.dumps(body))
         merged["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
         if body.get("kind") == "Service":
@@ -220,16 +282,18 @@ class KubernetesApi:
         await self._request("PUT", f"{collection}/{quote(name)}", merged, {"fieldManager": FIELD_MANAGER})
 
     async def apply_config_map(self, namespace: str, body: dict[str, Any]) -> None:
-        await self._apply(f"/api/v1/namespaces/{quote(namespace)}/configmaps", body)
+        await self._apply(namespace, f"/api/v1/namespaces/{quote(namespace)}/configmaps", body)
 
     async def apply_service(self, namespace: str, body: dict[str, Any]) -> None:
-        await self._apply(f"/api/v1/namespaces/{quote(namespace)}/services", body)
+        await self._apply(namespace, f"/api/v1/namespaces/{quote(namespace)}/services", body)
 
-    async def delete_config_map(self, namespace: str, name: str) -> None:
-        await self._delete(f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}")
+    async def delete_config_map(self, namespace: str, name: str, owner_uid: str) -> None:
+        path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}"
+        await self._delete_owned("ConfigMap", path, await self._get(path), owner_uid)
 
-    async def delete_service(self, namespace: str, name: str) -> None:
-        await self._delete(f"/api/v1/namespaces/{quote(namespace)}/services/{quote(name)}")
+    async def delete_service(self, namespace: str, name: str, owner_uid: str) -> None:
+        path = f"/api/v1/namespaces/{quote(namespace)}/services/{quote(name)}"
+        await self._delete_owned("Service", path, await self._get(path), owner_uid)
 
     # -- events ---------------------------------------------------------------
     async def post_event(self, ref: ObjectRef, type_: str, reason: str, message: str, *,

@@ -77,9 +77,9 @@ async def act(kube: Kube, namespace: str, action: Action) -> None:
     elif isinstance(action, CreatePod):
         await kube.create_pod(namespace, action.body)
     elif isinstance(action, DeleteConfigMap):
-        await kube.delete_config_map(namespace, action.name)
+        await kube.delete_config_map(namespace, action.name, action.owner_uid)
     elif isinstance(action, DeleteService):
-        await kube.delete_service(namespace, action.name)
+        await kube.delete_service(namespace, action.name, action.owner_uid)
     elif isinstance(action, CreateSnapshot):
         try:
             await kube.create_snapshot(namespace, action.body)

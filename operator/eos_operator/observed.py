@@ -28,6 +28,8 @@ class PodView:
     owner_uid: str | None = None             # uid of the controlling owner (stream or snapshot)
     action: str | None = None                # a snapshot's Pods: take, inspect or dispose
     finished_at: str | None = None
+    created_at: str | None = None            # metadata.creationTimestamp
+    blocked: str | None = None               # why a Pending Pod does not start (waiting reason, Unschedulable)
 
     @property
     def terminal(self) -> bool:
@@ -170,6 +172,25 @@ def snapshot_info(obj: dict[str, Any]) -> SnapshotInfo:
                         created=meta.get("creationTimestamp"), deleting=bool(meta.get("deletionTimestamp")))
 
 
+# Waiting reasons of a container that will not start by itself soon (ContainerCreating, PodInitializing don't).
+BLOCKING_WAITS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                  "CreateContainerError", "RunContainerError", "ErrImageNeverPull")
+
+
+def start_blocker(status: dict[str, Any]) -> str | None:
+    """Why a Pending Pod is not starting, as the scheduler or kubelet reported it, or None."""
+    if status.get("phase", "Pending") != "Pending":
+        return None
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{c.get('reason') or 'Unschedulable'}: {c.get('message') or 'no node fits'}"
+    for c in status.get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in BLOCKING_WAITS:
+            return f"{waiting['reason']}: {waiting.get('message') or ''}".rstrip(": ")
+    return None
+
+
 def pod_view(pod: dict[str, Any]) -> PodView:
     """A PodView from a Pod as the API returns it (camelCase dict)."""
     meta = pod.get("metadata") or {}
@@ -197,6 +218,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     attempt = int(raw_attempt) if raw_attempt is not None and raw_attempt.isdigit() else None
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
     return PodView(name=meta.get("name", ""), phase=status.get("phase") or "Pending",
+                   created_at=meta.get("creationTimestamp"), blocked=start_blocker(status),
                    deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, reason=reason,
                    message=message, attempt=attempt, started_at=started, owner_uid=owner,
                    action=labels.get(LABEL_SNAPSHOT_ACTION), finished_at=finished)

@@ -13,13 +13,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from eos_job.kafka_security import KafkaSecretMissing, KafkaSecrets, denial, secret_refs
 from eos_job.spec import ExactlyOnceStreamSpec
 from eos_job.status import ExactlyOnceStreamStatus
 
 from . import children, planner
-from .actions import Event, Plan, Resolve
-from .adapters import (CheckpointStore, Clock, Conflict, Kube, KubeError, Progress, Resolver, StoreUnreadable,
-                       s3_options)
+from .actions import ApplyConfigMap, ApplyService, CreatePod, Event, Plan, Resolve
+from .adapters import (CheckpointStore, Clock, Conflict, Kube, KubeError, NameTaken, Progress, Resolver,
+                       StoreUnreadable, kafka_secrets, s3_options)
 from .children import StreamRef
 from .loop import act, converge, dump_status, post_events, write_first
 from .metrics import StreamMetrics
@@ -74,7 +75,8 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
     if (deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec)
             and driver is not None and driver.phase == "Running" and status.pending_launch is None):
         ref = children.StreamRef(name, namespace, meta["uid"])
-        tip = await deps.progress.ledger_tip(children.run_config(ref, spec, status.tx_generation))
+        tip = await deps.progress.ledger_tip(children.run_config(ref, spec, status.tx_generation),
+                                             await _kafka(deps, namespace, spec))
         if tip is not None:
             batch = tip.batch
             nondet = tip.nondeterministic_slots_total
@@ -90,7 +92,8 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
             and not meta.get("deletionTimestamp")):
         # Checked whether the driver runs or not: a suspended or failed stream is the one falling behind.
         ref = children.StreamRef(name, namespace, meta["uid"])
-        horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation))
+        horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation),
+                                                     await _kafka(deps, namespace, spec))
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
                     last_committed_batch=batch, nondeterministic_slots=nondet, snapshot=snapshot,
@@ -109,6 +112,18 @@ async def _wanted_by_others(deps: Deps, namespace: str, name: str) -> frozenset[
         if ref and (other.get("status") or {}).get("restoredFromSnapshot") != ref:
             wanted.add(ref)
     return frozenset(wanted)
+
+
+async def _kafka(deps: Deps, namespace: str, spec: ExactlyOnceStreamSpec) -> dict[str, KafkaSecrets] | None:
+    """The Secret values of the stream's Kafka security, for the progress reads (None: none referenced, or
+    missing; the launch reports a missing one)."""
+    if not any(secret_refs(side.credentials, side.tls) for side in (spec.source, spec.sink)):
+        return None
+    try:
+        return await kafka_secrets(deps.kube, namespace, spec)
+    except KafkaSecretMissing as exc:
+        log.info("progress reads skipped: %s", exc)
+        return None
 
 
 async def _list_snapshots(deps: Deps, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -140,6 +155,10 @@ async def _restore_source(namespace: str, spec: ExactlyOnceStreamSpec, deps: Dep
     if obj is None:
         return RestoreSource(ref=ref, problem=f"ExactlyOnceSnapshot {ref} not found in namespace {namespace}")
     info = snapshot_info(obj)
+    if info.deleting:
+        # Retention (or a user) deleted it: its files are being disposed, a restore from it would fail.
+        return RestoreSource(ref=ref, problem=f"ExactlyOnceSnapshot {ref} is being deleted (its files are "
+                                              "disposed)")
     if info.state != "Completed" or not info.path:
         return RestoreSource(ref=ref, problem=f"ExactlyOnceSnapshot {ref} is {info.state}, not Completed")
     return RestoreSource(ref=ref, path=info.path, stream_uid=info.stream_uid, batch=info.batch)
@@ -194,7 +213,21 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
                     if not follow_up.again:
                         return Outcome(True, lifecycle, follow_up.requeue_after)
                 break  # a Resolve is always the last action of its step
-            await act(deps.kube, namespace, action)
+            try:
+                await act(deps.kube, namespace, action)
+            except KubeError as exc:
+                what = _refused(action, exc, plan.status)
+                if what is None:
+                    raise
+                new_status, event = planner.record_refusal(plan.status, what, exc.message,
+                                                           observed=_at(observed, deps.clock.now()))
+                try:
+                    await _write_status(deps, ref, plan.status, new_status, rv)
+                except Conflict:
+                    return None
+                if event is not None:
+                    await _post_events(deps, ref, [event])
+                return None   # the next pass says it in the conditions and waits out the pause
         if plan.again:
             return None
         if observed.deleting and plan.finished and deps.metrics is not None:
@@ -206,6 +239,16 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
         return Outcome(True, last["lifecycle"], planner.POLL_SECONDS, plan.finished if plan else True)
 
     return await converge(one_pass, max_steps=max_steps, exhausted=exhausted, what=f"{namespace}/{name}")
+
+
+def _refused(action: object, exc: KubeError, status: ExactlyOnceStreamStatus) -> str | None:
+    """What a launch's create was refused for good (admission: 403 Pod Security, quota or RBAC, 422
+    invalid, 409 a name someone else's object holds), or None for errors a retry may fix."""
+    if status.pending_launch is None or not (exc.status in (403, 422) or isinstance(exc, NameTaken)):
+        return None
+    if isinstance(action, (CreatePod, ApplyConfigMap, ApplyService)):
+        return f"{action.body.get('kind', 'object')} {action.body['metadata']['name']}"
+    return None
 
 
 async def _write_status(deps: Deps, ref: StreamRef, old: ExactlyOnceStreamStatus,
@@ -228,10 +271,24 @@ async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, stat
                    action: Resolve, observed: Observed, rv: str | None) -> Plan | None:
     """Run resolution and record its report (or count its failure) in status."""
     try:
-        report = await deps.resolver.resolve(action.config, await s3_options(deps.kube, ref.namespace, spec))
+        report = await deps.resolver.resolve(action.config, await s3_options(deps.kube, ref.namespace, spec),
+                                             await kafka_secrets(deps.kube, ref.namespace, spec))
     except Exception as exc:  # noqa: BLE001 - any failure to resolve is a failed start
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         later = _at(observed, deps.clock.now())
+        denied = denial(exc)
+        if denied is not None:
+            # A wrong password, a missing ACL or Secret: no restart helps until someone fixes it, so the
+            # launch waits and retries instead of counting failures (one event per distinct cause).
+            new_status, event = planner.record_refusal(status, "Kafka access", str(exc), observed=later,
+                                                       reason=denied)
+            try:
+                await _write_status(deps, ref, status, new_status, rv)
+            except Conflict:
+                return None
+            if event is not None:
+                await _post_events(deps, ref, [event])
+            return None
         follow_up = planner.record_resolution_failure(spec, status, error, attempt=action.attempt,
                                                       observed=later)
         try:

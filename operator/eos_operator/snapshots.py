@@ -134,7 +134,8 @@ def dispose_command(path: str) -> list[str]:
 def access_of(stream_spec: ExactlyOnceStreamSpec) -> SnapshotAccess:
     return SnapshotAccess(image=stream_spec.job.image, service_account_name=stream_spec.job.service_account_name,
                           store=stream_spec.checkpoint.store, claim_name=stream_spec.checkpoint.claim_name,
-                          mount_path=stream_spec.checkpoint.path, s3=stream_spec.checkpoint.s3)
+                          mount_path=stream_spec.checkpoint.path, s3=stream_spec.checkpoint.s3,
+                          security=stream_spec.job.pod_template.security_context)
 
 
 def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name: str,
@@ -155,10 +156,11 @@ def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name:
     meta: dict[str, Any] = {"name": name, "namespace": ref.namespace, "labels": labels}
     if owned:
         meta["ownerReferences"] = [ref.owner_reference()]
-    return children.pod_body(meta, container, grace_seconds=ATTEMPT_GRACE_SECONDS,
-                             service_account=access.service_account_name,
-                             claim_name=access.claim_name if access.store == "pvc" else None,
-                             mount_path=access.mount_path, s3=access.s3 if access.store == "s3" else None)
+    return access.security.apply(children.pod_body(meta, container, grace_seconds=ATTEMPT_GRACE_SECONDS,
+                                                   service_account=access.service_account_name,
+                                                   claim_name=access.claim_name if access.store == "pvc" else None,
+                                                   mount_path=access.mount_path,
+                                                   s3=access.s3 if access.store == "s3" else None))
 
 
 # ------------------------------------------------------------- what was seen

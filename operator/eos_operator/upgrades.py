@@ -110,6 +110,12 @@ def run_affecting_changes(last_reconciled: str | None, spec: ExactlyOnceStreamSp
         old = json.loads(last_reconciled)
     except ValueError:
         return ["spec"]
+    try:
+        # Through the model: a field a newer operator added reads as its default, which is no change
+        # (an operator upgrade must not upgrade every stream).
+        old = ExactlyOnceStreamSpec.model_validate(old).wire()
+    except ValueError:
+        pass   # a spec this version would refuse: compared as recorded
     return _diff(_strip(old), _strip(spec.wire()))
 
 

@@ -26,6 +26,8 @@ from .common import poll, timed_out
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "crds"
+# Namespace labels that make the API server's PodSecurity admission enforce the restricted level.
+RESTRICTED = ("pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest")
 # What the operator, the driver processes and Spark's Python workers import: the operator and the job
 # runtime (also installed editable in the venv) and the repository root (``examples.*``).
 PYTHONPATH = os.pathsep.join([str(REPO / "operator"), str(REPO / "jobs"), str(REPO),

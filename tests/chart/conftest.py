@@ -10,6 +10,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from eos_stack.cluster import RESTRICTED
+
 from .helpers import Helm, Kubectl, unique
 
 
@@ -31,6 +33,7 @@ def namespaces(kubectl) -> Iterator[Any]:
     def make(prefix: str = "chart") -> str:
         name = unique(prefix)
         kubectl.run("create", "namespace", name)
+        kubectl.run("label", "namespace", name, *RESTRICTED)
         made.append(name)
         return name
 

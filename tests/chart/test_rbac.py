@@ -74,7 +74,9 @@ class RecordingApiClient:
         if method == "POST" and self.conflict_on_create and ("/configmaps" in url or "/services" in url
                                                                or "/exactlyoncesnapshots" in url):
             return _Response(409, {"message": "already exists"})
-        return _Response(200, {"metadata": {"resourceVersion": "7"}, "spec": {"clusterIP": "None"}, "items": []})
+        # Every object read is the stream's ("uid-1"): delete_config_map and delete_service delete it.
+        owned = {"resourceVersion": "7", "uid": "obj-1", "ownerReferences": [{"uid": "uid-1"}]}
+        return _Response(200, {"metadata": owned, "spec": {"clusterIP": "None"}, "items": []})
 
 
 def test_the_adapter_makes_exactly_the_listed_requests():
@@ -105,8 +107,8 @@ def test_the_adapter_makes_exactly_the_listed_requests():
             await api.delete_pod("ns", "s-driver-1", 60)
             await api.apply_config_map("ns", {"kind": "ConfigMap", "metadata": {"name": "s-run"}})
             await api.apply_service("ns", {"kind": "Service", "metadata": {"name": "s-driver"}, "spec": {}})
-            await api.delete_config_map("ns", "s-run")
-            await api.delete_service("ns", "s-driver")
+            await api.delete_config_map("ns", "s-run", "uid-1")
+            await api.delete_service("ns", "s-driver", "uid-1")
             await api.post_event(StreamRef("s", "ns", "uid-1"), "Normal", "Started", "started")
             await api.list_snapshots("ns", "s")
             await api.get_snapshot("ns", "s-n1")

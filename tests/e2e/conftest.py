@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from eos_stack.cluster import Kubectl
+from eos_stack.cluster import RESTRICTED, Kubectl
 from eos_stack.common import free_port
 from examples.colors.local_run import ColorsRun
 from tests.e2e.streams import PYTHONPATH, OperatorProcess
@@ -25,6 +25,9 @@ def kubectl(stack_env) -> Kubectl:
 def namespace(kubectl: Kubectl):
     ns = f"eos-e2e-{uuid.uuid4().hex[:6]}"
     kubectl.run("create", "namespace", ns)
+    # Every e2e namespace enforces the restricted Pod Security level, as production namespaces do: a Pod
+    # of the operator (driver, executors, pre-flight, drain, snapshots) that breaks it is refused.
+    kubectl.run("label", "namespace", ns, *RESTRICTED)
     yield ns
     # The operator is gone by now: release what still carries its finalizer, then drop the namespace.
     for kind in ("exactlyoncestreams", "exactlyoncesnapshots"):

@@ -13,8 +13,18 @@ kubelet of that namespace like any other Pod):
   ``spec.schedulerName`` is the default one is bound to this kubelet's node
   name through the ``pods/binding`` subresource, as kube-scheduler would do
   (the binding is atomic, so two harnesses never run the same Pod). A Pod that
-  already names this node is run too; Pods for other nodes or schedulers are
-  left alone. There is no Node object; nothing needs one.
+  already names this node is run too (unless its container ran before: see
+  restarts); Pods for other nodes or schedulers are left alone. There is no Node
+  object; nothing needs one.
+* **Scheduling** (``tests/harness/scheduling.py``). The node's labels are a
+  kubelet's (``kubernetes.io/hostname`` = the node name, ``kubernetes.io/os`` =
+  ``linux``, ``kubernetes.io/arch``) plus ``node_labels``; it has no taints, so
+  tolerations never matter. A Pod whose ``nodeSelector`` (or required node
+  affinity) does not select the node is not bound: as kube-scheduler it gets
+  phase ``Pending`` and ``PodScheduled`` False, reason ``Unschedulable``, message
+  ``0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.
+  preemption: ...``. A Pod created with this node's name that does not fit is
+  rejected as a kubelet's admission does: ``Failed``, reason ``NodeAffinity``.
 * **Running.** The first container runs as a local process in its own process
   group: its ``command`` + ``args`` (with Kubernetes ``$(VAR)`` expansion; a
   command of ``python``/``python3``/``python3.X`` becomes ``sys.executable`` so the
@@ -60,6 +70,19 @@ kubelet of that namespace like any other Pod):
   authenticates as the Pod's ServiceAccount, under RBAC. A ServiceAccount that
   does not exist (the local controller-manager makes no ``default`` ones) mounts
   nothing; a line at the top of the Pod's log says so.
+* **Containers that cannot start**, as on a node: the Pod stays ``Pending`` with
+  the container ``waiting``, and the kubelet keeps trying. Volumes come first
+  (``ContainerCreating``, above), then the image: an image ``pullable`` refuses
+  (default: every image pulls) shows ``ErrImagePull`` (``failed to pull and
+  unpack image "IMG"...``) at the first try, ``ImagePullBackOff`` (``Back-off
+  pulling image "IMG"``) at later ones, every 2s (``pullable`` is asked again
+  each time). Then the container's env: a ``secretKeyRef``/``configMapKeyRef``/
+  ``envFrom`` naming a Secret/ConfigMap or key that does not exist (not
+  ``optional``) shows ``CreateContainerConfigError`` with a kubelet's message
+  (``secret "NAME" not found``, ``couldn't find key KEY in Secret NS/NAME``),
+  tried again every second: the container starts once it appears. The waiting
+  state is written once per distinct reason and message; each distinct wait
+  also gets a line in the Pod's log.
 * **Status.** Written through the ``pods/status`` subresource: ``Pending`` when
   claimed, ``Running`` (container running, ``startedAt``, ``podIP`` its own 127.x.y.z address)
   once the process started, then ``Succeeded`` or ``Failed`` with the exit code
@@ -82,18 +105,21 @@ kubelet of that namespace like any other Pod):
   outright (force deletion) gets the same signals, without a status.
 * **Chaos.** ``kill9(namespace, name)`` SIGKILLs the process group; the Pod then
   ends ``Failed`` with exit code 137.
-* **Restarts of the harness.** A Pod bound to this node that is still
-  Pending/Running but has no process here (the harness was restarted) is marked
-  Failed with reason ``ProcessLost`` and exit code 137: its process cannot be
-  re-attached. ``stop()`` terminates the processes it runs (SIGTERM, then
-  SIGKILL) and records their final status.
+* **Restarts of the harness.** A Pod bound to this node whose container ran
+  (state ``running``) but has no process here (the harness was restarted) is
+  marked Failed with reason ``ProcessLost`` and exit code 137: its process
+  cannot be re-attached. One whose container never started is started.
+  ``stop()`` terminates the processes it runs (SIGTERM, then SIGKILL) and
+  records their final status.
 
 Use it in-process as a context manager (``with ProcessKubelet(kubeconfig) as k:``)
-or as a program: ``python -m tests.harness.kubelet --kubeconfig .stack/kube/admin.kubeconfig``.
+or as a program: ``python -m tests.harness.kubelet --kubeconfig .stack/kube/admin.kubeconfig``
+(``--node-label KEY=VALUE`` and ``--unpullable GLOB`` repeatable).
 """
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import logging
 import os
@@ -112,15 +138,15 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from .pod_setup import MOUNT_POINTS, ApiServer, NotYet, PodSetup, container_of, host_mount_points, \
-    namespaced_argv, pod_ip, remove_pod_dir
+from . import scheduling
+from .pod_setup import MOUNT_POINTS, ApiServer, ImagePullError, NotYet, PodSetup, container_of, \
+    host_mount_points, namespaced_argv, pod_ip, remove_pod_dir
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_NODE = "eos-process-kubelet"
 DEFAULT_SCHEDULER = "default-scheduler"
 MERGE_PATCH = "application/merge-patch+json"
 MAX_MESSAGE = 4096
-RETRY_SECONDS = 0.5   # how often a Pod waiting for a volume's ConfigMap/Secret looks again
 
 log = logging.getLogger("eos.kubelet")
 
@@ -159,7 +185,8 @@ class ProcessKubelet:
                  label_selector: str | None = None, node_name: str = DEFAULT_NODE,
                  log_dir: str | os.PathLike | None = None, workdir: str | os.PathLike | None = None,
                  inherit_env: bool = True, extra_env: dict[str, str] | None = None,
-                 env_for: "Callable[[str], dict[str, str]] | None" = None):
+                 env_for: "Callable[[str], dict[str, str]] | None" = None,
+                 pullable: "Callable[[str], bool] | None" = None, node_labels: dict[str, str] | None = None):
         self.kubeconfig = str(kubeconfig or os.environ.get("KUBECONFIG") or "")
         if not self.kubeconfig:
             raise ValueError("no kubeconfig given and KUBECONFIG is not set")
@@ -176,6 +203,8 @@ class ProcessKubelet:
         self.inherit_env = inherit_env
         self.extra_env = dict(extra_env or {})
         self.env_for = env_for   # per-Pod extra environment by Pod name (fault injection into one Pod)
+        self.pullable = pullable   # which images "pull" (None: all); the others wait in ImagePullBackOff
+        self.node_labels = scheduling.node_labels(node_name, node_labels)
         self._api_client = None
         self.v1: client.CoreV1Api | None = None
         self._setup: PodSetup | None = None
@@ -192,7 +221,7 @@ class ProcessKubelet:
         self.v1 = client.CoreV1Api(self._api_client)
         self._setup = PodSetup(self.v1, ApiServer.of(self._api_client.configuration), node_name=self.node_name,
                                workdir=self.workdir, inherit_env=self.inherit_env, extra_env=self.extra_env,
-                               env_for=self.env_for)
+                               env_for=self.env_for, pullable=self.pullable)
         self._stop.clear()
         self._thread = threading.Thread(target=self._watch_loop, name=f"kubelet-{self.node_name}", daemon=True)
         self._thread.start()
@@ -352,27 +381,54 @@ class ProcessKubelet:
                 return
             if phase in ("Succeeded", "Failed"):
                 return
+            fits = scheduling.fits(pod, self.node_labels, self.node_name)
             if bound_here:
-                # Bound to us before, but we hold no process: the harness was restarted.
-                self._mark_lost(pod)
+                statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+                if "running" in (statuses[0].get("state") or {}):
+                    # Its container ran here, but we hold no process: the harness was restarted.
+                    self._mark_lost(pod)
+                elif not fits:
+                    self._reject(pod)
+                else:
+                    self._start_pod(pod, bind=False)   # created for this node, or never started
+                return
+            if not fits:
+                if not scheduling.marked_unschedulable(pod):
+                    self._unschedulable(pod)
                 return
             self._start_pod(pod)
         except Exception:  # noqa: BLE001
             log.exception("kubelet: handling pod %s/%s failed", meta.get("namespace"), meta.get("name"))
 
-    def _start_pod(self, pod: dict) -> None:
+    def _unschedulable(self, pod: dict) -> None:
+        """What kube-scheduler writes for a Pod no node fits: it is not bound."""
+        meta = pod["metadata"]
+        log.info("kubelet: pod %s/%s does not fit node %s: Unschedulable", meta["namespace"], meta["name"],
+                 self.node_name)
+        self._patch_pod_status(meta["namespace"], meta["name"], meta["uid"], {
+            "phase": "Pending", "conditions": [scheduling.unschedulable_condition(_now())]})
+
+    def _reject(self, pod: dict) -> None:
+        """A kubelet's admission of a Pod that names this node but does not fit it: Failed, never run."""
+        meta = pod["metadata"]
+        log.info("kubelet: pod %s/%s rejected: %s", meta["namespace"], meta["name"], scheduling.REJECTED_MESSAGE)
+        self._patch_pod_status(meta["namespace"], meta["name"], meta["uid"], {
+            "phase": "Failed", "reason": scheduling.REJECTED_REASON, "message": scheduling.REJECTED_MESSAGE})
+
+    def _start_pod(self, pod: dict, *, bind: bool = True) -> None:
         meta = pod["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-        try:
-            self.v1.create_namespaced_pod_binding(
-                name, ns, client.V1Binding(metadata=client.V1ObjectMeta(name=name, uid=uid),
-                                           target=client.V1ObjectReference(kind="Node", name=self.node_name,
-                                                                           api_version="v1")),
-                _preload_content=False)
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                return  # gone, or another kubelet claimed it
-            raise
+        if bind:
+            try:
+                self.v1.create_namespaced_pod_binding(
+                    name, ns, client.V1Binding(metadata=client.V1ObjectMeta(name=name, uid=uid),
+                                               target=client.V1ObjectReference(kind="Node", name=self.node_name,
+                                                                               api_version="v1")),
+                    _preload_content=False)
+            except ApiException as exc:
+                if exc.status in (404, 409):
+                    return  # gone, or another kubelet claimed it
+                raise
         pod["spec"]["nodeName"] = self.node_name
         run = PodRun(ns, name, uid, pod, self.log_path(ns, name), self.pods_dir / uid)
         with self._lock:
@@ -398,6 +454,7 @@ class ProcessKubelet:
     def _launch_process(self, run: PodRun) -> None:
         ns, name, uid, pod = run.namespace, run.name, run.uid, run.pod
         waiting_for = None
+        shown = ("ContainerCreating", None)   # the container's waiting reason and message, as last written
         while True:
             if run.deleting or run.gone or self._stop.is_set():
                 self._never_started(run)
@@ -407,14 +464,24 @@ class ProcessKubelet:
                 spec = self._setup.prepare(pod, run.pod_dir, run.message_path)
                 break
             except NotYet as exc:
-                # As a kubelet retries a volume whose ConfigMap/Secret does not exist yet (Spark creates its
-                # executor ConfigMap after the first executor Pods): the Pod stays ContainerCreating.
+                # As a kubelet retries: a volume whose ConfigMap/Secret does not exist yet (Spark creates its
+                # executor ConfigMap after the first executor Pods), an image that does not pull, an env
+                # Secret/ConfigMap or key that does not exist. The Pod stays Pending, its container waiting.
                 if str(exc) != waiting_for:
                     waiting_for = str(exc)
                     log.info("kubelet: pod %s/%s waits: %s", ns, name, exc)
                     with open(run.log_path, "ab") as out:
                         out.write(f"--- {_now()} process kubelet: waiting: {exc}\n".encode())
-                self._stop.wait(RETRY_SECONDS)
+                state = (exc.reason, exc.message)
+                if isinstance(exc, ImagePullError) and shown[0] in ("ErrImagePull", "ImagePullBackOff"):
+                    state = ("ImagePullBackOff", f'Back-off pulling image "{exc.image}"')
+                if state != shown:
+                    shown = state
+                    waiting = {"reason": state[0], **({"message": state[1]} if state[1] else {})}
+                    self._patch_status(run, {"phase": "Pending", "conditions": self._conditions(ready=False),
+                                             "containerStatuses": [self._container_status(
+                                                 run, {"waiting": waiting}, ready=False)]})
+                self._stop.wait(exc.retry)
             except Exception as exc:  # noqa: BLE001 - a bad spec fails the pod, like a kubelet would
                 log.warning("kubelet: pod %s/%s cannot start: %s", ns, name, exc)
                 self._finish(run, exit_code=128, reason="CreateContainerError", message=str(exc)[:MAX_MESSAGE])
@@ -615,14 +682,16 @@ class ProcessKubelet:
                 cond("Ready", ready)]
 
     def _patch_status(self, run: PodRun, status: dict) -> None:
-        body = {"metadata": {"uid": run.uid}, "status": status}
+        self._patch_pod_status(run.namespace, run.name, run.uid, status)
+
+    def _patch_pod_status(self, ns: str, name: str, uid: str, status: dict) -> None:
+        body = {"metadata": {"uid": uid}, "status": status}
         try:
-            self.v1.patch_namespaced_pod_status(run.name, run.namespace, body, _content_type=MERGE_PATCH,
-                                                _preload_content=False)
+            self.v1.patch_namespaced_pod_status(name, ns, body, _content_type=MERGE_PATCH, _preload_content=False)
         except ApiException as exc:
             if exc.status in (404, 409):
                 return  # the pod is gone (or replaced by a new one of the same name)
-            log.warning("kubelet: status update of %s/%s failed: %s", run.namespace, run.name, exc)
+            log.warning("kubelet: status update of %s/%s failed: %s", ns, name, exc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -632,10 +701,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--selector", "-l", help="only pods matching this label selector")
     ap.add_argument("--node-name", default=DEFAULT_NODE)
     ap.add_argument("--log-dir", help="per-pod log files (default .stack/kubelet/<node-name>)")
+    ap.add_argument("--node-label", action="append", default=[], metavar="KEY=VALUE",
+                    help="a label of the node, for nodeSelectors (repeatable)")
+    ap.add_argument("--unpullable", action="append", default=[], metavar="GLOB",
+                    help="images matching this pattern fail to pull: ImagePullBackOff (repeatable)")
     args = ap.parse_args(argv)
+    bad = [x for x in args.node_label if "=" not in x]
+    if bad:
+        ap.error(f"--node-label takes KEY=VALUE, not {bad[0]!r}")
+    labels = dict(x.split("=", 1) for x in args.node_label)
+    refused = list(args.unpullable)
+    pullable = (lambda image: not any(fnmatch.fnmatchcase(image, g) for g in refused)) if refused else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     kubelet = ProcessKubelet(args.kubeconfig, namespace=args.namespace, label_selector=args.selector,
-                             node_name=args.node_name, log_dir=args.log_dir)
+                             node_name=args.node_name, log_dir=args.log_dir, pullable=pullable,
+                             node_labels=labels)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())

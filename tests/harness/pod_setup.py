@@ -1,7 +1,19 @@
 """What the process kubelet prepares before a Pod's container starts: argv, environment, volumes, token.
 
 ``PodSetup.prepare`` turns a Pod into a ``Prepared`` process spec, as a kubelet and a container runtime
-would before starting the container:
+would before starting the container, in a kubelet's order: volumes, then the image, then the container's
+configuration (environment, argv). What is not there yet raises a ``NotYet`` whose ``reason`` (and
+``message``) the kubelet shows as the container's waiting state until a later try succeeds:
+
+* a volume's ConfigMap/Secret that does not exist: ``ContainerCreating`` (no message);
+* an image the kubelet's ``pullable`` refuses: ``ImagePullError`` (``ErrImagePull``; the kubelet shows
+  ``ImagePullBackOff`` on later tries);
+* an ``env``/``envFrom`` Secret or ConfigMap that does not exist, or a key it lacks (not ``optional``):
+  ``ConfigError``, ``CreateContainerConfigError`` with a kubelet's message (``secret "NAME" not found``,
+  ``couldn't find key KEY in ConfigMap NS/NAME``).
+
+Anything else that cannot work (an unsupported volume kind or ``fieldRef``, a missing ``workingDir``) raises
+``ValueError``: the Pod fails. What it prepares:
 
 * **argv.** The first container's ``command`` + ``args`` (``$(VAR)`` expanded). A container without a
   ``command`` runs the image's entrypoint, ``docker/entrypoint.sh`` of this repository, with its ``args``
@@ -12,7 +24,7 @@ would before starting the container:
   ``PYSPARK_PYTHON``, ``JAVA_HOME``, the stack's jar lists, the venv first on ``PATH``); the kubelet's
   ``extra_env``; ``HOSTNAME`` and ``KUBERNETES_SERVICE_HOST``/``_PORT``/``_PORT_HTTPS`` (the API server
   of the kubelet's kubeconfig); then the container's ``envFrom`` and ``env`` (``fieldRef``,
-  ``secretKeyRef``, ``configMapKeyRef``).
+  ``secretKeyRef``, ``configMapKeyRef``; a missing object or key raises ``ConfigError``).
 * **Volumes** (``Mount`` list): ``emptyDir`` is a fresh directory of the Pod, ``configMap`` and
   ``secret`` a directory of the Pod holding their keys as files (``items`` honoured, read-only; one that
   does not exist yet raises ``NotYet``: the kubelet tries again, as a real one does), ``hostPath`` the
@@ -85,7 +97,39 @@ def expand(value: str, env: dict[str, str]) -> str:
 
 
 class NotYet(Exception):
-    """The Pod cannot start yet: a volume's ConfigMap or Secret does not exist (a kubelet keeps trying)."""
+    """The Pod cannot start yet (a kubelet keeps trying, every ``retry`` seconds here): a volume's ConfigMap or
+    Secret does not exist. The container waits with ``reason`` (and ``message``, if any)."""
+    reason = "ContainerCreating"
+    retry = 0.5
+
+    @property
+    def message(self) -> str | None:
+        return None   # a kubelet gives ContainerCreating no message
+
+
+class ConfigError(NotYet):
+    """The container's env names a Secret/ConfigMap or key that does not exist (and is not optional)."""
+    reason = "CreateContainerConfigError"
+    retry = 1.0
+
+    @property
+    def message(self) -> str | None:
+        return str(self)
+
+
+class ImagePullError(NotYet):
+    """The kubelet's ``pullable`` refuses the container's image."""
+    reason = "ErrImagePull"
+    retry = 2.0
+
+    def __init__(self, image: str):
+        self.image = image
+        super().__init__(f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+                         f'failed to resolve reference "{image}": {image}: not found')
+
+    @property
+    def message(self) -> str | None:
+        return str(self)
 
 
 @dataclass(frozen=True)
@@ -163,13 +207,20 @@ class PodSetup:
 
     def __init__(self, v1, api_server: ApiServer, *, node_name: str, workdir: Path, inherit_env: bool = True,
                  extra_env: dict[str, str] | None = None,
-                 env_for: "Callable[[str], dict[str, str]] | None" = None):
+                 env_for: "Callable[[str], dict[str, str]] | None" = None,
+                 pullable: "Callable[[str], bool] | None" = None):
         self.v1, self.api_server, self.node_name, self.workdir = v1, api_server, node_name, workdir
         self.inherit_env, self.extra_env, self.env_for = inherit_env, dict(extra_env or {}), env_for
+        self.pullable = pullable
 
     def prepare(self, pod: dict, pod_dir: Path, message_path: Path) -> Prepared:
         c = container_of(pod)
         meta = pod["metadata"]
+        # A kubelet's order: the volumes are mounted, then the image is pulled, then the container is configured.
+        mounts = self.volumes(pod, pod_dir)
+        image = c.get("image") or ""
+        if self.pullable is not None and not self.pullable(image):
+            raise ImagePullError(image)
         ns, name = meta["namespace"], meta["name"]
         command, args = list(c.get("command") or []), list(c.get("args") or [])
         if self.inherit_env:
@@ -227,7 +278,6 @@ class PodSetup:
         if not Path(cwd).is_dir():
             raise ValueError(f"workingDir {cwd} does not exist on this machine")
         notes: list[str] = []
-        mounts = self.volumes(pod, pod_dir)
         token = self.service_account(pod, pod_dir, notes)
         if token is not None and not any(m.target == token.target for m in mounts):
             mounts.append(token)
@@ -238,22 +288,22 @@ class PodSetup:
         ns = pod["metadata"]["namespace"]
         if "secretKeyRef" in vf:
             ref = vf["secretKeyRef"]
-            return self._key(self.secret(ns, ref["name"], ref.get("optional", False)), ref, "Secret")
+            return self._key(self.secret(ns, ref["name"], ref.get("optional", False)), ref, "Secret", ns)
         if "configMapKeyRef" in vf:
             ref = vf["configMapKeyRef"]
-            return self._key(self.config_map(ns, ref["name"], ref.get("optional", False)), ref, "ConfigMap")
+            return self._key(self.config_map(ns, ref["name"], ref.get("optional", False)), ref, "ConfigMap", ns)
         if "fieldRef" in vf:
             return field_ref(pod, vf["fieldRef"]["fieldPath"], self.node_name)
         raise ValueError(f"valueFrom {sorted(vf)} is not supported by the process kubelet")
 
     @staticmethod
-    def _key(data: dict | None, ref: dict, kind: str) -> str | None:
+    def _key(data: dict | None, ref: dict, kind: str, ns: str) -> str | None:
         if data is None:
             return None  # optional and missing
         if ref["key"] not in data:
             if ref.get("optional", False):
                 return None
-            raise ValueError(f"{kind} {ref['name']} has no key {ref['key']}")
+            raise ConfigError(f"couldn't find key {ref['key']} in {kind} {ns}/{ref['name']}")
         return data[ref["key"]]
 
     def _read(self, call, ns: str, name: str, optional: bool, kind: str) -> dict | None:
@@ -263,7 +313,7 @@ class PodSetup:
             if exc.status == 404:
                 if optional:
                     return None
-                raise ValueError(f"{kind} {ns}/{name} not found") from None
+                raise ConfigError(f'{kind.lower()} "{name}" not found') from None   # a kubelet's words
             raise
 
     def _secret_bytes(self, ns: str, name: str, optional: bool) -> dict[str, bytes] | None:

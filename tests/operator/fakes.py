@@ -6,7 +6,9 @@ resourceVersion preconditions on status patches (409), AlreadyExists on create
 (409), deletion with a grace period (a Pod with a deletionTimestamp lingers until
 the test "kubelet" finishes it), finalizers holding a deleted object, label
 selection of Pods and snapshots, and the garbage collector removing the Pods an
-object owns once it is gone (``collect_garbage``).
+object owns once it is gone (``collect_garbage``). Ownership as kube_api checks it:
+a create or apply over an object of another owner raises NameTaken, a delete with
+an owner uid leaves an object that uid does not own (recorded in ``kept``).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 from eos_job.spec import RunConfig
 from eos_job.status import ReplayHorizon, ResolutionReport
 from eos_operator.adapters import Conflict, KubeError, LedgerTip, event_kind
+from eos_operator.kube_api import owner_uids, refuse_unless_ours
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -47,7 +50,7 @@ class FakeResolver:
     crash_after: bool = False          # the operator dies right after resolution returns
     kube: "FakeKube | None" = None     # to assert invariants at resolution time
 
-    async def resolve(self, config: RunConfig, s3=None) -> ResolutionReport:
+    async def resolve(self, config: RunConfig, s3=None, kafka=None) -> ResolutionReport:
         self.calls.append(config)
         self.s3 = s3
         if self.kube is not None:
@@ -74,11 +77,11 @@ class FakeProgress:
     horizon_calls: int = 0
     nondeterministic: int = 0
 
-    async def ledger_tip(self, config: RunConfig) -> LedgerTip | None:
+    async def ledger_tip(self, config: RunConfig, kafka=None) -> LedgerTip | None:
         self.calls += 1
         return None if self.batch is None else LedgerTip(self.batch, self.nondeterministic)
 
-    async def replay_horizon(self, config: RunConfig) -> ReplayHorizon | None:
+    async def replay_horizon(self, config: RunConfig, kafka=None) -> ReplayHorizon | None:
         self.horizon_calls += 1
         return self.horizon
 
@@ -96,11 +99,13 @@ class FakeKube:
         self.event_kinds: list[str] = []                      # involvedObject kind of each of self.events
         self.created_pods: list[str] = []
         self.deleted_pods: list[tuple[str, int]] = []
+        self.kept: list[tuple[str, str]] = []   # (kind, name) a delete left: not owned by the uid it named
         self._rv = itertools.count(1)
         # fault switches
         self.conflict_next_status_patch = 0
         self.conflict_next_snapshot_patch = 0
         self.fail_create_pod = 0
+        self.fail_create_status = 500          # 403: the API server refuses the Pod (Pod Security, quota)
         self.crash_after_create_pod = False
         self.crash_after_status_patch_containing: str | None = None
         self.max_alive_drivers = 0
@@ -217,6 +222,38 @@ class FakeKube:
         pod["status"] = status
         self._bump(pod)
 
+    def add_foreign(self, kind: str, name: str, owner_uid: str | None = None,
+                    namespace: str = "default") -> dict[str, Any]:
+        """An object someone else made ("Pod", "ConfigMap" or "Service"), owned by ``owner_uid`` (or by nothing)."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "labels": {}}
+        if owner_uid is not None:
+            meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "someone-else",
+                                        "uid": owner_uid, "controller": True}]
+        obj: dict[str, Any] = {"apiVersion": "v1", "kind": kind, "metadata": meta}
+        if kind == "Pod":
+            obj["status"] = {"phase": "Running"}
+        self._bump(obj)
+        self._store(kind)[(namespace, name)] = obj
+        return obj
+
+    def _store(self, kind: str) -> dict[tuple[str, str], dict[str, Any]]:
+        return {"Pod": self.pods, "ConfigMap": self.config_maps, "Service": self.services}[kind]
+
+    def _owned_by(self, kind: str, namespace: str, name: str, owner_uid: str | None) -> dict[str, Any] | None:
+        """The object to delete: None if absent, or if ``owner_uid`` is given and does not own it (kept)."""
+        obj = self._store(kind).get((namespace, name))
+        if obj is not None and owner_uid is not None and owner_uid not in owner_uids(obj):
+            self.kept.append((kind, name))
+            return None
+        return obj
+
+    def _apply(self, kind: str, namespace: str, body: dict[str, Any]) -> None:
+        key = (namespace, body["metadata"]["name"])
+        current = self._store(kind).get(key)
+        if current is not None:
+            refuse_unless_ours(kind, namespace, body, current)
+        self._store(kind)[key] = copy.deepcopy(body)
+
     def pods_labelled(self, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
         return [p for (ns, _), p in self.pods.items() if ns == namespace
                 and all(p["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())]
@@ -307,10 +344,11 @@ class FakeKube:
     async def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
         if self.fail_create_pod > 0:
             self.fail_create_pod -= 1
-            raise KubeError(500, "injected create failure")
+            raise KubeError(self.fail_create_status, "injected create failure")
         key = (namespace, body["metadata"]["name"])
         if key in self.pods:
-            return  # 409 AlreadyExists counts as success
+            refuse_unless_ours("Pod", namespace, body, self.pods[key])
+            return  # 409 AlreadyExists over our own Pod counts as success
         pod = copy.deepcopy(body)
         pod["metadata"]["uid"] = str(uuid.uuid4())
         pod["status"] = {"phase": "Pending"}
@@ -323,8 +361,8 @@ class FakeKube:
             self.crash_after_create_pod = False
             raise Crash("operator killed right after creating the Pod")
 
-    async def delete_pod(self, namespace: str, name: str, grace_seconds: int) -> None:
-        pod = self.pods.get((namespace, name))
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int, owner_uid: str | None = None) -> None:
+        pod = self._owned_by("Pod", namespace, name, owner_uid)
         if pod is None:
             return
         self.deleted_pods.append((name, grace_seconds))
@@ -335,16 +373,18 @@ class FakeKube:
         self._bump(pod)
 
     async def apply_config_map(self, namespace: str, body: dict[str, Any]) -> None:
-        self.config_maps[(namespace, body["metadata"]["name"])] = copy.deepcopy(body)
+        self._apply("ConfigMap", namespace, body)
 
     async def apply_service(self, namespace: str, body: dict[str, Any]) -> None:
-        self.services[(namespace, body["metadata"]["name"])] = copy.deepcopy(body)
+        self._apply("Service", namespace, body)
 
-    async def delete_config_map(self, namespace: str, name: str) -> None:
-        self.config_maps.pop((namespace, name), None)
+    async def delete_config_map(self, namespace: str, name: str, owner_uid: str) -> None:
+        if self._owned_by("ConfigMap", namespace, name, owner_uid) is not None:
+            del self.config_maps[(namespace, name)]
 
-    async def delete_service(self, namespace: str, name: str) -> None:
-        self.services.pop((namespace, name), None)
+    async def delete_service(self, namespace: str, name: str, owner_uid: str) -> None:
+        if self._owned_by("Service", namespace, name, owner_uid) is not None:
+            del self.services[(namespace, name)]
 
     async def post_event(self, ref: Any, type_: str, reason: str, message: str, *,
                          kind: str | None = None) -> None:

@@ -251,3 +251,47 @@ def test_executor_templates_become_spark_settings_and_a_template_file():
     aux = children.aux_pod(REF, s, component="drain", attempt=0, tx_generation=0, args=["run"])
     assert "volumes" not in aux["spec"] or all(v["name"] != "executor-template" for v in aux["spec"]["volumes"])
     assert not {"PYSPARK_SUBMIT_ARGS", "EOS_SPARK_MASTER"} & {e["name"] for e in aux["spec"]["containers"][0]["env"]}
+
+
+def restricted_violations(pod: dict) -> list[str]:
+    """The restricted Pod Security checks that apply to these Pods (the API server's e2e proof is
+    tests/stack/test_kube.py plus every e2e namespace enforcing it)."""
+    spec_, out = pod["spec"], []
+    ctx = spec_.get("securityContext") or {}
+    if ctx.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        out.append("seccompProfile")
+    for c in spec_["containers"]:
+        cc = c.get("securityContext") or {}
+        if not (cc.get("runAsNonRoot") or ctx.get("runAsNonRoot")):
+            out.append(f"{c.get('name')}: runAsNonRoot")
+        if (cc.get("runAsUser") if "runAsUser" in cc else ctx.get("runAsUser")) == 0:
+            out.append(f"{c.get('name')}: runAsUser 0")
+        if cc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{c.get('name')}: allowPrivilegeEscalation")
+        if cc.get("capabilities", {}).get("drop") != ["ALL"]:
+            out.append(f"{c.get('name')}: capabilities")
+    out += [f"hostPath volume {v['name']}" for v in spec_.get("volumes", []) if "hostPath" in v]
+    return out
+
+
+def test_every_pod_meets_restricted_pod_security():
+    from eos_job.snapshot_resource import SnapshotAccess  # noqa: F401 - the access records the context
+    from eos_operator.snapshots import SnapshotRef, access_of, snapshot_pod
+
+    for s in (spec(), spec(job={"module": "m", "deployMode": "cluster"}),
+              spec(checkpoint={"store": "pvc", "claimName": "ckpt", "path": "/ckpt"})):
+        driver = children.driver_pod(REF, s, attempt=1, tx_generation=0)
+        aux = children.aux_pod(REF, s, component="drain", attempt=1, tx_generation=0, args=["drain"])
+        snap = snapshot_pod(SnapshotRef(namespace="default", name="snap", uid="u"), "colors", access_of(s),
+                            name="snap-0", action="take", command=["true"])
+        for pod in (driver, aux, snap):
+            assert restricted_violations(pod) == [], pod
+            assert pod["spec"]["securityContext"]["runAsUser"] == 10001
+    cluster = spec(job={"module": "m", "deployMode": "cluster",
+                        "executor": {"podTemplate": {"securityContext": {"runAsUser": 2000, "fsGroup": None}}}})
+    template = json.loads(children.run_config_map(REF, children.run_config(REF, cluster, tx_generation=0))
+                          ["data"][children.EXECUTOR_TEMPLATE_KEY])
+    assert restricted_violations(template) == [] and template["spec"]["securityContext"]["runAsUser"] == 2000
+    assert "fsGroup" not in template["spec"]["securityContext"]
+    res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": {"securityContext": {"runAsUser": 0}}}})
+    assert any("runAsUser" in e for e in res.errors), res

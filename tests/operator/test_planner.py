@@ -449,8 +449,8 @@ def test_deletion_stops_drivers_then_removes_children():
     p = plan(s, running_status(s), observed(pod("colors-driver-0"), deleting=True))
     assert p.actions == [DeletePod("colors-driver-0", 60)] and not p.finished
     done = plan(s, running_status(s), observed(deleting=True))
-    assert done.actions == [DeleteConfigMap("colors-run"), DeleteConfigMap("colors-preflight"),
-                            DeleteConfigMap("colors-drain"), DeleteService("colors-driver")]
+    assert done.actions == [DeleteConfigMap("colors-run", UID), DeleteConfigMap("colors-preflight", UID),
+                            DeleteConfigMap("colors-drain", UID), DeleteService("colors-driver", UID)]
     assert done.finished
 
 
@@ -479,3 +479,34 @@ def test_plan_is_pure_and_deterministic():
     a, b = plan(s, st, obs), plan(s, st, obs)
     assert a.status == b.status and a.events == b.events and a.actions == b.actions
     assert st == before                          # the input status is not mutated
+
+
+# ------------------------------------------------------------- a driver that cannot start
+def test_a_driver_that_cannot_start_says_why_once_then_fails_at_its_deadline():
+    from eos_operator.observed import pod_view
+    from eos_operator.timeutil import fmt as fmt_
+
+    s = spec(job={"module": "m", "driver": {"startTimeoutSeconds": 60}})
+    st = running_status(s, lifecycle_state="Deploying", running_since=None)
+    raw = {"metadata": {"name": "colors-driver-0", "creationTimestamp": fmt_(T0),
+                        "labels": {"streaming.eos.dev/attempt": "0"},
+                        "ownerReferences": [{"uid": UID, "controller": True}]},
+           "status": {"phase": "Pending", "containerStatuses": [{"name": "driver", "state": {"waiting": {
+               "reason": "CreateContainerConfigError", "message": 'secret "sink-creds" not found'}}}]}}
+    blocked = pod_view(raw)
+    assert blocked.blocked == 'CreateContainerConfigError: secret "sink-creds" not found'
+    p = plan(s, st, observed(blocked, at=10))
+    assert cond(p, "Ready").reason == "DriverStartBlocked" and "sink-creds" in cond(p, "Ready").message
+    assert reasons(p) == ["DriverStartBlocked"] and p.actions == []
+    again = plan(s, p.status, observed(blocked, at=20))
+    assert reasons(again) == []                                 # one event per distinct cause
+    late = plan(s, again.status, observed(blocked, at=61))
+    assert "DriverFailed" in reasons(late) and late.status.pending_launch.reason == "Restart"
+    assert "did not start within 60s" in late.status.last_error and "sink-creds" in late.status.last_error
+    # Unschedulable: the scheduler's condition is the reason.
+    raw["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                     "reason": "Unschedulable", "message": "0/1 nodes are available"}]}
+    assert pod_view(raw).blocked == "Unschedulable: 0/1 nodes are available"
+    # A Pod that is merely being created is not blocked.
+    raw["status"] = {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    assert pod_view(raw).blocked is None

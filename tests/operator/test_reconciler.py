@@ -300,3 +300,26 @@ def test_never_two_drivers_whatever_crashes(steps):
     assert status(kube)["lifecycleState"] == "Running"
     assert len(kube.alive_drivers("default", "colors")) == 1
     assert kube.max_alive_drivers <= 1
+
+
+def test_a_refused_driver_pod_is_reported_once_and_retried_after_a_pause():
+    """Pod Security (or a quota) refuses the Pod: status and one event say so, no tight retry loop, and
+    the launch (resolved once) goes on when the refusal ends."""
+    kube, resolver, clock, deps = make()
+    kube.fail_create_pod, kube.fail_create_status = 3, 403
+    rec(deps)
+    s = status(kube)
+    ready = next(c for c in s["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "Refused" and "Pod colors-driver-0 was refused" in ready["message"], ready
+    assert "injected create failure" in s["pendingLaunch"]["refused"] and kube.created_pods == []
+    rec(deps)                                       # within the pause: no new create
+    assert kube.fail_create_pod == 2
+    clock.advance(31)
+    rec(deps)                                       # refused again, same reason: no second event
+    assert kube.fail_create_pod == 1
+    assert [e for e in kube.events if e[2] == "Refused"].__len__() == 1
+    clock.advance(31)
+    rec(deps)
+    clock.advance(31)
+    rec(deps)
+    assert kube.created_pods == ["colors-driver-0"] and len(resolver.calls) == 1

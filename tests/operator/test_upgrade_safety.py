@@ -351,3 +351,49 @@ def test_the_reconciler_reads_what_other_streams_want_to_restore_from():
     done["status"] = {"restoredFromSnapshot": "colors-p0"}
     deps = Deps(kube=kube, resolver=FakeResolver(), clock=FakeClock())
     assert asyncio.run(_wanted_by_others(deps, "default", "colors")) == frozenset({"colors-p1"})
+
+
+def test_a_snapshot_being_deleted_is_no_restore_source():
+    """Retention may delete the oldest snapshot a moment before a user names it in restoreFrom: a
+    snapshot with a deletionTimestamp is being disposed, so the stream waits (RestoreSourceNotReady)
+    instead of launching a driver that cannot find its files."""
+    import asyncio
+
+    from eos_job.spec import ExactlyOnceStreamSpec
+    from eos_operator.reconciler import Deps, _restore_source
+
+    from .fakes import FakeClock, FakeKube, FakeResolver, base_spec
+    kube = FakeKube()
+    body = {"metadata": {"name": "colors-p1", "namespace": "default"}, "spec": {"stream": "colors"},
+            "status": {"state": "Completed", "path": "/s/colors-p1", "batch": 7}}
+    kube.snapshots[("default", "colors-p1")] = body
+    deps = Deps(kube=kube, resolver=FakeResolver(), clock=FakeClock())
+    s = ExactlyOnceStreamSpec.model_validate(base_spec(restoreFrom="colors-p1"))
+    ok = asyncio.run(_restore_source("default", s, deps))
+    assert ok.path == "/s/colors-p1" and ok.problem is None
+    body["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+    gone = asyncio.run(_restore_source("default", s, deps))
+    assert gone.path is None and "being deleted" in gone.problem
+
+
+def test_a_restore_from_applied_while_an_upgrade_is_on_its_way_is_not_lost():
+    """An upgrade stopped the old driver for spec A; the user then sets restoreFrom (spec B). Launching B
+    with A's plan would start from A's stop snapshot and record B as running: the restore silently lost.
+    The launch is decided afresh for B instead."""
+    old, a = spec(), spec(upgradePreFlight=False, job={"module": "tests.e2e.jobs.sleeper", "parallelism": 2,
+                                                         "args": {"v": "2"}})
+    b = spec(upgradePreFlight=False, restoreFrom="colors-p1",
+             job={"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "args": {"v": "2"}})
+    src = RestoreSource(ref="colors-p1", path="/tmp/eos-test/snapshots/colors-p1", stream_uid=OWN_UID, batch=9)
+    p = plan(a, running(old), observed(pod("colors-driver-0")))
+    stop = plan(a, p.status, observed(pod("colors-driver-0")))
+    after = plan(a, stop.status, _with_snapshot(observed(), snap()))
+    assert after.status.upgrade.step == "Stopped" and after.status.upgrade.restore_from == SNAP0
+    gone = replace(_with_snapshot(observed(), snap()), restore_source=src)
+    again = plan(b, after.status, gone)
+    up = again.status.upgrade
+    assert up.target_spec_hash == b.spec_hash() and up.restore_from == src.path, up
+    resolved = plan(b, again.status, gone)
+    while not any(isinstance(x, Resolve) for x in resolved.actions) and resolved.again:
+        resolved = plan(b, resolved.status, gone)
+    assert [x.config.restore_from for x in resolved.actions if isinstance(x, Resolve)] == [src.path]

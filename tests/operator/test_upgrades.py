@@ -411,3 +411,15 @@ def test_s3_options_read_the_named_secret_keys_in_the_streams_namespace():
     local = spec(checkpoint={"store": "local", "path": "/tmp/x"})
     before = len(kube.secret_reads)
     assert asyncio.run(s3_options(kube, "team-a", local)) is None and len(kube.secret_reads) == before
+
+
+def test_a_field_a_newer_operator_adds_with_its_default_is_no_change():
+    """An operator upgrade that adds spec fields (e.g. job.podTemplate.securityContext, job.driver.
+    startTimeoutSeconds) must not upgrade every running stream."""
+    s = spec()
+    old = json.loads(running_status(s).last_reconciled_spec)
+    del old["job"]["podTemplate"]["securityContext"]
+    del old["job"]["driver"]["startTimeoutSeconds"]
+    assert run_affecting_changes(json.dumps(old), s) == []
+    old["job"]["driver"]["memory"] = "2Gi"
+    assert run_affecting_changes(json.dumps(old), s) == ["job.driver.memory"]

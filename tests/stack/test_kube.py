@@ -214,3 +214,28 @@ def test_limited_identity_from_make_client_kubeconfig(api, namespace, tmp_path):
         assert err.value.status == 403
     finally:
         limited.close()
+
+
+def test_restricted_namespaces_refuse_pods_that_break_pod_security(api):
+    """The PodSecurity admission is on: the label the e2e and chart namespaces carry makes a Pod without
+    the restricted security context a 403, so their passing Pods prove the operator's Pods comply."""
+    from eos_stack.cluster import RESTRICTED
+
+    v1 = client.CoreV1Api(api)
+    name = f"t-kube-pss-{uuid.uuid4().hex[:8]}"
+    labels = dict(label.split("=", 1) for label in RESTRICTED)
+    v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    try:
+        bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"},
+                "spec": {"containers": [{"name": "c", "image": "eos:test"}]}}
+        with pytest.raises(ApiException) as err:
+            v1.create_namespaced_pod(name, bare)
+        assert err.value.status == 403 and "violates PodSecurity" in str(err.value.body), err.value.body
+        restricted = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "restricted"},
+                      "spec": {"securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                                   "seccompProfile": {"type": "RuntimeDefault"}},
+                               "containers": [{"name": "c", "image": "eos:test", "securityContext": {
+                                   "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}
+        v1.create_namespaced_pod(name, restricted)
+    finally:
+        v1.delete_namespace(name)

@@ -452,3 +452,105 @@ def test_service_account_token_authenticates_as_the_pod_service_account(api, nam
         assert "token False" in succeeded(v1, kubelet, namespace, name)
     # No serviceAccountName (nothing defaults it here): the "default" ServiceAccount's token, as on a cluster.
     assert "token True" in succeeded(v1, kubelet, namespace, "default-sa")
+
+
+# -- Pods that cannot start, as a real kubelet and kube-scheduler show them ---------------------------------
+def waiting(p: dict) -> dict:
+    return ((p.get("status", {}).get("containerStatuses") or [{}])[0].get("state") or {}).get("waiting") or {}
+
+
+def wait_waiting(v1, ns: str, name: str, reason: str, timeout: float = 30.0) -> dict:
+    def check():
+        p = read_pod(v1, ns, name)
+        return p if p and waiting(p).get("reason") == reason else None
+    return wait_until(check, f"pod {ns}/{name} to wait with {reason}", timeout)
+
+
+def test_env_of_a_missing_secret_or_key_waits_with_create_container_config_error(api, namespace, kubelet):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_config_map(namespace, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                "metadata": {"name": "conf"}, "data": {"other": "x"}})
+    v1.create_namespaced_pod(namespace, pod("needs-secret", """
+        import os
+        print("env", os.environ["PASSWORD"], os.environ["TOPIC"], os.environ.get("MAYBE", "unset"))
+        """, container={"env": [
+            {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "later", "key": "password"}}},
+            {"name": "TOPIC", "valueFrom": {"configMapKeyRef": {"name": "conf", "key": "topic"}}},
+            {"name": "MAYBE", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": True}}}]}))
+    p = wait_waiting(v1, namespace, "needs-secret", "CreateContainerConfigError")
+    assert p["status"]["phase"] == "Pending", p["status"]
+    assert waiting(p)["message"] == 'secret "later" not found', p["status"]
+    assert p["spec"]["nodeName"] == kubelet.node_name   # scheduled: the node cannot configure the container
+    # The Secret appears without the key: the message says which key, then it starts once the key is there.
+    v1.create_namespaced_secret(namespace, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "later"},
+                                            "stringData": {"wrong": "x"}})
+    wait_until(lambda: waiting(read_pod(v1, namespace, "needs-secret")).get("message")
+               == f"couldn't find key password in Secret {namespace}/later", "the missing key's message", 30)
+    v1.patch_namespaced_secret("later", namespace, {"stringData": {"password": "hunter2"}})
+    p = wait_waiting(v1, namespace, "needs-secret", "CreateContainerConfigError")
+    wait_until(lambda: waiting(read_pod(v1, namespace, "needs-secret")).get("message")
+               == f"couldn't find key topic in ConfigMap {namespace}/conf", "the missing ConfigMap key's message", 30)
+    assert kubelet.pid(namespace, "needs-secret") is None
+    v1.patch_namespaced_config_map("conf", namespace, {"data": {"topic": "colors"}})
+    out = succeeded(v1, kubelet, namespace, "needs-secret")
+    assert "env hunter2 colors unset" in out, out
+    assert 'waiting: secret "later" not found' in out, out   # each distinct wait once in the Pod's log
+    assert out.count("waiting: ") == 3, out
+
+
+def test_unpullable_image_waits_in_image_pull_back_off_and_never_runs(api, namespace, stack_env, tmp_path):
+    v1 = client.CoreV1Api(api)
+    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "pod-logs",
+                        pullable=lambda image: not image.startswith("registry.invalid/")) as kubelet:
+        v1.create_namespaced_pod(namespace, pod("no-image", "print('ran')",
+                                                container={"image": "registry.invalid/eos:nope"}))
+        v1.create_namespaced_pod(namespace, pod("pulls", "print('ran')"))
+        p = wait_waiting(v1, namespace, "no-image", "ErrImagePull")
+        assert p["status"]["phase"] == "Pending" and p["spec"]["nodeName"] == kubelet.node_name
+        assert 'failed to pull and unpack image "registry.invalid/eos:nope"' in waiting(p)["message"], p["status"]
+        p = wait_waiting(v1, namespace, "no-image", "ImagePullBackOff")
+        assert waiting(p)["message"] == 'Back-off pulling image "registry.invalid/eos:nope"'
+        assert p["status"]["phase"] == "Pending"
+        assert "ran" in succeeded(v1, kubelet, namespace, "pulls")   # other images pull
+        holds_for(lambda: (lambda q: q["status"]["phase"] == "Pending" and waiting(q).get("reason")
+                           == "ImagePullBackOff")(read_pod(v1, namespace, "no-image")), "the pod never running", 3)
+        assert kubelet.pid(namespace, "no-image") is None
+        assert "ran" not in kubelet.log_path(namespace, "no-image").read_text()
+        v1.delete_namespaced_pod("no-image", namespace)
+        wait_until(lambda: read_pod(v1, namespace, "no-image") is None, "the waiting pod to disappear", 30)
+
+
+def test_node_selector_decides_whether_the_pod_is_scheduled(api, namespace, stack_env, tmp_path):
+    v1 = client.CoreV1Api(api)
+    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "pod-logs",
+                        node_labels={"pool": "streaming"}) as kubelet:
+        toleration = {"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"}
+        v1.create_namespaced_pod(namespace, pod("linux", "print('ran')", nodeSelector={"kubernetes.io/os": "linux"},
+                                                tolerations=[toleration]))
+        v1.create_namespaced_pod(namespace, pod("pool", "print('ran')", nodeSelector={
+            "pool": "streaming", "kubernetes.io/hostname": kubelet.node_name}))
+        v1.create_namespaced_pod(namespace, pod("gpu", "print('ran')", nodeSelector={"accelerator": "gpu"}))
+        v1.create_namespaced_pod(namespace, pod("arm", "print('ran')", affinity={"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["s390x"]}]}]}}}))
+        # Created for this node: no scheduler involved; a kubelet runs it, or rejects it if it does not fit.
+        v1.create_namespaced_pod(namespace, pod("pinned", "print('ran')", nodeName=kubelet.node_name))
+        v1.create_namespaced_pod(namespace, pod("pinned-gpu", "print('ran')", nodeName=kubelet.node_name,
+                                                nodeSelector={"accelerator": "gpu"}))
+        for name in ("linux", "pool", "pinned"):
+            assert "ran" in succeeded(v1, kubelet, namespace, name)
+        for name in ("gpu", "arm"):
+            def scheduled(name=name):
+                conds = read_pod(v1, namespace, name).get("status", {}).get("conditions") or []
+                return next((c for c in conds if c["type"] == "PodScheduled"), None)
+            cond = wait_until(scheduled, f"{name}'s PodScheduled condition", 30)
+            assert cond["status"] == "False" and cond["reason"] == "Unschedulable", cond
+            assert cond["message"].startswith("0/1 nodes are available: 1 node(s) didn't match Pod's node "
+                                              "affinity/selector."), cond
+            p = read_pod(v1, namespace, name)
+            assert p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName"), p
+            assert kubelet.pid(namespace, name) is None
+        p = wait_phase(v1, namespace, "pinned-gpu", ("Failed",))
+        assert p["status"]["reason"] == "NodeAffinity", p["status"]
+        assert not kubelet.log_path(namespace, "pinned-gpu").exists()
+        holds_for(lambda: not read_pod(v1, namespace, "gpu")["spec"].get("nodeName"), "gpu staying unbound", 2)

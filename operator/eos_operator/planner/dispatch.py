@@ -33,7 +33,7 @@ from eos_job.status import ExactlyOnceStreamStatus
 from ..actions import Plan
 from ..conditions import READY, get_condition
 from ..observed import Observed, PodView
-from ..timeutil import fmt
+from ..timeutil import fmt, parse, seconds_between
 from ..upgrades import classify, run_affecting_changes
 from ..validation import InvalidSpec
 from .housekeeping import snapshot_housekeeping
@@ -196,12 +196,29 @@ def _driver_up(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     stop_pods(step, step.obs.others(pod.name))
     if pod.phase == "Running":
         return running(step, pod)
-    # Pending or Unknown: the Pod exists but is not running yet.
+    # Pending or Unknown: the Pod exists but is not running yet; past its start deadline it failed.
+    timeout = spec.job.driver.start_timeout_seconds
+    created = parse(pod.created_at)
+    age = seconds_between(created, step.obs.now) if created is not None else 0.0
+    if age >= timeout:
+        why = pod.blocked or f"still {pod.phase}"
+        return driver_failed(step, spec, f"driver Pod {pod.name} did not start within {timeout}s "
+                                         f"(job.driver.startTimeoutSeconds): {why}")
     if st.lifecycle_state not in ("Restarting", "Upgrading"):
         step.lifecycle("Deploying")
-    step.conditions(("False", "Deploying", f"driver Pod {pod.name} is {pod.phase}"),
-                    ("True", "DriverStarting", f"waiting for {pod.name} to run"), degraded(st))
-    return step.done(requeue_after=POLL_SECONDS)
+    if pod.blocked:
+        message = f"driver Pod {pod.name} cannot start: {pod.blocked}"
+        ready = get_condition(st.conditions, READY)
+        if ready is None or ready.reason != "DriverStartBlocked" or ready.message != message:
+            step.event("Warning", "DriverStartBlocked", f"{message}; it fails after {timeout}s "
+                                                        "(job.driver.startTimeoutSeconds) unless that is fixed")
+        step.conditions(("False", "DriverStartBlocked", message),
+                        ("True", "DriverStarting", f"waiting for {pod.name} to run, at most "
+                                                   f"{timeout - age:.0f}s more"), degraded(st))
+    else:
+        step.conditions(("False", "Deploying", f"driver Pod {pod.name} is {pod.phase}"),
+                        ("True", "DriverStarting", f"waiting for {pod.name} to run"), degraded(st))
+    return step.done(requeue_after=min(POLL_SECONDS * 5 if pod.blocked else POLL_SECONDS, max(timeout - age, 0.1)))
 
 
 def invalid(step: StreamStep, spec: InvalidSpec) -> Plan:

@@ -21,10 +21,13 @@ from ..actions import (ApplyConfigMap, ApplyService, CreatePod, CreateSnapshot, 
 from ..conditions import DEGRADED, get_condition
 from ..observed import Observed
 from ..timeutil import fmt, fmt_ceil, parse, seconds_between
-from ..upgrades import current_checkpoint_dir, spec_json
+from ..upgrades import current_checkpoint_dir, run_affecting_changes, spec_json
 from .housekeeping import snapshot_resource_for
-from .step import POLL_SECONDS, Cond, StreamStep, degraded, stop_pods
-from .upgrade import after_stop, drain, needs_drain, restore_source_missing, restore_text
+from .step import POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, stop_pods
+
+REFUSED_RETRY_SECONDS = 30.0
+REFUSED_REASON = "Refused"   # Ready=False: the API server refused a Pod or object (message: what and why)
+from .upgrade import after_stop, drain, needs_drain, restore_source_missing, restore_text, spec_changed
 
 
 def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: PendingLaunch) -> Plan:
@@ -42,6 +45,15 @@ def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: Pendi
         step.conditions(("False", ready_reason, st.last_error or f"restart at {launch.not_before}"),
                         ("True", progressing_reason, f"{launch.pod} starts at {launch.not_before}"),
                         degraded_cond)
+        return step.done(requeue_after=max(wait, 0.1))
+
+    # 1b. The API server refused a Pod or object of this launch: say why, and retry after a pause (a
+    # namespace's policy, a quota or a name can change; a tight loop of refused creates helps nobody).
+    refused_at = parse(launch.refused_at)
+    if launch.refused and refused_at is not None and seconds_between(refused_at, obs.now) < REFUSED_RETRY_SECONDS:
+        wait = REFUSED_RETRY_SECONDS - seconds_between(refused_at, obs.now)
+        step.conditions(("False", launch.refused_reason or REFUSED_REASON, launch.refused),
+                        ("True", progressing_reason, f"retrying {launch.pod} in {wait:.0f}s"), degraded_cond)
         return step.done(requeue_after=max(wait, 0.1))
 
     # 2. Never two drivers: every other driver Pod of the stream must be gone first.
@@ -76,6 +88,16 @@ def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: Pendi
     # 3b. An upgrade: the old driver is gone; its snapshot, or the fallback, decides where the new one starts.
     if st.upgrade is not None and st.upgrade.step == "Stopping":
         return after_stop(step, spec, st.upgrade, ready_reason, degraded_cond)
+
+    # 3b'. The spec changed again while this upgrade was on its way and the old driver is gone: decide the
+    # upgrade afresh for the spec now wanted, or the change would launch with the old plan and be lost
+    # (a restoreFrom never restored, a parallelism change without its drain).
+    up = st.upgrade
+    if (up is not None and not up.rollback and up.step == "Stopped" and st.last_reconciled_spec
+            and spec.spec_hash() != up.target_spec_hash and all(p.terminal for p in obs.aux_pods)):
+        abandon_upgrade(st)
+        return spec_changed(step, spec, run_affecting_changes(st.last_reconciled_spec, spec),
+                            not_before=launch.not_before)
 
     # 3c. A first start with spec.restoreFrom: a new checkpoint location seeded from that snapshot.
     if st.upgrade is None and spec.restore_from and st.last_reconciled_spec is None:
@@ -151,6 +173,24 @@ def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: Pendi
     return step.done(again=True)
 
 
+def record_refusal(status: ExactlyOnceStreamStatus, what: str, error: str, *, observed: Observed,
+                   reason: str = REFUSED_REASON) -> tuple[ExactlyOnceStreamStatus, Event | None]:
+    """Status after the API server refused ``what`` (a Pod or object the launch creates): the launch
+    keeps its place and retries after REFUSED_RETRY_SECONDS; one event per distinct refusal."""
+    st = status.model_copy(deep=True)
+    launch = st.pending_launch
+    if launch is None:
+        return st, None
+    fix = ("fix the namespace's policy or quota, the stream's podTemplate, or the object in the way"
+           if reason == REFUSED_REASON else "fix the credentials, TLS settings, Secrets or ACLs the message names")
+    message = f"{what} was refused: {error}; {fix} (retrying every {REFUSED_RETRY_SECONDS:.0f}s)"
+    event = None if launch.refused == message else Event("Warning", reason, message)
+    st.pending_launch = launch.model_copy(update={"refused": message, "refused_at": fmt(observed.now),
+                                                  "refused_reason": reason})
+    st.last_error = message
+    return st, event
+
+
 def launch_config(ref: children.StreamRef, spec: ExactlyOnceStreamSpec, st: ExactlyOnceStreamStatus) -> RunConfig:
     """What the launched driver runs: the upgrade's checkpoint location if one is in flight, else the current one."""
     up = st.upgrade
@@ -196,13 +236,14 @@ def summarise(r: ResolutionReport) -> str:
 
 
 def plan_deletion(status: ExactlyOnceStreamStatus, observed: Observed) -> Plan:
-    """Stop every driver gracefully, then remove the other children. The checkpoint stays."""
+    """Stop every driver gracefully, then remove the other children. The checkpoint stays. The children
+    are found by name, so each delete names the stream's uid: an object of that name it does not own stays."""
     step = StreamStep(status, observed)
     if observed.pods:
         stop_pods(step, observed.pods)
         return step.done(requeue_after=POLL_SECONDS, finished=False)
-    step.act(DeleteConfigMap(children.run_config_name(observed.name)))
+    step.act(DeleteConfigMap(children.run_config_name(observed.name), observed.uid))
     for component in (children.PREFLIGHT, children.DRAIN):
-        step.act(DeleteConfigMap(children.aux_config_name(observed.name, component)))
-    step.act(DeleteService(children.driver_service_name(observed.name)))
+        step.act(DeleteConfigMap(children.aux_config_name(observed.name, component), observed.uid))
+    step.act(DeleteService(children.driver_service_name(observed.name), observed.uid))
     return step.done()
