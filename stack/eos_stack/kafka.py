@@ -2,8 +2,9 @@
 
 The broker's jars are resolved once by Maven from ``stack/kafka/pom.xml`` into
 ``<cache>/kafka-<version>/libs``; its configuration, data and pid live under
-``<state>/kafka``. The two loopback ports (client and controller listener) are
-chosen once and kept in ``<state>/kafka/ports.json``, so a restarted broker
+``<state>/kafka``. The three loopback ports (the PLAINTEXT client listener, the
+controller listener, and the SASL_SSL listener of :mod:`eos_stack.kafka_security`)
+are chosen once and kept in ``<state>/kafka/ports.json``, so a restarted broker
 comes back at the same address with the same data: tests and chaos helpers
 (:func:`restart`, :func:`hard_kill`) rely on that.
 """
@@ -18,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+from . import kafka_security
 from .common import REPO, Stack, StackError, free_port, log, port_open, require_tool, run
 
 VERSION = os.environ.get("EOS_KAFKA_VERSION", "4.1.1")
@@ -82,15 +84,24 @@ def config_file(st: Stack) -> Path:
     return home(st) / "server.properties"
 
 
+PORT_NAMES = ("client", "controller", "sasl_ssl")
+
+
 def ports(st: Stack) -> dict[str, int]:
-    """The broker's client and controller ports: chosen once, then persisted."""
+    """The broker's client, controller and SASL_SSL ports: chosen once, then persisted. A ports.json of
+    an older stack (without ``sasl_ssl``) keeps its ports and gains the missing one."""
     pf = home(st) / "ports.json"
-    if pf.exists():
-        return {k: int(v) for k, v in json.loads(pf.read_text()).items()}
-    chosen = {"client": free_port(), "controller": free_port()}
-    while chosen["controller"] == chosen["client"]:
-        chosen["controller"] = free_port()
-    pf.write_text(json.dumps(chosen))
+    chosen = {k: int(v) for k, v in json.loads(pf.read_text()).items()} if pf.exists() else {}
+    missing = [k for k in PORT_NAMES if k not in chosen]
+    for name in missing:
+        port = free_port()
+        while port in chosen.values():
+            port = free_port()
+        chosen[name] = port
+    if missing:
+        tmp = pf.with_suffix(".tmp")
+        tmp.write_text(json.dumps(chosen))
+        tmp.replace(pf)
     return chosen
 
 
@@ -98,18 +109,24 @@ def bootstrap(st: Stack) -> str:
     return f"127.0.0.1:{ports(st)['client']}"
 
 
-def write_config(st: Stack) -> Path:
+def config_text(st: Stack) -> str:
+    """The broker's ``server.properties``; a running broker started with other text is restarted by ``up``."""
     p = ports(st)
+    sec = kafka_security.LISTENER
     props = {
         # KRaft, one process that is both the only controller and the only broker.
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{p['controller']}",
         "controller.listener.names": "CONTROLLER",
-        "listeners": f"PLAINTEXT://127.0.0.1:{p['client']},CONTROLLER://127.0.0.1:{p['controller']}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p['client']}",
+        # PLAINTEXT: unauthenticated (principal ANONYMOUS, a super user), what every test uses unless it
+        # tests security; SASL_SSL: SCRAM users, TLS, ACLs (kafka_security).
+        "listeners": f"PLAINTEXT://127.0.0.1:{p['client']},CONTROLLER://127.0.0.1:{p['controller']},"
+                     f"{sec}://127.0.0.1:{p['sasl_ssl']}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p['client']},{sec}://127.0.0.1:{p['sasl_ssl']}",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,{sec}:{sec}",
+        **kafka_security.broker_props(st),
         "log.dirs": str(data_dir(st)),
         # One node: the internal topics cannot have more than one replica.
         "offsets.topic.replication.factor": "1",
@@ -139,10 +156,24 @@ def write_config(st: Stack) -> Path:
         "delete.topic.enable": "true",
     }
     text = "# Written by eos_stack.kafka on every `up`; edit the code, not this file.\n"
-    text += "".join(f"{k}={v}\n" for k, v in props.items())
+    return text + "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def write_config(st: Stack) -> Path:
+    kafka_security.ensure_tls(st)
     cfg = config_file(st)
-    cfg.write_text(text)
+    tmp = cfg.with_suffix(".tmp")  # holds the TLS key's password: owner-readable only
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(config_text(st))
+    tmp.replace(cfg)
     return cfg
+
+
+def config_current(st: Stack) -> bool:
+    """Whether the running broker's configuration file says what this code would write now."""
+    cfg = config_file(st)
+    return cfg.exists() and cfg.read_text() == config_text(st)
 
 
 LOG4J2 = """\
@@ -248,7 +279,7 @@ def wait_ready(st: Stack, pid: int, timeout: float = START_TIMEOUT) -> None:
             raise StackError(f"the Kafka broker exited during start-up; {st.state}/logs/{NAME}.log ends with:\n"
                              f"{st.log_tail(NAME, 40)}")
         try:
-            if _admin_ready(bs):
+            if _admin_ready(bs) and port_open(ports(st)["sasl_ssl"]):
                 return
         except Exception as exc:  # noqa: BLE001 - reported if it never succeeds
             last = exc
@@ -283,18 +314,23 @@ def up(st: Stack) -> dict[str, str]:
     require_tool("java", JAVA_HINT)
     ensure_libs(st)
     pid = st.running_pid(NAME)
-    if pid is not None:
+    if pid is not None and not config_current(st):
+        # Started by older code (e.g. without the SASL_SSL listener): same ports and data, new config.
+        log("the running Kafka broker's configuration is out of date; restarting it")
+        restart(st)
+    elif pid is not None:
         wait_ready(st, pid)  # reuse the running broker (it may still be starting)
     else:
         _start(st)
-    return {"KAFKA_BOOTSTRAP": bootstrap(st)}
+    kafka_security.ensure_admin(st)
+    return {"KAFKA_BOOTSTRAP": bootstrap(st), **kafka_security.env(st)}
 
 
 def down(st: Stack, purge: bool = False) -> None:
     st.stop_daemon(NAME, grace=STOP_GRACE)
     if purge:
         shutil.rmtree(st.state / "kafka", ignore_errors=True)
-        st.drop_env(["KAFKA_BOOTSTRAP"])
+        st.drop_env(["KAFKA_BOOTSTRAP", *kafka_security.ENV_KEYS])
 
 
 def status(st: Stack) -> tuple[str, str]:
@@ -305,7 +341,8 @@ def status(st: Stack) -> tuple[str, str]:
         return "stopped", f"Kafka {VERSION}" + (" (data kept)" if formatted(st) else "")
     if not port_open(ports(st)["client"]):
         return "stopped", f"pid {pid} alive but {bootstrap(st)} is not answering (starting?)"
-    return "running", f"Kafka {VERSION} at {bootstrap(st)} (pid {pid})"
+    return "running", (f"Kafka {VERSION} at {bootstrap(st)}, SASL_SSL at {kafka_security.secure_bootstrap(st)} "
+                       f"(pid {pid})")
 
 
 # -- chaos helpers -------------------------------------------------------------
