@@ -131,17 +131,42 @@ def _preflight_command(args, cfg) -> int:
     return EXIT_OK if result.passed else EXIT_PREFLIGHT_FAILED
 
 
-def _load(args) -> "RunConfig":  # noqa: F821 - imported lazily to keep --help fast
-    from .spec import load_run_config
+def _read(args) -> dict:
+    """The config document: a mapping, else ValueError (as for anything nested absurdly deep)."""
+    source = f"environment variable {args.config_env}" if args.config_env else args.config
+    try:
+        if args.config_env:
+            raw = os.environ.get(args.config_env)
+            if not raw:
+                raise ValueError(f"environment variable {args.config_env} is empty; it must hold the run config")
+            doc = json.loads(raw)
+        else:
+            with open(args.config) as f:
+                doc = yaml.safe_load(f)
+    except RecursionError:
+        raise ValueError(f"{source}: nested too deeply to be a stream's config") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{source}: expected a mapping (an ExactlyOnceStream manifest or a run config), "
+                         f"not {type(doc).__name__}")
+    return doc
 
-    if args.config_env:
-        raw = os.environ.get(args.config_env)
-        if not raw:
-            raise ValueError(f"environment variable {args.config_env} is empty; it must hold the run config")
-        doc = json.loads(raw)
-    else:
-        with open(args.config) as f:
-            doc = yaml.safe_load(f)
+
+def _load(args, doc: dict) -> "RunConfig":  # noqa: F821 - imported lazily to keep --help fast
+    from .snapshot_resource import SNAPSHOT_KIND
+    from .spec import KIND, load_run_config
+    from .spec_rules import name_errors
+
+    kind = doc.get("kind")
+    if kind == SNAPSHOT_KIND:
+        raise ValueError(f"this is an {SNAPSHOT_KIND} manifest: eos-job {args.command} takes an {KIND} manifest "
+                         f"or a run config (eos-job validate checks a snapshot manifest too)")
+    if kind is not None and kind != KIND:
+        raise ValueError(f"kind: {kind!r} is not {KIND}: eos-job {args.command} takes an {KIND} manifest or a "
+                         "run config (a run config has no kind)")
+    if kind == KIND:
+        errors = name_errors(doc.get("metadata"))
+        if errors:
+            raise ValueError("invalid config:\n" + "\n".join(f"  {e}" for e in errors))
     cfg = load_run_config(doc)
     configure_storage(cfg.spec.checkpoint)
     if args.checkpoint:
@@ -149,12 +174,33 @@ def _load(args) -> "RunConfig":  # noqa: F821 - imported lazily to keep --help f
     return cfg
 
 
-def _field_errors(exc: ValidationError) -> str:
+def _field_errors(exc: ValidationError, what: str = "config", prefix: str = "") -> str:
+    from .spec_rules import explain
+
     lines = []
     for e in exc.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        lines.append(f"  {loc}: {e['msg']}")
-    return "invalid config:\n" + "\n".join(lines)
+        loc = prefix + ".".join(str(p) for p in e["loc"])
+        lines.append(f"  {loc.rstrip('.') or '(top level)'}: {explain(e)}")
+    return f"invalid {what}:\n" + "\n".join(lines)
+
+
+def _validate_snapshot(doc: dict) -> int:
+    """``eos-job validate`` of an ExactlyOnceSnapshot manifest: its name and spec, as the CRD checks them."""
+    from .snapshot_resource import SnapshotSpec
+    from .spec_rules import name_errors
+
+    errors = [f"  {e}" for e in name_errors(doc.get("metadata"), snapshot=True)]
+    try:
+        SnapshotSpec.model_validate(doc.get("spec"))
+    except ValidationError as exc:
+        errors += _field_errors(exc, prefix="spec.").splitlines()[1:]
+    if errors:
+        print("invalid snapshot manifest:\n" + "\n".join(errors), file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    meta = doc["metadata"]
+    print(f"snapshot manifest {meta.get('namespace', 'default')}/{meta['name']} is valid (the operator checks that "
+          "its path is in its stream's store)")
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,15 +247,23 @@ def main(argv: list[str] | None = None) -> int:
         return _snapshot_command(args)
     args.checkpoint = getattr(args, "checkpoint", None)
     try:
-        cfg = _load(args)
+        doc = _read(args)
+        if args.command == "validate" and doc.get("kind") == "ExactlyOnceSnapshot":
+            return _validate_snapshot(doc)
+        cfg = _load(args, doc)
         from .spec import semantic_errors
-        errs = semantic_errors(cfg.spec)
+        errs = semantic_errors(cfg.spec, cfg.stream.namespace, cfg.stream.name)
         if errs:
             raise ValueError("invalid config:\n" + "\n".join(f"  {e}" for e in errs))
     except ValidationError as exc:
         print(_field_errors(exc), file=sys.stderr)
         if args.command == "preflight":
             _emit({"reason": "InvalidConfig", "error": _field_errors(exc)[:2000]})
+        return EXIT_BAD_CONFIG
+    except RecursionError:
+        print("the config is nested too deeply to be a stream's config", file=sys.stderr)
+        if args.command == "preflight":
+            _emit({"reason": "InvalidConfig", "error": "the config is nested too deeply"})
         return EXIT_BAD_CONFIG
     except (ValueError, OSError, yaml.YAMLError) as exc:
         print(f"{exc}", file=sys.stderr)

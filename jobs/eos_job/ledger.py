@@ -54,16 +54,37 @@ def base_config(bootstrap: str, extra: dict[str, str] | None = None) -> dict:
     return conf
 
 
+# Errors librdkafka reports only through error_cb: a wrong password or TLS peer shows up there, while the
+# request itself merely times out.
+ACCESS_ERRORS = (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED)
+
+
 def admin_client(conf: dict) -> AdminClient:
-    return AdminClient(dict(conf))
+    seen: list[KafkaError] = []
+    admin = AdminClient({**conf, "error_cb": lambda err: seen.append(err) if err.code() in ACCESS_ERRORS else None})
+    admin._eos_access_errors = seen
+    return admin
 
 
 def describe_topics(admin: AdminClient, timeout_s: float) -> dict:
     try:
         return admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
+        admin.poll(0)   # serves error_cb: why the brokers were unreachable
+        denied = getattr(admin, "_eos_access_errors", None)
+        if denied:
+            raise SinkUnavailable(f"Kafka at {admin_bootstrap(admin)} refused the connection: authentication "
+                                  f"failed ({denied[-1].str()}); check the credentials, the TLS settings and "
+                                  "their Secrets") from exc
         raise SinkUnavailable(f"cannot reach Kafka at {admin_bootstrap(admin)} within {timeout_s:.0f}s ({exc}); "
                               "check sink.bootstrapServers and that the brokers are up") from exc
+
+
+def topic_denied(admin: AdminClient, topic: str, md) -> None:
+    """Raise when the broker refused to describe ``topic`` to this user (an ACL is missing)."""
+    if md is not None and md.error is not None and md.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        raise SinkUnavailable(f"Kafka at {admin_bootstrap(admin)}: topic {topic!r}: Topic authorization failed; "
+                              "grant the stream's user its ACLs")
 
 
 def admin_bootstrap(admin: AdminClient) -> str:

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException, Producer
 
 from . import checkpoint, protocol
 from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer, list_offsets,
-                     records, watermarks, read_latest, sink_security)
+                     records, watermarks, read_latest, sink_security, topic_denied)
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .epoch import read_generations
 from .kafka_security import KafkaSecrets
@@ -106,6 +106,7 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
     topics = describe_topics(admin, min(timeout_s, 15.0))
     ledger = config.ledger_topic()
     md = topics.get(ledger)
+    topic_denied(admin, ledger, md)
     ledger_parts = len(md.partitions) if md is not None and md.error is None else 0
     t0 = time.monotonic()
     generations = protocol.GenerationHistory()

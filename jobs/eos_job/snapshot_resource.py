@@ -7,6 +7,7 @@ from pydantic import Field
 
 from .pod_template import PodSecurity
 from .spec import Model, S3Store
+from .spec_rules import MAX_LOCATION, SNAPSHOT_PATH_PATTERN
 
 SNAPSHOT_KIND = "ExactlyOnceSnapshot"
 SNAPSHOT_PLURAL = "exactlyoncesnapshots"
@@ -19,9 +20,12 @@ class SnapshotSpec(Model):
     trigger: Literal["manual", "periodic", "nonce", "upgrade"] = Field("manual", description=(
         "Who asked: manual (created by a user), periodic (snapshots.intervalSeconds), nonce (snapshotNonce), "
         "upgrade (written by the driver when it stopped for an upgrade)."))
-    path: str | None = Field(None, min_length=1, description=(
+    path: str | None = Field(None, min_length=1, max_length=MAX_LOCATION, pattern=SNAPSHOT_PATH_PATTERN,
+                             description=(
         "Snapshot directory; default <checkpoint.path>/snapshots/<name>. For trigger upgrade: the snapshot "
-        "the driver wrote (it is verified, not copied)."))
+        "the driver wrote (it is verified, not copied). Absolute (/..., file:///..., s3a://<bucket>/...), "
+        "without '.' or '..' segments, and inside the stream's store (under checkpoint.path for pvc and local, "
+        "in the stream's bucket for s3): the operator refuses a path elsewhere."))
     max_retries: int = Field(3, ge=0, le=100, description="Retries of a failed attempt before the snapshot is Failed.")
     dispose_on_delete: bool = Field(True, description="Delete the snapshot's files when this resource is deleted.")
 

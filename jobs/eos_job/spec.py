@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -17,6 +16,11 @@ from pydantic.alias_generators import to_camel
 from .model import Model
 from .kafka_security import KafkaCredentials, KafkaTls, SecretKeyRef, end_errors
 from .pod_template import PodTemplate
+from .spec_rules import (BOOTSTRAP_PATTERN, CHECKPOINT_PATH_PATTERN, DNS_SUBDOMAIN, EXPONENTIAL_DELAY_RULES,
+                         IMAGE_PATTERN, MAX_ENTRIES, MAX_IMAGE, MAX_LOCATION, MAX_NAME, MAX_PATH, MAX_SERVERS,
+                         MAX_VALUE, RESTORE_FROM_PATTERN, SINK_RULES, SOURCE_OPTION_RULES, SOURCE_RESERVED,
+                         SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES, TOPIC_PATTERN, default_ledger_topic,
+                         restore_errors, topic_errors)
 
 API_GROUP = "streaming.eos.dev"
 API_VERSION = "v1alpha1"
@@ -25,16 +29,19 @@ PLURAL = "exactlyoncestreams"
 SHORT_NAMES = ["eos"]
 DEFAULT_IMAGE = "ghcr.io/spark-eos/spark-eos-operator:0.1.0"
 
-# Kafka topic names: legal characters and length (Kafka rejects others).
-TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
 MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
+# Free-form maps (args, sparkConf, options, producerConfig): bounded keys, values and entries.
+Settings = Annotated[dict[Annotated[str, Field(min_length=1, max_length=MAX_NAME)],
+                          Annotated[str, Field(max_length=MAX_VALUE)]], Field(max_length=MAX_ENTRIES)]
+Servers = Annotated[str, Field(min_length=1, max_length=MAX_SERVERS, pattern=BOOTSTRAP_PATTERN)]
 
 
 # --------------------------------------------------------------------------- spec
 class Resources(Model):
-    cpu: str = Field("1", pattern=QUANTITY_PATTERN, description="CPU request and limit, e.g. 500m or 2.")
-    memory: str = Field("1Gi", pattern=QUANTITY_PATTERN, description="Memory request and limit, e.g. 2Gi.")
+    cpu: str = Field("1", max_length=32, pattern=QUANTITY_PATTERN, description="CPU request and limit, e.g. 500m or 2.")
+    memory: str = Field("1Gi", max_length=32, pattern=QUANTITY_PATTERN,
+                        description="Memory request and limit, e.g. 2Gi.")
 
 
 class DriverSpec(Resources):
@@ -54,13 +61,19 @@ class ExecutorSpec(Resources):
 
 
 class JobSpec(Model):
-    image: str = Field(DEFAULT_IMAGE, min_length=1, description="Container image with the job runtime and the user's module.")
-    module: str = Field(..., pattern=MODULE_PATTERN,
+    image: str = Field(DEFAULT_IMAGE, min_length=1, max_length=MAX_IMAGE, pattern=IMAGE_PATTERN, description=(
+        "Container image with the job runtime and the user's module: [registry[:port]/]repository[:tag]"
+        "[@sha256:digest]."))
+    module: str = Field(..., max_length=MAX_NAME, pattern=MODULE_PATTERN,
                         description="Python module holding the transformation, e.g. examples.colors.job.")
-    function: str = Field("transform", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+    function: str = Field("transform", max_length=MAX_NAME, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                           description="Function in the module: transform(df: DataFrame, ctx) -> DataFrame.")
-    args: dict[str, str] = Field(default_factory=dict, description="Settings passed to the transformation as ctx.args.")
-    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration.")
+    args: Settings = Field(default_factory=dict, description="Settings passed to the transformation as ctx.args.")
+    spark_conf: Settings = Field(default_factory=dict, json_schema_extra={"x-kubernetes-validations": SPARK_CONF_RULES},
+                                 description=(
+        "Extra Spark configuration. Not what the output slots rely on (the runtime sets those): "
+        "spark.sql.shuffle.partitions (from parallelism), spark.sql.adaptive.* switches, spark.speculation "
+        "(a second attempt of a slot's task would fence the first), spark.sql.streaming.checkpointFileManagerClass."))
     parallelism: int = Field(2, ge=1, le=1024, description=(
         "Output slots P: the output is hash-partitioned by key into P transactional writers. "
         "Changing it is an upgrade under a new transactional-id generation."))
@@ -70,7 +83,8 @@ class JobSpec(Model):
         "local", description="local: Spark local mode inside the driver Pod; cluster: spark-submit --master k8s:// with executor Pods.")
     driver: DriverSpec = Field(default_factory=DriverSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
-    service_account_name: str | None = Field(None, description="ServiceAccount of the driver Pod.")
+    service_account_name: str | None = Field(None, max_length=MAX_NAME, pattern=DNS_SUBDOMAIN,
+                                             description="ServiceAccount of the driver Pod (in its namespace).")
     pod_template: PodTemplate = Field(default_factory=PodTemplate, description=(
         "Added to the driver Pod and the stream's pre-flight and drain Pods: labels, annotations, scheduling, "
         "pull secrets, env. What the operator sets wins (eos_job.pod_template)."))
@@ -82,16 +96,21 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 
 
 class SourceSpec(Model):
-    bootstrap_servers: str = Field(..., min_length=1, description="Kafka bootstrap servers of the source cluster.")
-    topics: list[str] = Field(..., min_length=1, description="Source topics.")
+    bootstrap_servers: Servers = Field(..., description=(
+        "Kafka bootstrap servers of the source cluster: host:port[,host:port...], no spaces."))
+    topics: list[Annotated[str, Field(pattern=TOPIC_PATTERN)]] = Field(..., min_length=1, max_length=MAX_ENTRIES,
+                                                                       description="Source topics.")
     starting_offsets: Literal["earliest", "latest"] = Field(
         "earliest", description="Where a fresh checkpoint starts; ignored once the checkpoint has offsets.")
     max_offsets_per_trigger: int = Field(DEFAULT_MAX_OFFSETS_PER_TRIGGER, ge=1, description=(
         "Upper bound of records per micro-batch. Bounded by default, so a start with a backlog runs batches "
         "whose slot transactions fit in sink.transactionTimeoutMs, not one huge batch."))
-    options: dict[str, str] = Field(default_factory=dict, description=(
-        "Extra options of Spark's Kafka source (not the ones the runtime sets: subscribe, startingOffsets, "
-        "maxOffsetsPerTrigger, failOnDataLoss, kafka.isolation.level, ...)."))
+    options: Settings = Field(default_factory=dict, json_schema_extra={"x-kubernetes-validations": SOURCE_OPTION_RULES},
+                              description=(
+        "Extra options of Spark's Kafka source. Not the ones the runtime sets: subscribe, subscribePattern and "
+        "assign (from topics), startingOffsets, maxOffsetsPerTrigger, failOnDataLoss, kafka.isolation.level "
+        "(read_committed: only committed transactions), endingOffsets, startingTimestamp, ...; nor SASL or TLS "
+        "settings (credentials, tls)."))
     accept_data_loss: bool = Field(False, description=(
         "Go on after the replay horizon was exceeded: records retention deleted before the stream read them "
         "are skipped (Spark's failOnDataLoss=false). The loss is reported (ReplayHorizonExceeded), never silent; "
@@ -103,25 +122,21 @@ class SourceSpec(Model):
         "Warn (event, Degraded condition) when retention will delete the oldest record the stream has not "
         "processed within this many seconds; default half the topic's retention.ms."))
 
-    @model_validator(mode="after")
-    def _topic_names(self) -> "SourceSpec":
-        for t in self.topics:
-            if not re.match(TOPIC_PATTERN, t):
-                raise ValueError(f"source.topics: {t!r} is not a valid Kafka topic name "
-                                 "(letters, digits, '.', '_', '-', at most 249)")
-        return self
-
 
 class SinkSpec(Model):
-    bootstrap_servers: str = Field(..., min_length=1, description="Kafka bootstrap servers of the sink cluster.")
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": SINK_RULES})
+    bootstrap_servers: Servers = Field(..., description=(
+        "Kafka bootstrap servers of the sink cluster: host:port[,host:port...], no spaces. A list that shares "
+        "a host:port with the source's (in any order, any case) is the same cluster."))
     topic: str = Field(..., pattern=TOPIC_PATTERN, description="Default output topic.")
     dead_letter_topic: str | None = Field(None, pattern=TOPIC_PATTERN, description=(
         "Topic for poison records, on the sink cluster (written in the same transaction)."))
     ledger_topic: str | None = Field(None, pattern=TOPIC_PATTERN, description=(
-        "The stream's ledger topic; default <topic>.eos-ledger.<namespace>.<name>."))
+        "The stream's ledger topic; default <topic>.eos-ledger.<namespace>.<name>, which must fit Kafka's 249 "
+        "characters (else set this). Differs from topic and deadLetterTopic."))
     transaction_timeout_ms: int = Field(60000, ge=1000, le=900000, description=(
         "Kafka transaction.timeout.ms of the slot producers (at most the broker's transaction.max.timeout.ms)."))
-    producer_config: dict[str, str] = Field(default_factory=dict, description=(
+    producer_config: Settings = Field(default_factory=dict, description=(
         "Extra librdkafka producer settings. Credentials go in credentials, never here."))
     credentials: KafkaCredentials | None = Field(None, description=(
         "SASL credentials of the sink cluster, by Secret reference."))
@@ -130,7 +145,8 @@ class SinkSpec(Model):
 
 class S3Store(Model):
     bucket: str = Field(..., pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", description="The bucket.")
-    endpoint: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$", description=(
+    endpoint: str | None = Field(None, max_length=MAX_NAME, pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$",
+                                 description=(
         "http(s)://host[:port] of an S3-compatible server; unset: AWS S3 of the region."))
     region: str = Field("us-east-1", pattern=r"^[a-z0-9-]{1,32}$", description="The bucket's region.")
     path_style_access: bool = Field(False, description=(
@@ -157,10 +173,12 @@ class CheckpointSpec(Model):
     store: Literal["pvc", "local", "s3"] = Field("pvc", description=(
         "pvc: a PersistentVolumeClaim mounted in the driver; s3: an S3 (compatible) bucket, read by the "
         "operator directly; local: a path on the node (tests only)."))
-    claim_name: str | None = Field(None, description="The PersistentVolumeClaim (store=pvc).")
+    claim_name: str | None = Field(None, max_length=MAX_NAME, pattern=DNS_SUBDOMAIN,
+                                   description="The PersistentVolumeClaim (store=pvc).")
     s3: S3Store | None = Field(None, description="The bucket (store=s3).")
-    path: str = Field(..., min_length=1, description=(
-        "Directory for checkpoints and snapshots inside the store (for s3: the key prefix in the bucket)."))
+    path: str = Field(..., max_length=MAX_PATH, pattern=CHECKPOINT_PATH_PATTERN, description=(
+        "Directory for checkpoints and snapshots inside the store, absolute, without '.' or '..' segments: "
+        "the claim's mount path (pvc), a directory on the node (local), the key prefix in the bucket (s3)."))
 
     def root(self) -> str:
         """Where this stream's checkpoints and snapshots live, as Spark and the storage layer spell it."""
@@ -175,12 +193,21 @@ class FixedDelay(Model):
 
 
 class ExponentialDelay(Model):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": EXPONENTIAL_DELAY_RULES})
     initial_delay_seconds: float = Field(1.0, ge=0, le=86400)
     max_delay_seconds: float = Field(300.0, ge=0, le=86400)
     multiplier: float = Field(2.0, ge=1.0, le=100.0)
     jitter: float = Field(0.1, ge=0.0, le=1.0, description="Random fraction added or removed from each delay.")
     reset_after_seconds: float = Field(600.0, ge=0, description="A run this long resets the backoff.")
     max_attempts: int | None = Field(None, ge=0, description="Restarts before Failed; unset = unlimited.")
+
+    @model_validator(mode="after")
+    def _initial_within_max(self) -> "ExponentialDelay":
+        if self.initial_delay_seconds > self.max_delay_seconds:
+            raise ValueError(f"restartStrategy.exponentialDelay.initialDelaySeconds: {self.initial_delay_seconds:g} is "
+                             f"over maxDelaySeconds ({self.max_delay_seconds:g}), the bound of every delay: lower "
+                             "initialDelaySeconds or raise maxDelaySeconds")
+        return self
 
 
 class FailureRate(Model):
@@ -224,6 +251,7 @@ class SnapshotPolicy(Model):
 
 
 class ExactlyOnceStreamSpec(Model):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": STREAM_RULES})
     job: JobSpec
     source: SourceSpec
     sink: SinkSpec
@@ -239,9 +267,13 @@ class ExactlyOnceStreamSpec(Model):
     snapshot_nonce: int = Field(0, description=(
         "Change to take a snapshot now (an ExactlyOnceSnapshot <name>-n<nonce>; beyond 63 characters the "
         "name is shortened with a hash)."))
-    restore_from: str | None = Field(None, min_length=1, description=(
-        "Start from a snapshot: the name of a Completed ExactlyOnceSnapshot in this namespace, or an absolute "
-        "snapshot path in the checkpoint store. Seeds a new checkpoint location; the snapshot is never changed. "
+    restore_from: str | None = Field(None, min_length=1, max_length=MAX_LOCATION, pattern=RESTORE_FROM_PATTERN,
+                                     description=(
+        "Start from a snapshot: the name of a Completed ExactlyOnceSnapshot in this namespace (looked up there "
+        "only), or an absolute snapshot path (/..., file:///..., s3a://...) without '.' or '..' segments inside "
+        "the stream's store: under checkpoint.path for pvc and local (the only part of the volume its Pods "
+        "mount), in checkpoint.s3.bucket for s3 (its keys reach that bucket); a snapshot elsewhere is named by "
+        "its ExactlyOnceSnapshot. Seeds a new checkpoint location; the snapshot is never changed. "
         "Setting or changing it on a running stream restores it (an upgrade from that snapshot)."))
     upgrade_pre_flight: bool = Field(True, description=(
         "Before stopping the old driver for an upgrade, start the new spec on a scratch copy of the state "
@@ -264,17 +296,10 @@ class ExactlyOnceStreamSpec(Model):
         return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def semantic_errors(spec: ExactlyOnceStreamSpec) -> list[str]:
-    """Checks the schema cannot express; each message names the field and the fix."""
-    errors: list[str] = []
-    sink_topics = {spec.sink.topic, spec.sink.dead_letter_topic, spec.sink.ledger_topic} - {None}
-    same_cluster = spec.source.bootstrap_servers == spec.sink.bootstrap_servers
-    for t in spec.source.topics:
-        if t in sink_topics and same_cluster:
-            errors.append(f"sink.topic: {t!r} is also a source topic; the stream would read its own output. "
-                          "Choose another sink.topic")
-    if spec.sink.dead_letter_topic and spec.sink.dead_letter_topic == spec.sink.topic:
-        errors.append("sink.deadLetterTopic: must differ from sink.topic")
+def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, name: str | None = None) -> list[str]:
+    """Checks beyond the fields' own (the CRD's CEL rules say most of them too); each message names the field
+    and the fix. With the stream's namespace and name the derived ledger topic is checked too."""
+    errors: list[str] = topic_errors(spec, namespace, name) + restore_errors(spec)
     if spec.checkpoint.store == "pvc" and not spec.checkpoint.claim_name:
         errors.append("checkpoint.claimName: required when checkpoint.store is pvc")
     errors += spec.job.pod_template.errors("job.podTemplate")
@@ -310,20 +335,7 @@ PRODUCER_RESERVED = frozenset({
     "transactional.id", "enable.idempotence", "acks", "partitioner", "transaction.timeout.ms",
     "bootstrap.servers", "isolation.level",
 })
-# Spark Kafka source options the runtime sets (with the spec field that sets them, if any): a batch's input
-# must be the offset ranges of the offset log, read only from committed transactions, never silently short.
-SOURCE_RESERVED = {
-    "subscribe": "source.topics", "subscribePattern": "source.topics", "assign": "source.topics",
-    "kafka.bootstrap.servers": "source.bootstrapServers", "startingOffsets": "source.startingOffsets",
-    "maxOffsetsPerTrigger": "source.maxOffsetsPerTrigger", "failOnDataLoss": "source.acceptDataLoss",
-    "kafka.isolation.level": None, "endingOffsets": None, "startingTimestamp": None,
-    "startingOffsetsByTimestamp": None,
-}
-# Spark settings the slots rely on: P shuffle partitions, never merged or split by adaptive execution.
-SPARK_RESERVED = {
-    "spark.sql.shuffle.partitions": "job.parallelism", "spark.sql.adaptive.enabled": None,
-    "spark.sql.adaptive.coalescePartitions.enabled": None, "spark.sql.adaptive.skewJoin.enabled": None,
-}
+# SOURCE_RESERVED and SPARK_RESERVED (the source options and Spark settings the runtime owns): spec_rules.
 
 
 # ---------------------------------------------------------------- the job config
@@ -360,7 +372,8 @@ class RunConfig(Model):
         "re-run with their original offsets (so the ledger's skips match what the sink holds)."))
 
     def ledger_topic(self) -> str:
-        return self.spec.sink.ledger_topic or f"{self.spec.sink.topic}.eos-ledger.{self.stream.namespace}.{self.stream.name}"
+        return self.spec.sink.ledger_topic or default_ledger_topic(self.spec.sink.topic, self.stream.namespace,
+                                                                   self.stream.name)
 
 
 def load_run_config(doc: dict) -> RunConfig:

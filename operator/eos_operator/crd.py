@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAMES, ExactlyOnceStreamSpec
+from eos_job.spec_rules import STREAM_OBJECT_RULES
 from eos_job.status import ExactlyOnceStreamStatus
 from eos_job.snapshot_resource import (SNAPSHOT_KIND, SNAPSHOT_PLURAL, SNAPSHOT_SHORT_NAMES,
                                        ExactlyOnceSnapshotStatus, SnapshotSpec)
@@ -40,7 +41,8 @@ SNAPSHOT_CRD_PATH = CRD_DIR / f"{SNAPSHOT_CRD_NAME}.yaml"
 
 # Keywords a structural schema may carry through from pydantic's output.
 _KEEP = ("type", "description", "enum", "default", "pattern", "minLength", "maxLength", "minimum",
-         "maximum", "minItems", "maxItems", "format", "nullable", "x-kubernetes-validations")
+         "maximum", "minItems", "maxItems", "minProperties", "maxProperties", "format", "nullable",
+         "x-kubernetes-validations")
 
 # Descriptions for spec fields whose pydantic Field has none (keyed by the
 # camelCase path under spec). Better moved into eos_job/spec.py one day; the
@@ -253,7 +255,7 @@ def build_crd() -> dict[str, Any]:
                 description="An exactly-once Spark Structured Streaming job from Kafka to Kafka.",
                 spec=spec_schema(), status=status_schema(), columns=PRINTER_COLUMNS,
                 name_rule=_name_rule(MAX_STREAM_NAME, "the driver's Service is named <name>-driver, a DNS label "
-                                                      "of at most 63"))
+                                                      "of at most 63") + STREAM_OBJECT_RULES)
 
 
 def build_snapshot_crd() -> dict[str, Any]:

@@ -11,7 +11,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote as _url_quote
 
 from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from eos_job.snapshot_resource import SNAPSHOT_PLURAL
@@ -20,6 +20,16 @@ from .children import LABEL_STREAM, selector_string, stream_selector
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "eos-operator"
+
+
+def quote(segment: str) -> str:
+    """One segment of an API path (a namespace, a name), '/' escaped too: a name such as
+    ``../../<namespace>/exactlyoncesnapshots/<name>`` stays one segment of the caller's namespace, never a
+    path into another (the CRD refuses such a spec.restoreFrom; this is the second line). No object is named
+    '.' or '..', which a server would resolve as a path step: refused."""
+    if segment in (".", ".."):
+        raise ValueError(f"{segment!r} is not an object name")
+    return _url_quote(segment, safe="")
 
 
 class ObjectRef(Protocol):

@@ -196,7 +196,7 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
         meta = obj["metadata"]
         ref = StreamRef(name, namespace, meta["uid"])
         status = parse_status(obj.get("status"))
-        spec = validate_spec(obj.get("spec"))
+        spec = validate_spec(obj.get("spec"), namespace, name)
         observed = await observe(obj, status, spec, deps)
         plan = last["plan"] = planner.plan(spec, status, observed)
         lifecycle = last["lifecycle"] = plan.status.lifecycle_state

@@ -12,6 +12,7 @@ from typing import Any
 
 from eos_job.spec import StreamIdentity, stream_uid
 from eos_job.snapshot_resource import ExactlyOnceSnapshotStatus, SnapshotSpec
+from eos_job.spec_rules import store_problem
 
 from .actions import CreatePod, DeletePod, Plan, Step
 from .observed import PodView
@@ -76,6 +77,15 @@ def _stream_problem(spec: SnapshotSpec, facts: StreamFacts | InvalidSpec | None,
     return None
 
 
+def _path_problem(spec: SnapshotSpec, facts: StreamFacts | InvalidSpec | None) -> str | None:
+    """spec.path must lie in the stream's store (spec_rules.store_problem): the snapshot's Pods run with the
+    stream's volume and keys, which must not copy to, inspect or dispose of anything else."""
+    if spec.path is None or not isinstance(facts, StreamFacts):
+        return None
+    problem = store_problem(facts.spec.checkpoint, spec.path)
+    return f"spec.path: {problem}" if problem else None
+
+
 def _pending(step: _Step, spec: SnapshotSpec) -> Plan:
     st, obs = step.st, step.obs
     for pod in obs.attempt_pods():          # failed attempts are deleted as they are counted; be sure
@@ -96,6 +106,10 @@ def _pending(step: _Step, spec: SnapshotSpec) -> Plan:
     if spec.trigger == "upgrade" and not spec.path:
         return _failed(step, "spec.path is required when spec.trigger is upgrade (the snapshot the driver wrote): "
                              "delete this snapshot and create one with spec.path")
+    problem = _path_problem(spec, facts)
+    if problem is not None:
+        return _failed(step, f"{problem}: delete this snapshot and create one with a path in the stream's store, or "
+                             "without spec.path (<checkpoint.path>/snapshots/<name>)")
     if spec.trigger != "upgrade" and facts.checkpoint_dir is None:
         st.attempts += 1
         return _attempt_failed(step, spec, f"stream {spec.stream} has no checkpoint yet (it never started a "
@@ -245,6 +259,9 @@ def _deletion(step: _Step, spec: SnapshotSpec | InvalidSpec) -> Plan:
             return _released(step)
         why = "spec.disposeOnDelete is false" if valid else "the spec is invalid"
         step.event("Normal", "SnapshotKept", f"{why}: the snapshot's files are kept at {path}")
+        return _released(step)
+    if st.path is None and _path_problem(spec, stream_facts(obs.stream)) is not None:
+        step.event("Normal", "SnapshotKept", f"spec.path {path} is outside the stream's store: nothing is disposed")
         return _released(step)
 
     disposers = obs.dispose_pods()

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from eos_job.spec import API_GROUP, API_VERSION, ExactlyOnceStreamSpec, StreamIdentity
 from eos_job.snapshot_resource import SNAPSHOT_KIND, ExactlyOnceSnapshotStatus, SnapshotAccess, SnapshotSpec
+from eos_job.spec_rules import explain
 from pydantic import ValidationError
 
 from . import children
@@ -206,7 +207,8 @@ def stream_facts(obj: dict[str, Any] | None) -> StreamFacts | InvalidSpec | None
     leniently (only the three fields it needs), so it does not depend on the rest of that model."""
     if obj is None:
         return None
-    spec = validate_spec(obj.get("spec"))
+    meta = obj.get("metadata") or {}
+    spec = validate_spec(obj.get("spec"), meta.get("namespace"), meta.get("name"))
     if isinstance(spec, InvalidSpec):
         return spec
     status = obj.get("status") or {}
@@ -314,7 +316,7 @@ def parse_snapshot_spec(raw: Any) -> SnapshotSpec | InvalidSpec:
     try:
         return SnapshotSpec.model_validate(raw)
     except ValidationError as exc:
-        return InvalidSpec(tuple(f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+        return InvalidSpec(tuple(f"spec.{'.'.join(str(p) for p in e['loc'])}: {explain(e)}"
                                  for e in exc.errors(include_url=False)))
 
 

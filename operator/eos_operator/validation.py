@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from eos_job.spec import ExactlyOnceStreamSpec, semantic_errors
+from eos_job.spec_rules import explain
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,7 @@ def _field_from_message(msg: str) -> str | None:
 def _format_pydantic(exc: ValidationError) -> list[str]:
     out = []
     for err in exc.errors(include_url=False):
-        msg = str(err.get("msg", ""))
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+        msg = explain(err)   # a refused pattern says what the value must look like
         loc = _path(tuple(err.get("loc", ())))
         named = _field_from_message(msg)
         if named:
@@ -71,15 +70,19 @@ def allow_local_store(allowed: bool = True) -> None:
     _LOCAL_STORE["allowed"] = allowed
 
 
-def validate_spec(raw: dict[str, Any] | None) -> ExactlyOnceStreamSpec | InvalidSpec:
-    """Parse and check a resource's ``spec``; never raises for bad input."""
+def validate_spec(raw: dict[str, Any] | None, namespace: str | None = None,
+                  name: str | None = None) -> ExactlyOnceStreamSpec | InvalidSpec:
+    """Parse and check a resource's ``spec``; never raises for bad input. With the stream's namespace and
+    name, what derives from them is checked too (the default ledger topic's length)."""
     if not isinstance(raw, dict):
         return InvalidSpec(("spec: required",))
     try:
         spec = ExactlyOnceStreamSpec.model_validate(raw)
     except ValidationError as exc:
         return InvalidSpec(tuple(_format_pydantic(exc)))
-    errors = semantic_errors(spec)
+    except RecursionError:   # absurdly deep nesting in a free-form map
+        return InvalidSpec(("spec: nested too deeply to be a stream's spec",))
+    errors = semantic_errors(spec, namespace, name)
     if spec.checkpoint.store == "local" and not _LOCAL_STORE["allowed"]:
         errors.append("checkpoint.store: local is a directory on whichever node runs the driver: a restart on "
                       "another node would not find the checkpoint. Use store s3 (or pvc); local is accepted "

@@ -2,6 +2,7 @@
 values by name, carries the generated CRD unchanged and never grants a wildcard."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,27 @@ def test_invalid_values_are_refused_by_name(helm: Helm, path):
         assert proc.returncode != 0, f"helm {command[0]} accepted {path.name}:\n{out}"
         assert "values don't meet the specifications of the schema" in out, out
         assert expected in out, f"helm {command[0]} on {path.name} did not mention {expected!r}:\n{out}"
+
+
+# Rules values.schema.json cannot say (they compare two values) are `fail`s in the templates; helm lint only logs a
+# `fail` and renders on, so every one goes through the eos.fail helper, which stops lint too.
+TEMPLATE_RULES = [(["--set", "metrics.port=8080"], "metrics.port must differ from health.port")]
+
+
+@pytest.mark.parametrize("values,expected", TEMPLATE_RULES, ids=["metrics-port-is-health-port"])
+def test_template_rules_stop_helm_lint_as_well_as_template(helm: Helm, values, expected):
+    for command in (["template", "eos", str(CHART)], ["lint", "--strict", str(CHART)], ["lint", str(CHART)]):
+        proc = helm.run(*command, *values, check=False)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, f"helm {command[0]} accepted {values}:\n{out}"
+        assert expected in out, f"helm {command[0]} did not mention {expected!r}:\n{out}"
+
+
+def test_every_template_rule_goes_through_eos_fail():
+    calls = {path.name: len(re.findall(r"\{\{-?\s*fail\b", path.read_text()))
+             for path in (CHART / "templates").glob("*")}
+    assert calls.pop("_helpers.tpl") == 1                            # eos.fail itself
+    assert not any(calls.values()), f"a bare `fail` passes helm lint; use include \"eos.fail\" \"<message>\": {calls}"
 
 
 # ----------------------------------------- the API server's schema validation

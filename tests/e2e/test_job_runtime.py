@@ -69,7 +69,7 @@ def test_graceful_stop_takes_a_snapshot_at_a_clean_boundary(colors_run, stack_en
 def test_bad_config_names_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: ExactlyOnceStream\nmetadata: {name: x}\nspec:\n  job: {module: m, paralelism: 2}\n"
-                   "  source: {bootstrapServers: a, topics: [t]}\n  sink: {bootstrapServers: a, topic: t}\n"
+                   "  source: {bootstrapServers: a:9092, topics: [t]}\n  sink: {bootstrapServers: a:9092, topic: t}\n"
                    "  checkpoint: {store: local, path: /tmp/x}\n")
     r = run_job(["validate", "--config", str(bad)])
     assert r.returncode == 2

@@ -48,10 +48,14 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
             errors.append(f"{path}: fewer than {schema['minItems']} items")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            errors.append(f"{path}: more than {schema['maxItems']} items")
         for i, item in enumerate(value):
             errors += validate(item, schema.get("items", {}), f"{path}[{i}]")
     if isinstance(value, dict):
         props = schema.get("properties")
+        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+            errors.append(f"{path}: more than {schema['maxProperties']} properties")
         for req in schema.get("required", []):
             if req not in value:
                 errors.append(f"{path}.{req}: Required value".lstrip("."))

@@ -14,7 +14,8 @@ from eos_job.snapshot_resource import ExactlyOnceSnapshotStatus, SnapshotSpec
 from eos_operator import crd
 
 ALLOWED_KEYS = {"type", "description", "enum", "default", "pattern", "minLength", "maxLength", "minimum", "maximum",
-                "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "format", "nullable", "properties",
+                "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "minProperties", "maxProperties",
+                "format", "nullable", "properties",
                 "required", "items", "additionalProperties", "x-kubernetes-preserve-unknown-fields",
                 "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-validations"}
 
@@ -84,8 +85,8 @@ def test_schema_carries_enums_defaults_and_bounds():
     job = spec["job"]["properties"]
     assert job["state"]["enum"] == ["running", "suspended"] and job["state"]["default"] == "running"
     assert job["parallelism"]["minimum"] == 1 and job["parallelism"]["maximum"] == 1024
-    assert job["args"] == {"type": "object", "description": job["args"]["description"],
-                           "additionalProperties": {"type": "string"}}
+    assert job["args"] == {"type": "object", "description": job["args"]["description"], "maxProperties": 256,
+                           "additionalProperties": {"type": "string", "maxLength": 4096}}
     assert spec["restartStrategy"]["properties"]["type"]["enum"] == ["fixed-delay", "exponential-delay",
                                                                       "failure-rate"]
     rate = spec["restartStrategy"]["properties"]["failureRate"]["properties"]["intervalSeconds"]

@@ -12,7 +12,7 @@ fixed_cfgs = st.builds(FixedDelay, attempts=st.integers(0, 20),
 expo_cfgs = st.builds(
     ExponentialDelay,
     initial_delay_seconds=st.floats(0, 100, allow_nan=False),
-    max_delay_seconds=st.floats(0, 3600, allow_nan=False),
+    max_delay_seconds=st.floats(100, 3600, allow_nan=False),   # at least initialDelaySeconds (the spec refuses less)
     multiplier=st.floats(1.0, 10.0, allow_nan=False),
     jitter=st.floats(0.0, 1.0, allow_nan=False),
     reset_after_seconds=st.floats(1, 3600, allow_nan=False),

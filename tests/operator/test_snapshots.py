@@ -136,9 +136,32 @@ def test_pvc_store_mounts_the_claim_like_the_driver_and_uses_its_service_account
 
 
 def test_spec_path_is_the_destination():
-    plan = plan_snapshot(spec(path="/elsewhere/s1"), status(), observed())
-    assert plan.status.path == "/elsewhere/s1"
-    assert argv_value(created(plan)[0]["spec"]["containers"][0]["command"], "--dest") == "/elsewhere/s1"
+    plan = plan_snapshot(spec(path=f"{CKPT}/elsewhere/s1"), status(), observed())
+    assert plan.status.path == f"{CKPT}/elsewhere/s1"
+    assert argv_value(created(plan)[0]["spec"]["containers"][0]["command"], "--dest") == f"{CKPT}/elsewhere/s1"
+
+
+@pytest.mark.parametrize("path", ["/elsewhere/s1", "file:///elsewhere/s1", "s3a://checkpoints/streams/s1"])
+def test_a_spec_path_outside_the_streams_store_fails_before_any_pod(path):
+    # The snapshot's Pods run with the stream's volume and keys: they copy to, inspect and dispose of nothing else.
+    plan = plan_snapshot(spec(path=path), status(), observed())
+    assert plan.status.state == "Failed" and not created(plan) and plan.status.path is None
+    assert plan.status.last_error.startswith("spec.path: ") and f"checkpoint.path ({CKPT})" in plan.status.last_error
+    up = spec(trigger="upgrade", path=path)   # an upgrade snapshot's files are disposed whatever its state: not these
+    failed = plan_snapshot(up, status(), observed()).status
+    assert failed.state == "Failed" and failed.path is None
+    gone = plan_snapshot(up, failed, observed(deleting=True))
+    assert gone.finished and not created(gone) and reasons(gone) == ["SnapshotKept"]
+    assert "outside the stream's store" in gone.events[0].message
+
+
+def test_a_spec_path_of_an_s3_stream_must_be_in_its_bucket():
+    s3 = base_spec(checkpoint={"store": "s3", "path": "/streams/colors", "s3": {"bucket": "checkpoints"}})
+    inside = plan_snapshot(spec(path="s3a://checkpoints/other/s1"), status(), observed(stream=stream_obj(s3)))
+    assert inside.status.state == "InProgress"
+    for path in ("s3a://other-team/streams/s1", "/streams/colors/s1"):
+        plan = plan_snapshot(spec(path=path), status(), observed(stream=stream_obj(s3)))
+        assert plan.status.state == "Failed" and "s3a://checkpoints/<key>" in plan.status.last_error, path
 
 
 def test_upgrade_trigger_inspects_the_drivers_snapshot_instead_of_taking_one():

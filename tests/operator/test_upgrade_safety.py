@@ -224,7 +224,7 @@ def test_a_new_stream_with_restore_from_starts_from_that_snapshot():
 
 
 def test_restoring_a_snapshot_of_another_stream_says_it_is_a_fork():
-    s = spec(restoreFrom="/tmp/other/snapshots/x")
+    s = spec(restoreFrom="/tmp/eos-test/other/snapshots/x")   # a path must lie in the stream's store
     src = RestoreSource(ref=s.restore_from, path=s.restore_from, stream_uid="another", batch=3)
     obs = replace(observed(), restore_source=src)
     st = plan(s, ExactlyOnceStreamStatus(), obs).status

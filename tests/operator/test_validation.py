@@ -3,13 +3,15 @@
 Files annotated ``test.eos.dev/rejected-by: schema`` must fail the generated CRD
 schema (checked here offline; tests/e2e/test_operator_e2e.py checks the real API
 server); ``cel`` ones pass the structural schema here and fail a CEL rule of the CRD,
-which only the real API server evaluates (the e2e test); ``operator`` ones pass both
+which only the real API server evaluates (``test_the_api_server_decides_as_annotated``
+below, on the stack's API server, and the e2e test); ``operator`` ones pass both
 and must fail the operator's validation (pydantic plus ``semantic_errors``), which
 puts the message in the Ready condition and an InvalidSpec event. Every file fails the
 operator's validation too, so a CRD installed without its rules still rejects it.
 """
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,7 +43,7 @@ def test_corpus_is_large_enough():
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
 def test_operator_validation_rejects_naming_the_field(path):
     doc, field, _ = load(path)
-    result = validate_spec(doc["spec"])
+    result = validate_spec(doc["spec"], doc["metadata"].get("namespace", "default"), doc["metadata"]["name"])
     assert isinstance(result, InvalidSpec), f"{path.name} was accepted"
     assert any(field in e for e in result.errors), result.errors
     assert all(e.startswith("spec") for e in result.errors)
@@ -93,3 +95,86 @@ def test_local_store_is_refused_unless_the_operator_allows_it():
     assert "--allow-local-store" in result.message and "s3" in result.message
     allow_local_store(True)
     assert isinstance(validate_spec(spec), ExactlyOnceStreamSpec)
+
+
+# ------------------------------------------------------------ the live API server
+# The offline check above cannot evaluate CEL: here the real API server of the stack decides every file of the
+# corpus, on a copy of the generated CRDs under a group of their own (nothing else on the shared server sees
+# them), by server-side dry run (nothing is stored).
+@pytest.fixture(scope="module")
+def scratch_api(stack_env):
+    from eos_stack.cluster import Kubectl
+
+    from eos_operator.crd import build_snapshot_crd
+
+    kubectl = Kubectl(stack_env)
+    group = f"v{uuid.uuid4().hex[:8]}.validation.eos.dev"
+    crds = [build_crd(), build_snapshot_crd()]
+    for crd in crds:
+        crd["spec"]["group"] = group
+        crd["metadata"]["name"] = f"{crd['spec']['names']['plural']}.{group}"
+    try:
+        for crd in crds:
+            kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(crd))
+        for crd in crds:
+            kubectl.run("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
+        yield lambda doc: kubectl.run("apply", "--dry-run=server", "-n", "default", "-f", "-", check=False,
+                                      stdin=yaml.safe_dump({**doc, "apiVersion": f"{group}/v1alpha1"}))
+    finally:
+        for crd in crds:
+            kubectl.run("delete", "crd", crd["metadata"]["name"], "--ignore-not-found", "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
+def test_the_api_server_decides_as_annotated(scratch_api, path):
+    doc, field, by = load(path)
+    result = scratch_api(doc)
+    if by in ("schema", "cel"):
+        assert result.returncode != 0, f"the API server accepted {path.name}"
+        assert field in result.stderr, f"{path.name}: {result.stderr}"
+    else:
+        assert result.returncode == 0, f"{path.name} should pass the API server: {result.stderr}"
+
+
+def stream_doc(name: str = "ok", **spec: object) -> dict:
+    return {"kind": "ExactlyOnceStream", "metadata": {"name": name}, "spec": {**base_spec(), **spec}}
+
+
+def test_the_api_server_accepts_what_the_rules_allow(scratch_api):
+    ok = [stream_doc(),
+          stream_doc(restoreFrom="colors-p1"),
+          stream_doc(restoreFrom="/tmp/eos-test/snapshots/colors-p1"),
+          stream_doc(restoreFrom="file:///tmp/eos-test/snapshots/colors-p1"),
+          stream_doc(checkpoint={"store": "s3", "path": "/streams/ok", "s3": {"bucket": "checkpoints"}},
+                     restoreFrom="s3a://checkpoints/other-stream/snapshots/x"),
+          # another cluster: the same topic names are other topics
+          stream_doc(sink={"bootstrapServers": "sink-0.kafka:9093", "topic": "in", "deadLetterTopic": "dlq"}),
+          stream_doc(sink={"bootstrapServers": "localhost:9092", "topic": "out", "deadLetterTopic": "dlq",
+                           "ledgerTopic": "ledger"}),
+          stream_doc(job={"module": "m", "image": "registry.example.com:5000/team/job:1.2@sha256:" + "a" * 64,
+                          "serviceAccountName": "spark-driver", "sparkConf": {"spark.sql.ansi.enabled": "true"}},
+                     source={"bootstrapServers": "[::1]:9092,kafka-0.kafka.svc:9092", "topics": ["in", ".x", "..y"],
+                             "options": {"kafka.fetch.max.bytes": "1048576"}}),
+          stream_doc("n" * 56, sink={"bootstrapServers": "localhost:9092", "topic": "t" * 179})]   # 179 + 56 = 235
+    for doc in ok:
+        result = scratch_api(doc)
+        assert result.returncode == 0, (doc["metadata"]["name"], doc["spec"], result.stderr)
+        assert validate_spec(doc["spec"], "d", doc["metadata"]["name"]).__class__ is ExactlyOnceStreamSpec
+
+
+@pytest.mark.parametrize("name", ["1-colors", "colors.v2", "Colors"])
+def test_the_api_server_refuses_a_stream_name_its_service_cannot_have(scratch_api, name):
+    result = scratch_api(stream_doc(name))
+    assert result.returncode != 0 and "metadata.name must be a DNS-1035 label" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("path,accepted", [
+    ("/tmp/eos-test/snapshots/s1", True), ("s3a://checkpoints/streams/s1", True), ("file:///ckpt/s1", True),
+    ("snapshots/s1", False), ("/tmp/eos-test/../other/s1", False), ("/tmp/eos-test/./s1", False),
+    ("s3a://checkpoints/../x", False), ("/tmp//s1", False)])
+def test_the_api_server_checks_a_snapshot_path(scratch_api, path, accepted):
+    doc = {"kind": "ExactlyOnceSnapshot", "metadata": {"name": "s1"}, "spec": {"stream": "colors", "path": path}}
+    result = scratch_api(doc)
+    assert (result.returncode == 0) == accepted, result.stderr
+    if not accepted:
+        assert "spec.path" in result.stderr

@@ -43,9 +43,17 @@ app.kubernetes.io/part-of: spark-eos-operator
 {{- printf "%s-%s" .Release.Namespace (include "eos.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* A rule of the chart's values that values.schema.json cannot say (it compares two values): `fail`, which
+     stops helm template and install. helm lint only logs a fail and renders on, so the include of a template
+     named like the message then stops lint too ("no template \"<message>\""). Every rule goes through here. */}}
+{{- define "eos.fail" -}}
+{{- fail . -}}
+{{- include . nil -}}
+{{- end -}}
+
 {{- define "eos.image" -}}
 {{- if eq .Values.image.tag "latest" -}}
-{{- fail "image.tag: 'latest' is not allowed: pin a version (or leave it empty for the chart's appVersion, or set image.digest)" -}}
+{{- include "eos.fail" "image.tag: 'latest' is not allowed: pin a version (or leave it empty for the chart's appVersion, or set image.digest)" -}}
 {{- end -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}

@@ -1,0 +1,103 @@
+"""A driver that cannot start, as a real cluster reports it, reaches the stream's status with its reason,
+then the restart strategy; a Pod the API server refuses is named in status and retried, not stormed.
+
+The process kubelet plays the node: an image it may not pull waits in ErrImagePull/ImagePullBackOff, a
+nodeSelector no node matches leaves the Pod unscheduled (PodScheduled=False, Unschedulable), and a
+ResourceQuota of zero Pods makes the API server refuse the create (403). No Spark starts until the quota
+is lifted."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from eos_stack.cluster import wait_until
+from tests.e2e.streams import NAME, PYTHONPATH, Rig
+from tests.harness.kubelet import ProcessKubelet
+
+pytestmark = pytest.mark.stack
+MISSING_IMAGE = "registry.invalid/eos:missing"
+
+
+def _waiting(r: Rig, pod: str) -> str | None:
+    """What blocks the Pod, as its status says (a waiting reason or an unscheduled condition)."""
+    for p in r.kubectl.pods(r.ns):
+        if p["metadata"]["name"] != pod:
+            continue
+        st = p.get("status") or {}
+        for c in st.get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                return c.get("reason")
+        for c in st.get("containerStatuses") or []:
+            reason = ((c.get("state") or {}).get("waiting") or {}).get("reason")
+            if reason in ("ErrImagePull", "ImagePullBackOff"):
+                return reason
+    return None
+
+
+def _ready(s: dict) -> dict:
+    return next((c for c in s.get("conditions") or [] if c["type"] == "Ready"), {})
+
+
+def _reported_within_10s(r: Rig, pod: str, blocker: str) -> None:
+    wait_until(lambda: _waiting(r, pod), f"{pod} to report why it cannot start", 60, r.diag, 0.2)
+    # From the moment the Pod reports it: the stream says so within 10 s.
+    ready = r.wait_status(lambda s: _ready(s).get("reason") == "DriverStartBlocked", "DriverStartBlocked", 10)
+    assert blocker in _ready(ready)["message"] and pod in _ready(ready)["message"], ready
+
+
+def _delete(r: Rig) -> None:
+    r.kubectl.run("delete", "exactlyoncestream", NAME, "-n", r.ns, "--timeout=120s")
+
+
+def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, kubectl, namespace, tmp_path):
+    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
+                        extra_env={"PYTHONPATH": PYTHONPATH},
+                        pullable=lambda image: not image.startswith("registry.invalid/")) as kubelet:
+        r = Rig(stack_env, kubectl, namespace, tmp_path, kubelet)
+        r.start_operator()
+        try:
+            # 1. An image that cannot be pulled: named at once, then after job.driver.startTimeoutSeconds a
+            # failed start, and the restart strategy launches the next attempt.
+            doc = r.stream()
+            doc["spec"]["job"].update(image=MISSING_IMAGE, driver={"startTimeoutSeconds": 20})
+            kubectl.apply(doc, namespace)
+            _reported_within_10s(r, "colors-driver-0", "ImagePull")
+            assert kubectl.events(namespace, NAME).count("DriverStartBlocked") >= 1
+            wait_until(lambda: kubectl.event_messages(namespace, NAME, "DriverFailed"), "the start to time out",
+                       60, r.diag, 1)
+            failed = kubectl.event_messages(namespace, NAME, "DriverFailed")[0]
+            assert "did not start within 20s" in failed and "ImagePull" in failed, failed
+            wait_until(lambda: any(p["metadata"]["name"] == "colors-driver-1" for p in kubectl.pods(namespace)),
+                       "the restart strategy's next attempt", 60, r.diag, 1)
+            _delete(r)
+
+            # 2. A nodeSelector no node matches: the scheduler's reason.
+            doc = r.stream()
+            doc["spec"]["job"]["podTemplate"] = {"nodeSelector": {"pool": "gpu"}}
+            kubectl.apply(doc, namespace)
+            _reported_within_10s(r, "colors-driver-0", "Unschedulable")
+            _delete(r)
+
+            # 3. The API server refuses the Pod (a quota of zero Pods): the reason in status, one event,
+            # retried after a pause; once the quota is lifted the same launch creates its Pod.
+            quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"},
+                     "spec": {"hard": {"pods": "0"}}}
+            kubectl.apply(quota, namespace)
+            # No quota controller runs here: the status it would write, so admission counts against it.
+            kubectl.run("patch", "resourcequota", "no-pods", "-n", namespace, "--subresource=status",
+                        "--type=merge", "-p", json.dumps({"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}}))
+            kubectl.apply(r.stream(), namespace)
+            refused = r.wait_status(lambda s: _ready(s).get("reason") == "Refused", "the refusal in status", 60)
+            assert "exceeded quota" in _ready(refused)["message"], refused
+            assert kubectl.events(namespace, NAME).count("Refused") == 1
+            kubectl.run("delete", "resourcequota", "no-pods", "-n", namespace)
+            t0 = time.monotonic()
+            wait_until(lambda: any(p["metadata"]["name"] == "colors-driver-0" for p in kubectl.pods(namespace)),
+                       "the launch to create its Pod once the quota is gone", 90, r.diag, 1)
+            print(f"Pod created {time.monotonic() - t0:.0f}s after the quota was lifted (retry every 30 s)")
+            assert kubectl.events(namespace, NAME).count("Refused") == 1, "one event per distinct refusal"
+        finally:
+            kubectl.run("delete", "exactlyoncestream", "--all", "-n", namespace, "--timeout=120s", check=False)
+            r.operator.stop()
