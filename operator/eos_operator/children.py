@@ -25,6 +25,7 @@ LABEL_ATTEMPT = f"{API_GROUP}/attempt"
 ANNOTATION_SPEC_HASH = f"{API_GROUP}/spec-hash"
 
 RUN_CONFIG_KEY = "run.json"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 EXECUTOR_TEMPLATE_KEY = "executor-template.yaml"   # Spark's executor pod template (job.executor.podTemplate)
 EXECUTOR_TEMPLATE_DIR = "/etc/eos"
 RUN_CONFIG_ENV = "EOS_RUN_CONFIG"
@@ -284,6 +285,14 @@ def kafka_env(spec: ExactlyOnceStreamSpec) -> list[dict[str, Any]]:
             env.append({"name": env_name(end, value),
                         "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     return env
+
+
+def pin_to_node(pod: dict[str, Any], node: str | None) -> dict[str, Any]:
+    """A Pod that mounts the running driver's ReadWriteOnce claim lands on the driver's node (elsewhere it
+    would wait for the volume for ever: Multi-Attach)."""
+    if node:
+        pod["spec"]["nodeSelector"] = {**pod["spec"].get("nodeSelector", {}), HOSTNAME_LABEL: node}
+    return pod
 
 
 def s3_env(s3) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from eos_job.spec import StreamIdentity, stream_uid
 from eos_job.snapshot_resource import ExactlyOnceSnapshotStatus, SnapshotSpec
 from eos_job.spec_rules import store_problem
 
+from . import children
 from .actions import CreatePod, DeletePod, Plan, Step
 from .observed import PodView
 from .snapshots import (ATTEMPT_GRACE_SECONDS, DISPOSE_ATTEMPTS, MAX_LABEL_VALUE, MAX_MESSAGE, POLL_SECONDS,
@@ -143,9 +144,9 @@ def _attempt_pod(step: _Step, spec: SnapshotSpec, facts: StreamFacts, attempt: i
                                   uid=stream_uid(obs.namespace, spec.stream), generation=facts.tx_generation)
         assert facts.checkpoint_dir is not None
         command = take_command(facts.checkpoint_dir, path, identity, facts.spec_hash)
-    return snapshot_pod(ref, spec.stream, access_of(facts.spec), name=attempt_pod_name(obs.name, attempt),
-                        action=action,
-                        command=command, attempt=attempt)
+    pod = snapshot_pod(ref, spec.stream, access_of(facts.spec), name=attempt_pod_name(obs.name, attempt),
+                       action=action, command=command, attempt=attempt)
+    return children.pin_to_node(pod, obs.driver_node if facts.spec.checkpoint.store == "pvc" else None)
 
 
 def _in_progress(step: _Step, spec: SnapshotSpec) -> Plan:

@@ -44,9 +44,14 @@ async def observe(obj: dict[str, Any], spec: SnapshotSpec | Any, deps: SnapshotD
     stream = await deps.kube.get_stream(namespace, spec.stream) if isinstance(spec, SnapshotSpec) else None
     raw_pods = await deps.kube.list_pods(namespace, snapshot_selector(name))
     pods = tuple(sorted((pod_view(p) for p in raw_pods), key=lambda p: p.name))
+    node = None
+    if stream is not None and ((stream.get("spec") or {}).get("checkpoint") or {}).get("store") == "pvc":
+        driver = (stream.get("status") or {}).get("driverPod")
+        node = next((pod_view(p).node for p in await deps.kube.list_driver_pods(namespace, spec.stream)
+                     if (p.get("metadata") or {}).get("name") == driver), None)
     return SnapshotObserved(name=name, namespace=namespace, uid=meta.get("uid", ""),
                             generation=int(meta.get("generation") or 0), now=deps.clock.now(), stream=stream,
-                            pods=pods, deleting=bool(meta.get("deletionTimestamp")))
+                            pods=pods, deleting=bool(meta.get("deletionTimestamp")), driver_node=node)
 
 
 async def reconcile_snapshot(namespace: str, name: str, deps: SnapshotDeps, *, max_steps: int = 6) -> SnapshotOutcome:

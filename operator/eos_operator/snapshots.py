@@ -176,6 +176,7 @@ class SnapshotObserved:
     stream: dict[str, Any] | None = None     # the ExactlyOnceStream object (spec and status), None = missing
     pods: tuple[PodView, ...] = ()        # the Pods labelled with this snapshot (attempts and dispose)
     deleting: bool = False
+    driver_node: str | None = None         # store pvc: the node of the stream's running driver (its claim)
 
     def attempt_pods(self) -> list[PodView]:
         """Attempt Pods of *this* snapshot (a re-created snapshot of the same name never adopts old ones)."""

@@ -133,6 +133,11 @@ def test_pvc_store_mounts_the_claim_like_the_driver_and_uses_its_service_account
     assert pod_spec["serviceAccountName"] == "spark-eos-driver"
     assert pod_spec["containers"][0]["image"] == "img:1"
     assert plan.status.path == "/ckpt/snapshots/s1"
+    assert "nodeSelector" not in pod_spec
+    # The running driver holds the (ReadWriteOnce) claim: the take lands on its node.
+    from dataclasses import replace
+    pinned = plan_snapshot(spec(), status(), replace(observed(stream=stream_obj(pvc)), driver_node="node-7"))
+    assert created(pinned)[0]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-7"}
 
 
 def test_spec_path_is_the_destination():

@@ -397,3 +397,42 @@ def test_a_restore_from_applied_while_an_upgrade_is_on_its_way_is_not_lost():
     while not any(isinstance(x, Resolve) for x in resolved.actions) and resolved.again:
         resolved = plan(b, resolved.status, gone)
     assert [x.config.restore_from for x in resolved.actions if isinstance(x, Resolve)] == [src.path]
+
+
+def test_a_drain_pod_that_cannot_start_fails_at_the_start_deadline_with_its_reason():
+    from eos_operator.timeutil import fmt as fmt_
+    old = spec()
+    new = spec(upgradePreFlight=False, upgradeMode="last-state", job={"module": "tests.e2e.jobs.sleeper",
+               "parallelism": 2, "args": {"v": "2"}, "driver": {"startTimeoutSeconds": 30}})
+    st = running(old)
+    p = plan(new, st, observed(pod("colors-driver-0")))
+    for _ in range(6):                                  # stop the old driver, then to the drain
+        obs = observed() if p.status.upgrade and p.status.upgrade.step != "Stopping" else observed(pod("colors-driver-0"))
+        if p.status.upgrade and p.status.upgrade.step == "Draining":
+            break
+        p = plan(new, p.status, obs)
+    assert p.status.upgrade.step == "Draining", p.status.upgrade
+    name = p.status.upgrade.drain_pod
+    blocked = PodView(name=name, phase="Pending", created_at=fmt_(T0), blocked="ImagePullBackOff: Back-off")
+    waiting = plan(new, p.status, with_aux(observed(at=10), blocked))
+    assert "ImagePullBackOff" in cond(waiting, "Progressing").message
+    late = plan(new, waiting.status, with_aux(observed(at=31), blocked))
+    assert "DrainFailed" in reasons(late) and "did not start within 30s" in late.status.last_error
+
+
+def test_on_a_pvc_the_pre_flight_lands_on_the_running_drivers_node():
+    """A ReadWriteOnce claim the driver holds can be mounted only on its node: the pre-flight Pod (which
+    runs while the driver still does) is pinned there; on S3 or local it is not pinned."""
+    claim = {"store": "pvc", "claimName": "ckpt", "path": "/tmp/eos-test"}
+    old = spec(checkpoint=claim)
+    new = upgraded_spec(upgradePreFlight=True, checkpoint=claim)
+    on_node = pod("colors-driver-0", node="node-7")
+    p = plan(new, running(old), observed(on_node))
+    check = plan(new, p.status, observed(on_node))
+    body = next(a.body for a in check.actions if isinstance(a, CreatePod))
+    assert body["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-7"}
+    s3_old, s3_new = spec(), upgraded_spec(upgradePreFlight=True)
+    p = plan(s3_new, running(s3_old), observed(on_node))
+    check = plan(s3_new, p.status, observed(on_node))
+    body = next(a.body for a in check.actions if isinstance(a, CreatePod))
+    assert "nodeSelector" not in body["spec"]

@@ -14,6 +14,7 @@ from .. import children
 from ..actions import DeletePod, Step
 from ..conditions import DEGRADED, PROGRESSING, READY, set_condition
 from ..observed import Observed
+from ..timeutil import parse, seconds_between
 
 POLL_SECONDS = 2.0  # how soon to look again while waiting for a Pod to go or come
 SNAPSHOT_HISTORY = 10  # snapshots kept in status.snapshots (the files stay in the store)
@@ -104,3 +105,14 @@ def watch_replay_horizon(step: StreamStep) -> None:
     st.replay_horizon = new
     if st.last_committed_batch is None or new.batch > st.last_committed_batch:
         st.last_committed_batch = new.batch   # also while no driver runs (suspended, failed)
+
+
+def not_starting(pod, spec, now) -> str | None:
+    """A short-lived Pod of the stream (pre-flight, drain) still not running job.driver.startTimeoutSeconds
+    after its creation: why, as a failure text; None while it may still start."""
+    created = parse(pod.created_at)
+    timeout = spec.job.driver.start_timeout_seconds
+    if pod.phase != "Pending" or created is None or seconds_between(created, now) < timeout:
+        return None
+    return (f"Pod {pod.name} did not start within {timeout}s (job.driver.startTimeoutSeconds): "
+            f"{pod.blocked or 'still Pending'}")

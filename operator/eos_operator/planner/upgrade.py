@@ -19,7 +19,7 @@ from ..timeutil import fmt, fmt_ceil, parse
 from ..upgrades import OPERATOR_ONLY_FIELDS, current_checkpoint_dir, plan_spec_change
 from .housekeeping import snapshot_resource_for
 from .restarts import apply_failure, exhausted, start_launch
-from .step import POLL_SECONDS, SNAPSHOT_HISTORY, Cond, StreamStep, abandon_upgrade, degraded
+from .step import POLL_SECONDS, SNAPSHOT_HISTORY, Cond, StreamStep, abandon_upgrade, degraded, not_starting
 
 
 def spec_changed(step: StreamStep, spec: ExactlyOnceStreamSpec, changes: list[str], *,
@@ -164,10 +164,11 @@ def pre_flight(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
         config = children.run_config(ref, spec, st.tx_generation, checkpoint=source)
         step.act(ApplyConfigMap(children.run_config_map(ref, config, children.aux_config_name(obs.name,
                                                                                               children.PREFLIGHT))))
-        step.act(CreatePod(children.aux_pod(
+        node = driver.node if driver is not None and spec.checkpoint.store == "pvc" else None
+        step.act(CreatePod(children.pin_to_node(children.aux_pod(
             ref, spec, component=children.PREFLIGHT, attempt=launch.attempt, tx_generation=st.tx_generation,
             args=["preflight", "--config-env", children.RUN_CONFIG_ENV, "--from-checkpoint", source,
-                  "--scratch", children.preflight_scratch_dir(spec, launch.attempt)])))
+                  "--scratch", children.preflight_scratch_dir(spec, launch.attempt)]), node)))
         step.event("Normal", "PreFlight", f"trying the new spec on a scratch copy of {source} "
                                           f"({up.pre_flight_pod}, writes nothing) before stopping {st.driver_pod}")
         step.conditions(running, ("True", "PreFlight", f"{up.pre_flight_pod} checks the new spec"), degraded(st))
@@ -179,10 +180,11 @@ def pre_flight(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
         step.event("Normal", "PreFlightPassed", f"the new spec starts from the current state "
                                                 f"({pod.message or 'ok'}); proceeding with the upgrade")
         return step.done(again=True)
-    if pod.phase == "Failed":
+    stuck = not_starting(pod, spec, obs.now)
+    if pod.phase == "Failed" or stuck:
         if not pod.deleting:
             step.act(DeletePod(pod.name, 0))
-        reason = pod.failure_text()
+        reason = stuck or pod.failure_text()
         message = (f"pre-flight of the new spec failed, the old spec keeps running: {reason}. "
                    "Fix the spec (or set upgradeMode: stateless to start without the state)")[:1024]
         abandon_upgrade(st)
@@ -196,7 +198,8 @@ def pre_flight(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
                        if driver is not None and driver.phase == "Running" else running)
         step.conditions(ready, ("False", "UpgradeBlocked", message), degraded(st))
         return step.done(again=True)
-    step.conditions(running, ("True", "PreFlight", f"{pod.name} is {pod.phase}"), degraded(st))
+    step.conditions(running, ("True", "PreFlight", f"{pod.name} is {pod.phase}"
+                                                   + (f": {pod.blocked}" if pod.blocked else "")), degraded(st))
     return step.done(requeue_after=POLL_SECONDS)
 
 
@@ -235,9 +238,10 @@ def drain(step: StreamStep, spec: ExactlyOnceStreamSpec, up: UpgradeProgress, la
         st.upgrade = up.model_copy(update={"step": "Stopped", "drained": True})
         step.event("Normal", "Drained", f"{name}: {pod.message or 'no batch was left uncommitted'}")
         return step.done(again=True)
-    if pod.phase == "Failed":
+    stuck = not_starting(pod, spec, obs.now)
+    if pod.phase == "Failed" or stuck:
         step.act(DeletePod(pod.name, 0))
-        restart, delay, explanation = apply_failure(step, spec, pod.failure_text(), attempt=launch.attempt,
+        restart, delay, explanation = apply_failure(step, spec, stuck or pod.failure_text(), attempt=launch.attempt,
                                                      failed_reason="DrainFailed")
         if not restart:
             return exhausted(step, explanation)
@@ -249,7 +253,8 @@ def drain(step: StreamStep, spec: ExactlyOnceStreamSpec, up: UpgradeProgress, la
                                                                                          st.last_error or ""))
         return step.done(requeue_after=max(delay, POLL_SECONDS))
     step.conditions(("False", ready_reason, f"draining with {name}"),
-                    ("True", "Draining", f"{name} is {pod.phase}"), degraded_cond)
+                    ("True", "Draining", f"{name} is {pod.phase}" + (f": {pod.blocked}" if pod.blocked else "")),
+                    degraded_cond)
     return step.done(requeue_after=POLL_SECONDS)
 
 
