@@ -1,4 +1,5 @@
-"""Pod templates: what a platform adds to a stream's Pods (scheduling, pull secrets, labels, env).
+"""Pod templates: what a platform adds to a stream's Pods (scheduling, affinity, pull secrets, labels, env,
+extra volumes, the user they run as).
 
 ``job.podTemplate`` applies to the driver Pod and the stream's short-lived Pods (pre-flight, drain), which
 must land where the driver may; ``job.executor.podTemplate`` to the executor Pods Spark creates in cluster
@@ -14,7 +15,7 @@ field named.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -71,6 +72,16 @@ class PodSecurity(Model):
         return pod
 
 
+OWNED_VOLUMES = ("checkpoint", "executor-template", "spark-local-dir-", "spark-conf-volume", "kube-api-access-")
+
+
+class VolumeMount(Model):
+    name: str = Field(..., pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="A volume of volumes.")
+    mount_path: str = Field(..., pattern=r"^/", max_length=1024, description="Absolute path in the container.")
+    read_only: bool = Field(False, description="Mount it read-only.")
+    sub_path: str | None = Field(None, max_length=1024, description="A path inside the volume to mount.")
+
+
 class PodTemplate(Model):
     labels: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' labels.")
     annotations: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' annotations.")
@@ -80,6 +91,13 @@ class PodTemplate(Model):
     image_pull_secrets: list[str] = Field(default_factory=list, description=(
         "Names of Secrets in the stream's namespace to pull the image with."))
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment of the container.")
+    affinity: dict[str, Any] = Field(default_factory=dict, description=(
+        "The Pods' affinity (nodeAffinity, podAffinity, podAntiAffinity) as a Pod spec spells it."))
+    volumes: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description=(
+        "Extra volumes of the Pods, as a Pod spec spells them (each with a name); the namespace's Pod Security "
+        "level still applies (restricted: no hostPath)."))
+    volume_mounts: list[VolumeMount] = Field(default_factory=list, max_length=32, description=(
+        "Where the container mounts the extra volumes."))
     security_context: PodSecurity = Field(default_factory=PodSecurity, description=(
         "User, group and volume group of the Pods (the image's 10001 by default); the rest of the security "
         "context is fixed at the restricted Pod Security level."))
@@ -90,6 +108,14 @@ class PodTemplate(Model):
                for k in self.labels if k.startswith(OWNED_LABEL_PREFIXES)]
         out += [f"{field}.env.{e.name}: the operator sets this variable; choose another name"
                 for e in self.env if e.name.startswith(OWNED_ENV_PREFIXES)]
+        names = [v.get("name") for v in self.volumes]
+        out += [f"{field}.volumes[{i}].name: required, a DNS label" for i, n in enumerate(names)
+                if not isinstance(n, str) or not n]
+        out += [f"{field}.volumes.{n}: the operator owns this volume name; choose another"
+                for n in names if isinstance(n, str) and n.startswith(OWNED_VOLUMES)]
+        out += [f"{field}.volumes.{n}: named twice" for n in sorted({n for n in names if names.count(n) > 1})]
+        out += [f"{field}.volumeMounts.{m.name}: no volume of that name in {field}.volumes"
+                for m in self.volume_mounts if m.name not in names]
         return out
 
     def apply(self, pod: dict) -> dict:
@@ -104,7 +130,16 @@ class PodTemplate(Model):
         if self.env:
             container = spec["containers"][0]
             container["env"] = [{"name": e.name, "value": e.value} for e in self.env] + container.get("env", [])
+        self._add_volumes(spec)
         return self.security_context.apply(pod)
+
+    def _add_volumes(self, spec: dict) -> None:
+        if self.volumes:
+            spec["volumes"] = [*spec.get("volumes", []), *(dict(v) for v in self.volumes)]
+        if self.volume_mounts:
+            container = spec["containers"][0]
+            container["volumeMounts"] = [*container.get("volumeMounts", []),
+                                         *(m.model_dump(by_alias=True, exclude_none=True) for m in self.volume_mounts)]
 
     def spark_conf(self) -> dict[str, str]:
         """Executor settings Spark takes as configuration (labels, annotations, node selector, env)."""
@@ -119,6 +154,7 @@ class PodTemplate(Model):
         tolerations, priority class, pull secrets when set). Spark builds the executor on its first
         container."""
         pod = {"apiVersion": "v1", "kind": "Pod", "spec": {**self._pod_spec_fields(), "containers": [{}]}}
+        self._add_volumes(pod["spec"])
         return self.security_context.apply(pod)
 
     def _pod_spec_fields(self) -> dict:
@@ -130,4 +166,6 @@ class PodTemplate(Model):
             spec["priorityClassName"] = self.priority_class_name
         if self.image_pull_secrets:
             spec["imagePullSecrets"] = [{"name": n} for n in self.image_pull_secrets]
+        if self.affinity:
+            spec["affinity"] = dict(self.affinity)
         return spec

@@ -75,7 +75,8 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
     manifest = colors_stream(NAME, topics, tmp_path, attempts=5, delay=1.0, module="examples.colors.ids")
     toleration = {"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"}
     template = {"labels": {"team": "payments"}, "env": [{"name": "TZ", "value": "UTC"}],
-                "tolerations": [toleration]}
+                "tolerations": [toleration], "volumes": [{"name": "scratch", "emptyDir": {}}],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
     manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA, "podTemplate": template,
                                     "executor": {"instances": 2, "cpu": "1", "memory": "768Mi",
                                                  "startTimeoutSeconds": 15, "podTemplate": template}})
@@ -111,6 +112,9 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
         assert pod["metadata"]["labels"]["team"] == "payments", pod["metadata"]["labels"]
         assert toleration in pod["spec"].get("tolerations", []), pod["spec"].get("tolerations")
         assert {"name": "TZ", "value": "UTC"} in pod["spec"]["containers"][0]["env"]
+        assert {"name": "scratch", "emptyDir": {}} in pod["spec"]["volumes"], pod["spec"]["volumes"]
+        assert any(m["mountPath"] == "/scratch" for m in pod["spec"]["containers"][0]["volumeMounts"])
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True   # restricted, executors included
     for pod in first:
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Pod", driver0["metadata"]["uid"]), owner

@@ -295,3 +295,28 @@ def test_every_pod_meets_restricted_pod_security():
     assert "fsGroup" not in template["spec"]["securityContext"]
     res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": {"securityContext": {"runAsUser": 0}}}})
     assert any("runAsUser" in e for e in res.errors), res
+
+
+def test_affinity_and_extra_volumes_reach_driver_aux_pods_and_executors():
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["streaming"]}]}]}}}
+    template = {"affinity": affinity, "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+    s = spec(job={"module": "m", "deployMode": "cluster", "podTemplate": template,
+                  "executor": {"podTemplate": template}})
+    for pod in (children.driver_pod(REF, s, attempt=1, tx_generation=0),
+                children.aux_pod(REF, s, component="drain", attempt=1, tx_generation=0, args=["drain"])):
+        assert pod["spec"]["affinity"] == affinity
+        assert {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}} in pod["spec"]["volumes"]
+        assert {"name": "scratch", "mountPath": "/scratch", "readOnly": False} in \
+            pod["spec"]["containers"][0]["volumeMounts"]
+    executor = json.loads(children.run_config_map(REF, children.run_config(REF, s, tx_generation=0))
+                          ["data"][children.EXECUTOR_TEMPLATE_KEY])
+    assert executor["spec"]["affinity"] == affinity
+    assert executor["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}]
+    assert executor["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == "/scratch"
+    bad = {"volumes": [{"name": "checkpoint", "emptyDir": {}}, {"emptyDir": {}}],
+           "volumeMounts": [{"name": "nope", "mountPath": "/x"}]}
+    res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": bad}})
+    assert any(e.startswith("spec.job.podTemplate.volumes.checkpoint") for e in res.errors), res.errors
+    assert any("volumes[1].name" in e for e in res.errors) and any("volumeMounts.nope" in e for e in res.errors)
