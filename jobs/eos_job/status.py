@@ -67,7 +67,7 @@ class PendingLaunch(Model):
     refused_at: str | None = Field(None, description="When that refusal happened (RFC 3339).")
     refused_reason: str | None = Field(None, description=(
         "Its reason: Refused (the API server), KafkaAuthenticationFailed, KafkaAuthorizationFailed, "
-        "KafkaSecretMissing."))
+        "KafkaSecretMissing, CheckpointSecretMissing."))
 
 
 class SnapshotRecord(Model):

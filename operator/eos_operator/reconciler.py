@@ -276,7 +276,8 @@ async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, stat
     except Exception as exc:  # noqa: BLE001 - any failure to resolve is a failed start
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         later = _at(observed, deps.clock.now())
-        denied = denial(exc)
+        denied = denial(exc) or ("CheckpointSecretMissing" if isinstance(exc, StoreUnreadable)
+                                 and "Secret" in str(exc) else None)
         if denied is not None:
             # A wrong password, a missing ACL or Secret: no restart helps until someone fixes it, so the
             # launch waits and retries instead of counting failures (one event per distinct cause).

@@ -10,8 +10,6 @@ the stream recovers when they are fixed. The password appears in no ConfigMap, s
 or log line."""
 from __future__ import annotations
 
-import base64
-import secrets
 import time
 from pathlib import Path
 
@@ -22,15 +20,11 @@ from eos_stack import kafka_security as ks
 from eos_stack.cluster import wait_until
 from eos_stack.common import Stack
 from examples.colors.generator import expected_ids, produce
-from tests.e2e.streams import ColorsTopics, Diagnostics, assert_ids_exactly_once, colors_stream, wait_ids
+from tests.e2e.streams import (ColorsTopics, Diagnostics, assert_ids_exactly_once, colors_stream, kube_secret, secure,
+                               wait_ids)
 
 pytestmark = pytest.mark.stack
 NAME = "colors"
-
-
-def _secret(name: str, data: dict[str, str]) -> dict:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
 
 
 def _ready(kubectl, namespace: str) -> dict:
@@ -41,24 +35,15 @@ def _ready(kubectl, namespace: str) -> dict:
 def test_secured_stream_is_exact_and_names_what_kafka_refuses(stack_env, kubectl, namespace, kubelet, operator,
                                                               tmp_path, report_result):
     st, diag = Stack(), Diagnostics(kubectl, namespace, operator, kubelet)
-    secure = stack_env["KAFKA_SECURE_BOOTSTRAP"]
+    secure_bootstrap = stack_env["KAFKA_SECURE_BOOTSTRAP"]
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])           # made (and verified) as the PLAINTEXT admin
-    user, password = f"stream-{namespace}", secrets.token_urlsafe(18)
-    ks.create_user(st, user, password)
     ledger = topics.ledger(namespace, NAME)
-    prefix = f"eos-{namespace}-{NAME}-"
-    ks.grant_stream(st, user, source_topics=[topics.events], write_topics=[topics.counts, topics.dlq],
-                    ledger_topic=ledger, transactional_prefix=prefix)
-    kubectl.apply(_secret("kafka-user", {"username": user, "password": password}), namespace)
-    kubectl.apply(_secret("kafka-ca", {"ca.crt": ks.ca_pem(st)}), namespace)
     manifest = colors_stream(NAME, topics, tmp_path, attempts=5, delay=1.0, module="examples.colors.ids")
     manifest["spec"]["upgradeMode"] = "snapshot"
-    security = {"credentials": {"mechanism": "SCRAM-SHA-512", "securityProtocol": "SASL_SSL",
-                                "username": {"name": "kafka-user", "key": "username"},
-                                "password": {"name": "kafka-user", "key": "password"}},
-                "tls": {"ca": {"name": "kafka-ca", "key": "ca.crt"}}}
-    manifest["spec"]["source"].update(bootstrapServers=secure, **security)
-    manifest["spec"]["sink"].update(bootstrapServers=secure, **security)
+    password = secure(manifest, stack_env, kubectl, namespace, source_topics=[topics.events],
+                      write_topics=[topics.counts, topics.dlq], ledger=ledger)
+    user = f"stream-{namespace}-{NAME}"
+    prefix = f"eos-{namespace}-{NAME}-"
     produce(topics.bootstrap, topics.events, 3000)
     expected, sent, journal = expected_ids(3000), 3000, []
 
@@ -98,16 +83,16 @@ def test_secured_stream_is_exact_and_names_what_kafka_refuses(stack_env, kubectl
     journal.append(f"snapshot upgrade to {d2}; {len(expected)} ids exactly once")
 
     # 3. A wrong password: resolution of the next start says so, once, and waits; the right one heals it.
-    kubectl.apply(_secret("kafka-user", {"username": user, "password": "not-" + password}), namespace)
+    kubectl.apply(kube_secret("kafka-user", {"username": user, "password": "not-" + password}), namespace)
     assert kubelet.kill9(namespace, d2), diag()
     wait_until(lambda: _ready(kubectl, namespace).get("reason") == "KafkaAuthenticationFailed",
                "KafkaAuthenticationFailed in status", 120, diag, 1)
-    assert secure in _ready(kubectl, namespace)["message"], _ready(kubectl, namespace)
+    assert secure_bootstrap in _ready(kubectl, namespace)["message"], _ready(kubectl, namespace)
     restarts = kubectl.status(namespace, NAME).get("restartCount", 0)
     time.sleep(35)                                               # one retry at least
     assert kubectl.events(namespace, NAME).count("KafkaAuthenticationFailed") == 1
     assert kubectl.status(namespace, NAME).get("restartCount", 0) == restarts, "no restart storm"
-    kubectl.apply(_secret("kafka-user", {"username": user, "password": password}), namespace)
+    kubectl.apply(kube_secret("kafka-user", {"username": user, "password": password}), namespace)
     d3 = wait_until(lambda: (lambda d: d if d and d != d2 else None)(running_driver()), "recovery", 240, diag, 1)
     journal.append(f"wrong password: KafkaAuthenticationFailed, one event, no restart counted; healed as {d3}")
 

@@ -1,5 +1,6 @@
 """The snapshot upgrade on the real stack: operator, process kubelet, real runtime, real Kafka, and the
-checkpoint on the stack's S3 server (the production shape: ``checkpoint.store: s3``, keys in a Secret).
+checkpoint on the stack's S3 server (the production shape: ``checkpoint.store: s3``, keys in a Secret; Kafka
+only through the SASL_SSL listener as the stream's own SCRAM user with its ACLs).
 
 The colors stream is upgraded (``EOS_UPGRADES`` times in a row, once in ``make test``) to a changed transformation
 (``job.args.version``: same key and count, one more JSON field) while events keep
@@ -34,7 +35,7 @@ from examples.colors.local_run import create_topics  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
-from tests.e2e.streams import Trickle  # noqa: E402
+from tests.e2e.streams import Trickle, secure  # noqa: E402
 
 pytestmark = pytest.mark.stack
 
@@ -75,6 +76,8 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
     stream["spec"]["checkpoint"] = {"store": "s3", "path": prefix, "s3": {
         "bucket": bucket, "endpoint": endpoint, "pathStyleAccess": True,
         "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
+    # Kafka as production runs it: source and sink only through the SASL_SSL listener, the stream's own user.
+    secure(stream, stack_env, kubectl, namespace, source_topics=[src], write_topics=[counts, dlq], ledger=ledger)
     s3 = S3Options(endpoint=endpoint, path_style=True, access_key=stack_env["S3_ACCESS_KEY"],
                    secret_key=stack_env["S3_SECRET_KEY"])
     assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} & set(os.environ), \

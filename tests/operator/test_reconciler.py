@@ -323,3 +323,16 @@ def test_a_refused_driver_pod_is_reported_once_and_retried_after_a_pause():
     clock.advance(31)
     rec(deps)
     assert kube.created_pods == ["colors-driver-0"] and len(resolver.calls) == 1
+
+
+def test_a_missing_secret_waits_with_its_reason_instead_of_counting_restarts():
+    """The S3 keys' Secret does not exist: resolution cannot read the checkpoint; no restart helps until
+    someone creates it, so the launch waits (CheckpointSecretMissing), no failure counted."""
+    s3 = {"store": "s3", "path": "/streams/colors", "s3": {"bucket": "ckpt", "accessKeyId": {"name": "keys", "key": "id"},
+                                                          "secretAccessKey": {"name": "keys", "key": "secret"}}}
+    kube, resolver, clock, deps = make(base_spec(checkpoint=s3))
+    rec(deps)
+    s = status(kube)
+    ready = next(c for c in s["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "CheckpointSecretMissing" and "default/keys does not exist" in ready["message"], ready
+    assert s.get("restartCount", 0) == 0 and kube.created_pods == [] and resolver.calls == []
