@@ -40,7 +40,7 @@ export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
 	$(PY) -m pytest -q -m unit $(UNIT)
 	$(PY) -m eos_stack up
-	$(PY) -m pytest --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit" tests
+	$(PY) -m pytest --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak" tests
 
 # The chaos tests at length: 100 kills (EOS_CHAOS_RUNS) and 100 lifecycle operations through the operator
 # (EOS_LIFECYCLE_OPS); `make test` runs 15 of each.
@@ -48,6 +48,7 @@ soak: venv
 	$(PY) -m eos_stack up
 	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} EOS_LIFECYCLE_OPS=$${EOS_LIFECYCLE_OPS:-100} EOS_UPGRADES=$${EOS_UPGRADES:-3} \
 	  $(PY) -m pytest -s tests/e2e/test_chaos.py tests/e2e/test_chaos_lifecycle.py tests/e2e/test_upgrade_e2e.py
+	$(PY) -m pytest -s --basetemp=$(EOS_STATE)/pytest-soak -m soak tests
 
 demo: venv
 	$(PY) -m eos_stack up

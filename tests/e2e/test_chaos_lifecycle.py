@@ -30,7 +30,7 @@ from tests.e2e.streams import NAME, IdFeed, Rig, assert_ids_exactly_once, rig, w
 
 pytestmark = pytest.mark.stack
 
-OPS = int(os.environ.get("EOS_LIFECYCLE_OPS", "10"))   # make soak: 100
+OPS = int(os.environ.get("EOS_LIFECYCLE_OPS", "15"))   # make soak: 100
 KINDS = ("driver-kill", "operator-kill", "upgrade", "rescale", "rollback", "nonce-snapshot", "restore-older",
          "delete-recreate", "suspend-resume", "broker-kill")
 

@@ -25,6 +25,7 @@ def running_as(kubectl, namespace, name, pod):
                     else None)(kubectl.status(namespace, name))
 
 
+@pytest.mark.soak   # make soak (overlaps the lifecycle chaos driver kills and test_operator_e2e); make test deselects it
 def test_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, kubectl, namespace, kubelet,
                                                                       operator, tmp_path, report_result):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)

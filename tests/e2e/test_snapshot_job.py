@@ -49,6 +49,7 @@ def _trickle(run, stop, counts: Counter, chunk: int = 40, period: float = 0.4, s
         stop.wait(period)
 
 
+@pytest.mark.soak   # make soak (overlaps the S3 test and the batch-identity restore controls); make test deselects it
 def test_live_snapshots_while_running_then_restore_the_older_one(colors_run, stack_env, tmp_path):
     run = colors_run(max_offsets_per_trigger=250)
     run.setup()

@@ -65,6 +65,7 @@ def test_pre_flight_blocks_an_incompatible_upgrade_and_a_broken_upgrade_rolls_ba
                       "output exactly once")
 
 
+@pytest.mark.soak   # make soak (overlaps the planner unit test of the idle upgrade); make test deselects it
 def test_an_upgrade_while_no_input_arrives_is_verified_not_rolled_back(stack_env, kubectl, namespace, tmp_path,
                                                                        report_result):
     """An idle source gives the upgraded driver no batch to commit; it is ready all the same (the replay
