@@ -31,6 +31,7 @@ class PodView:
     created_at: str | None = None            # metadata.creationTimestamp
     blocked: str | None = None               # why a Pending Pod does not start (waiting reason, Unschedulable)
     node: str | None = None                  # spec.nodeName: where it runs
+    deleting_since: str | None = None        # metadata.deletionTimestamp
 
     @property
     def terminal(self) -> bool:
@@ -220,7 +221,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
     return PodView(name=meta.get("name", ""), phase=status.get("phase") or "Pending",
                    created_at=meta.get("creationTimestamp"), blocked=start_blocker(status),
-                   node=(pod.get("spec") or {}).get("nodeName"),
+                   node=(pod.get("spec") or {}).get("nodeName"), deleting_since=meta.get("deletionTimestamp"),
                    deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, reason=reason,
                    message=message, attempt=attempt, started_at=started, owner_uid=owner,
                    action=labels.get(LABEL_SNAPSHOT_ACTION), finished_at=finished)

@@ -89,6 +89,7 @@ def test_names_longer_than_derived_names_allow_are_rejected_by_the_api_server(ku
                 assert f"metadata.name must be at most {limit} characters" in dry.stderr, dry.stderr
 
 
+@pytest.mark.soak   # make soak (overlaps the lifecycle chaos: kills, suspend-resume, delete); make test deselects it
 def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubelet, operator, tmp_path):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])

@@ -160,6 +160,7 @@ def test_parallelism_change_over_a_partially_committed_batch_drains_first(
                       "then 3 slots under generation 1; output exactly once")
 
 
+@pytest.mark.soak   # make soak (overlaps the lifecycle chaos: periodic snapshots, retention, restores); make test deselects it
 def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
         stack_env, kubectl, namespace, tmp_path, report_result):
     with rig(stack_env, kubectl, namespace, tmp_path) as r:

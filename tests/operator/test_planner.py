@@ -510,3 +510,18 @@ def test_a_driver_that_cannot_start_says_why_once_then_fails_at_its_deadline():
     # A Pod that is merely being created is not blocked.
     raw["status"] = {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}
     assert pod_view(raw).blocked is None
+
+
+def test_a_deletion_that_waits_on_a_driver_that_does_not_stop_says_so_once():
+    from dataclasses import replace as dc_replace
+
+    from eos_operator.planner import plan_deletion
+    from eos_operator.timeutil import fmt as fmt_
+    st = running_status(spec())
+    going = pod("colors-driver-0", deleting=True, deleting_since=fmt_(T0))
+    early = plan_deletion(st, dc_replace(observed(going, at=30), deleting=True))
+    assert reasons(early) == [] and not early.finished
+    late = plan_deletion(st, dc_replace(observed(going, at=200), deleting=True))
+    assert reasons(late) == ["DeletionWaiting"] and "colors-driver-0" in late.events[0].message
+    again = plan_deletion(late.status, dc_replace(observed(going, at=210), deleting=True))
+    assert reasons(again) == []

@@ -26,6 +26,7 @@ from .housekeeping import snapshot_resource_for
 from .step import POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, stop_pods
 
 REFUSED_RETRY_SECONDS = 30.0
+DELETION_SLACK_SECONDS = 60.0   # past the driver's grace period: a deletion that waits says so
 REFUSED_REASON = "Refused"   # Ready=False: the API server refused a Pod or object (message: what and why)
 from .upgrade import after_stop, drain, needs_drain, restore_source_missing, restore_text, spec_changed
 
@@ -241,6 +242,15 @@ def plan_deletion(status: ExactlyOnceStreamStatus, observed: Observed) -> Plan:
     step = StreamStep(status, observed)
     if observed.pods:
         stop_pods(step, observed.pods)
+        stuck = [p.name for p in observed.pods if p.deleting_since and seconds_between(
+            parse(p.deleting_since), observed.now) > children.TERMINATION_GRACE_SECONDS + DELETION_SLACK_SECONDS]
+        message = (f"deletion waits for {', '.join(stuck)} to stop (its node may be gone); the checkpoint is "
+                   "kept. Force it with kubectl delete pod --grace-period=0 --force once you are sure it runs "
+                   "nowhere (see README: Deleting without the operator)")
+        ready = get_condition(status.conditions, "Ready")
+        if stuck and (ready is None or ready.message != message):
+            step.event("Warning", "DeletionWaiting", message)
+            step.conditions(("False", "DeletionWaiting", message), ("True", "Deleting", message), degraded(step.st))
         return step.done(requeue_after=POLL_SECONDS, finished=False)
     step.act(DeleteConfigMap(children.run_config_name(observed.name), observed.uid))
     for component in (children.PREFLIGHT, children.DRAIN):
