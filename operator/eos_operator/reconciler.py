@@ -221,12 +221,7 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
                     raise
                 new_status, event = planner.record_refusal(plan.status, what, exc.message,
                                                            observed=_at(observed, deps.clock.now()))
-                try:
-                    await _write_status(deps, ref, plan.status, new_status, rv)
-                except Conflict:
-                    return None
-                if event is not None:
-                    await _post_events(deps, ref, [event])
+                await _write_and_tell(deps, ref, plan.status, new_status, rv, [event])
                 return None   # the next pass says it in the conditions and waits out the pause
         if plan.again:
             return None
@@ -281,32 +276,29 @@ async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, stat
         if denied is not None:
             # A wrong password, a missing ACL or Secret: no restart helps until someone fixes it, so the
             # launch waits and retries instead of counting failures (one event per distinct cause).
-            new_status, event = planner.record_refusal(status, "Kafka access", str(exc), observed=later,
-                                                       reason=denied)
-            try:
-                await _write_status(deps, ref, status, new_status, rv)
-            except Conflict:
-                return None
-            if event is not None:
-                await _post_events(deps, ref, [event])
+            what = "the checkpoint store" if isinstance(exc, StoreUnreadable) else "Kafka access"
+            new_status, event = planner.record_refusal(status, what, str(exc), observed=later, reason=denied)
+            await _write_and_tell(deps, ref, status, new_status, rv, [event])
             return None
         follow_up = planner.record_resolution_failure(spec, status, error, attempt=action.attempt,
                                                       observed=later)
-        try:
-            await _write_status(deps, ref, status, follow_up.status, rv)
-        except Conflict:
-            return None  # observe again; resolution is idempotent
-        await _post_events(deps, ref, follow_up.events)
-        return follow_up
+        # On a conflict: observe again; resolution is idempotent.
+        return follow_up if await _write_and_tell(deps, ref, status, follow_up.status, rv, follow_up.events) else None
     new_status, event = planner.record_resolution(status, report, attempt=action.attempt,
                                                   spec_hash=action.spec_hash, observed=observed)
-    try:
-        await _write_status(deps, ref, status, new_status, rv)
-    except Conflict:
-        return None
-    if event is not None:
-        await _post_events(deps, ref, [event])
+    await _write_and_tell(deps, ref, status, new_status, rv, [event])
     return None
+
+
+async def _write_and_tell(deps: Deps, ref: StreamRef, old: ExactlyOnceStreamStatus, new: ExactlyOnceStreamStatus,
+                          rv: str | None, events: list[Event | None]) -> bool:
+    """Status first, then its events; False when the status changed meanwhile (observe again)."""
+    try:
+        await _write_status(deps, ref, old, new, rv)
+    except Conflict:
+        return False
+    await _post_events(deps, ref, [e for e in events if e is not None])
+    return True
 
 
 def _at(observed: Observed, now: datetime) -> Observed:
