@@ -72,11 +72,13 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
     pods = tuple(sorted((pod_view(p) for p in raw_pods), key=lambda p: p.name))
     batch = nondet = None
     driver = next((p for p in pods if p.name == status.driver_pod), None)
+    kafka: dict[str, KafkaSecrets] | None = None
+    if deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec):
+        kafka = await _kafka(deps, namespace, spec)   # once per pass, for both progress reads
     if (deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec)
             and driver is not None and driver.phase == "Running" and status.pending_launch is None):
         ref = children.StreamRef(name, namespace, meta["uid"])
-        tip = await deps.progress.ledger_tip(children.run_config(ref, spec, status.tx_generation),
-                                             await _kafka(deps, namespace, spec))
+        tip = await deps.progress.ledger_tip(children.run_config(ref, spec, status.tx_generation), kafka)
         if tip is not None:
             batch = tip.batch
             nondet = tip.nondeterministic_slots_total
@@ -92,8 +94,7 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
             and not meta.get("deletionTimestamp")):
         # Checked whether the driver runs or not: a suspended or failed stream is the one falling behind.
         ref = children.StreamRef(name, namespace, meta["uid"])
-        horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation),
-                                                     await _kafka(deps, namespace, spec))
+        horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation), kafka)
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
                     last_committed_batch=batch, nondeterministic_slots=nondet, snapshot=snapshot,

@@ -14,19 +14,7 @@ from eos_job.cli import EXIT_BAD_CONFIG, EXIT_OK, main
 from eos_job.snapshot_resource import SnapshotSpec
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig, StreamIdentity, semantic_errors
 
-
-def spec(**over) -> dict:
-    base = {"job": {"module": "examples.colors.job"},
-            "source": {"bootstrapServers": "k:9092", "topics": ["in"]},
-            "sink": {"bootstrapServers": "k:9092", "topic": "out"},
-            "checkpoint": {"store": "local", "path": "/tmp/c"}}
-    for path, value in over.items():
-        node = base
-        *parents, leaf = path.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return base
+from .test_spec import spec
 
 
 def matches(pattern: str, value: str) -> bool:

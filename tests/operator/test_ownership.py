@@ -12,26 +12,11 @@ import json
 import pytest
 
 from eos_operator.adapters import KubernetesApi, NameTaken
-from eos_operator.reconciler import Deps, reconcile
 
-from .fakes import FakeClock, FakeKube, FakeResolver, base_spec
+from .fakes import FakeKube
+from .test_reconciler import make, rec, status
 
 OTHER = "9d9d9d9d-0000-0000-0000-000000000000"
-
-
-def make(spec=None):
-    kube, clock = FakeKube(), FakeClock()
-    resolver = FakeResolver(kube=kube)
-    kube.add_stream("colors", spec or base_spec())
-    return kube, resolver, clock, Deps(kube=kube, resolver=resolver, clock=clock)
-
-
-def rec(deps):
-    return asyncio.run(reconcile("default", "colors", deps))
-
-
-def status(kube):
-    return kube.stream("colors").get("status") or {}
 
 
 def refused_launch(kube, deps) -> str:

@@ -39,8 +39,8 @@ from ..validation import InvalidSpec
 from .housekeeping import snapshot_housekeeping
 from .launch import continue_launch, plan_deletion
 from .restarts import BATCH_REFUSED, batch_refused, driver_failed, start_launch
-from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, rejected_text, stop_pods,
-                   watch_nondeterminism, watch_replay_horizon)
+from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, not_starting, rejected_text,
+                   stop_pods, watch_nondeterminism, watch_replay_horizon)
 from .upgrade import blocked, check_upgrade, overlay_spec, pre_flight, spec_changed
 
 
@@ -197,13 +197,12 @@ def _driver_up(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     if pod.phase == "Running":
         return running(step, pod)
     # Pending or Unknown: the Pod exists but is not running yet; past its start deadline it failed.
+    stuck = not_starting(pod, spec, step.obs.now)
+    if stuck:
+        return driver_failed(step, spec, f"driver {stuck}")
     timeout = spec.job.driver.start_timeout_seconds
     created = parse(pod.created_at)
     age = seconds_between(created, step.obs.now) if created is not None else 0.0
-    if age >= timeout:
-        why = pod.blocked or f"still {pod.phase}"
-        return driver_failed(step, spec, f"driver Pod {pod.name} did not start within {timeout}s "
-                                         f"(job.driver.startTimeoutSeconds): {why}")
     if st.lifecycle_state not in ("Restarting", "Upgrading"):
         step.lifecycle("Deploying")
     if pod.blocked:

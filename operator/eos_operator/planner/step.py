@@ -108,11 +108,11 @@ def watch_replay_horizon(step: StreamStep) -> None:
 
 
 def not_starting(pod, spec, now) -> str | None:
-    """A short-lived Pod of the stream (pre-flight, drain) still not running job.driver.startTimeoutSeconds
+    """A Pod of the stream (driver, pre-flight, drain) still not running job.driver.startTimeoutSeconds
     after its creation: why, as a failure text; None while it may still start."""
     created = parse(pod.created_at)
     timeout = spec.job.driver.start_timeout_seconds
-    if pod.phase != "Pending" or created is None or seconds_between(created, now) < timeout:
+    if pod.phase not in ("Pending", "Unknown") or created is None or seconds_between(created, now) < timeout:
         return None
     return (f"Pod {pod.name} did not start within {timeout}s (job.driver.startTimeoutSeconds): "
             f"{pod.blocked or 'still Pending'}")
