@@ -26,6 +26,8 @@ case "${1:-}" in
     while IFS= read -r opt; do opts+=("$opt"); done < <(
       env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n | sed 's/^[^=]*=//')
     java="${JAVA_HOME:+${JAVA_HOME}/bin/}java"
+    # TMPDIR (the scratch volume: the root filesystem is read-only) is the JVM's temporary folder too.
+    if [ -n "${TMPDIR:-}" ]; then opts=("-Djava.io.tmpdir=${TMPDIR}" "${opts[@]}"); fi
     exec "$java" "${opts[@]}" -Xms"${SPARK_EXECUTOR_MEMORY}" -Xmx"${SPARK_EXECUTOR_MEMORY}" -cp "$classpath" \
       org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
       --driver-url "${SPARK_DRIVER_URL}" --executor-id "${SPARK_EXECUTOR_ID}" --cores "${SPARK_EXECUTOR_CORES}" \

@@ -26,6 +26,7 @@ DNS_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 OWNED_LABEL_PREFIXES = ("streaming.eos.dev/", "app.kubernetes.io/managed-by", "app.kubernetes.io/component",
                         "spark-role", "spark-app-selector", "spark-exec-id")
 OWNED_ENV_PREFIXES = ("EOS_", "SPARK_", "PYSPARK_", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+OWNED_ENV_NAMES = ("TMPDIR", "HOME")   # pointed at the scratch volume
 
 
 class Toleration(Model):
@@ -44,9 +45,16 @@ class EnvVar(Model):
 
 
 IMAGE_UID = 10001   # the image's user (Dockerfile: USER 10001:10001)
-# What the `restricted` Pod Security level asks of every container; a template cannot loosen it.
+# What the `restricted` Pod Security level asks of every container, and a read-only root filesystem; a
+# template cannot loosen it.
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                      "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+                      "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"},
+                      "readOnlyRootFilesystem": True}
+# The one writable place of a container besides its volumes: an emptyDir where temporary files go (Python's
+# tempfile through TMPDIR, the JVM's java.io.tmpdir, Spark's local dir in local mode, HOME). Not /tmp: the
+# image's /tmp stays read-only like the rest of its root, so a file written anywhere else fails loudly.
+SCRATCH_VOLUME = "eos-scratch"
+SCRATCH_DIR = "/var/run/eos-scratch"
 
 
 class PodSecurity(Model):
@@ -65,14 +73,23 @@ class PodSecurity(Model):
         return ctx
 
     def apply(self, pod: dict) -> dict:
-        """``pod`` with this pod-level context and the restricted container context on every container."""
-        pod["spec"]["securityContext"] = self.pod_context()
-        for container in pod["spec"]["containers"]:
+        """``pod`` with this pod-level context, the restricted container context and a read-only root on every
+        container, and the scratch volume mounted in each with TMPDIR and HOME pointing at it."""
+        spec = pod["spec"]
+        spec["securityContext"] = self.pod_context()
+        if not any(v.get("name") == SCRATCH_VOLUME for v in spec.get("volumes", [])):
+            spec["volumes"] = [*spec.get("volumes", []), {"name": SCRATCH_VOLUME, "emptyDir": {}}]
+        for container in spec["containers"]:
             container["securityContext"] = {**CONTAINER_SECURITY}
+            mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != SCRATCH_VOLUME]
+            container["volumeMounts"] = [*mounts, {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}]
+            env = [e for e in container.get("env", []) if e.get("name") not in OWNED_ENV_NAMES]
+            container["env"] = [*env, {"name": "TMPDIR", "value": SCRATCH_DIR}, {"name": "HOME", "value": SCRATCH_DIR}]
         return pod
 
 
-OWNED_VOLUMES = ("checkpoint", "executor-template", "spark-local-dir-", "spark-conf-volume", "kube-api-access-")
+OWNED_VOLUMES = ("checkpoint", "executor-template", "spark-local-dir-", "spark-conf-volume", "kube-api-access-",
+                 SCRATCH_VOLUME)
 
 
 class VolumeMount(Model):
@@ -107,7 +124,7 @@ class PodTemplate(Model):
         out = [f"{field}.labels.{k}: the operator owns this label; choose another key"
                for k in self.labels if k.startswith(OWNED_LABEL_PREFIXES)]
         out += [f"{field}.env.{e.name}: the operator sets this variable; choose another name"
-                for e in self.env if e.name.startswith(OWNED_ENV_PREFIXES)]
+                for e in self.env if e.name.startswith(OWNED_ENV_PREFIXES) or e.name in OWNED_ENV_NAMES]
         names = [v.get("name") for v in self.volumes]
         out += [f"{field}.volumes[{i}].name: required, a DNS label" for i, n in enumerate(names)
                 if not isinstance(n, str) or not n]
@@ -153,7 +170,10 @@ class PodTemplate(Model):
         """Spark's executor pod template file: what no setting expresses (the security context, and
         tolerations, priority class, pull secrets when set). Spark builds the executor on its first
         container."""
-        pod = {"apiVersion": "v1", "kind": "Pod", "spec": {**self._pod_spec_fields(), "containers": [{}]}}
+        # An executor fetches the driver's jars and files into its working directory: the scratch volume, since
+        # the image's WORKDIR is on the read-only root.
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "spec": {**self._pod_spec_fields(), "containers": [{"workingDir": SCRATCH_DIR}]}}
         self._add_volumes(pod["spec"])
         return self.security_context.apply(pod)
 

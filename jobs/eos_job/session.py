@@ -51,6 +51,14 @@ def s3a_conf(s3) -> dict[str, str]:
     return conf
 
 
+def temp_dir_option(env=os.environ) -> str:
+    """``-Djava.io.tmpdir=$TMPDIR`` when TMPDIR names a folder, else "". In a Pod TMPDIR is the scratch volume
+    (its root filesystem is read-only): the JVM's temporary files (native libraries unpacked, Spark's local
+    dir in local mode) go where Python's do."""
+    tmp = env.get("TMPDIR", "")
+    return f"-Djava.io.tmpdir={tmp}" if tmp and Path(tmp).is_dir() else ""
+
+
 def kubernetes_master(env=os.environ) -> str | None:
     """``EOS_SPARK_MASTER=k8s`` (cluster deploy mode): the API server as an in-cluster Pod reaches it. Spark's
     Kubernetes client then authenticates with the Pod's ServiceAccount token (mounted by the kubelet)."""
@@ -97,7 +105,9 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     * log level WARN: Spark's INFO output drowns the job's own messages.
     * ``spark.driver.extraJavaOptions`` starts with ``-XX:SharedArchiveFile=...`` when
       ``EOS_SPARK_CDS_ARCHIVE`` names an archive of Spark's classes (``eos_job.cds``): the
-      driver JVM starts about twice as fast. Options given in ``conf`` follow it.
+      driver JVM starts about twice as fast; then ``-Djava.io.tmpdir`` when TMPDIR is set
+      (``temp_dir_option``, with Hadoop's ``hadoop.tmp.dir`` under it: S3A buffers uploads there). Options
+      given in ``conf`` follow them.
 
     ``conf`` entries override all of these. ``getOrCreate`` means a session that
     already runs in this process is returned as is: static settings (jars,
@@ -127,9 +137,15 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
     shared = shared_archive_options()
-    if shared and "-XX:ArchiveClassesAtExit" not in settings.get("spark.driver.extraJavaOptions", ""):
+    if "-XX:ArchiveClassesAtExit" in settings.get("spark.driver.extraJavaOptions", ""):
+        shared = ""
+    tmp = temp_dir_option()
+    if tmp:
+        # Hadoop's own temporary folder (/tmp/hadoop-<user> by default): S3A buffers its uploads there.
+        settings.setdefault("spark.hadoop.hadoop.tmp.dir", f"{os.environ['TMPDIR'].rstrip('/')}/hadoop")
+    if shared or tmp:
         settings["spark.driver.extraJavaOptions"] = " ".join(
-            o for o in (shared, settings.get("spark.driver.extraJavaOptions", "")) if o)
+            o for o in (shared, tmp, settings.get("spark.driver.extraJavaOptions", "")) if o)
     builder = SparkSession.builder.appName(app_name)
     if "--master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
         builder = builder.master(master or k8s or os.environ.get("EOS_SPARK_LOCAL_MASTER", "local[*,4]"))

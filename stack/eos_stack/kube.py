@@ -5,7 +5,9 @@ binaries (and kubectl) are built from the Go module proxy by the wrapper module
 in ``stack/kube-build`` and cached by version under ``<cache>/bin/k8s-<ver>/``.
 There is no kubelet and no scheduler; the controller-manager runs only the
 ``garbagecollector`` and ``namespace`` controllers, so owner references and
-namespace deletion behave as in a cluster. Pods are run by the test-only
+namespace deletion behave as in a cluster, and the PersistentVolume ones
+(``persistentvolume-binder``, ``pvc-protection``, ``pv-protection``), so claims bind
+to PersistentVolumes and are deleted as in a cluster. Pods are run by the test-only
 process kubelet in ``tests/harness/kubelet.py``.
 
 Certificates (a CA, the apiserver's serving cert, the service-account key pair
@@ -438,15 +440,26 @@ def _wait_daemon(st: Stack, name: str, check, what: str, timeout: float) -> None
 
 
 # -- the part interface -----------------------------------------------------
-def _reusable(st: Stack, name: str, healthy) -> bool:
-    """A running, healthy daemon of ours that runs the current build."""
+def _reusable(st: Stack, name: str, healthy, argv: list[str] | None = None) -> bool:
+    """A running, healthy daemon of ours that runs the current build (and, given ``argv``, these arguments)."""
     pid = st.running_pid(name)
     if pid is None:
         return False
     if _binary_replaced(pid):
         log(f"kube: {name} runs an older build of its binary; restarting it")
         return False
+    if argv is not None and _argv(pid) not in (None, argv):
+        log(f"kube: {name} runs with other arguments than this version starts it with; restarting it")
+        return False
     return bool(healthy())
+
+
+def _argv(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.decode(errors="replace").split("\0")[:-1] if raw else None
 
 
 def up(st: Stack) -> dict[str, str]:
@@ -510,22 +523,23 @@ def up(st: Stack) -> dict[str, str]:
         ], marker=str(pki / "apiserver.crt"))
         _wait_daemon(st, "kube-apiserver", lambda: apiserver_ready(st), "kube-apiserver /readyz", 180)
 
-    # kube-controller-manager (owner-reference GC and namespace deletion only)
-    if _reusable(st, "kube-controller-manager", lambda: controller_manager_healthy(st)):
+    # kube-controller-manager (owner-reference GC, namespace deletion, PersistentVolume binding and protection)
+    kcm_argv = [
+        str(binary(st, "kube-controller-manager")),
+        f"--kubeconfig={kcm_cfg}",
+        "--controllers=garbagecollector,namespace,persistentvolume-binder,pvc-protection,pv-protection",
+        "--use-service-account-credentials=false",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1", f"--secure-port={ports['controller_manager']}",
+        f"--cert-dir={st.dir('kube', 'controller-manager-certs')}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--profiling=false",
+    ]
+    if _reusable(st, "kube-controller-manager", lambda: controller_manager_healthy(st), kcm_argv):
         log("kube: kube-controller-manager already running")
     else:
         st.stop_daemon("kube-controller-manager")
-        st.start_daemon("kube-controller-manager", [
-            str(binary(st, "kube-controller-manager")),
-            f"--kubeconfig={kcm_cfg}",
-            "--controllers=garbagecollector,namespace",
-            "--use-service-account-credentials=false",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1", f"--secure-port={ports['controller_manager']}",
-            f"--cert-dir={st.dir('kube', 'controller-manager-certs')}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--profiling=false",
-        ], marker=str(kcm_cfg))
+        st.start_daemon("kube-controller-manager", kcm_argv, marker=str(kcm_cfg))
         _wait_daemon(st, "kube-controller-manager", lambda: controller_manager_healthy(st),
                      "kube-controller-manager /healthz", 90)
 

@@ -10,7 +10,8 @@ First the job's Role lacks ``create pods``: the driver waits for an executor in 
 missing rule, which reaches the stream's status; the chart's Role is then applied and the restart strategy's
 next driver runs. Kills: an executor SIGKILLed while batches run (Spark retries its tasks on the other executor or on the
 replacement it requests), then the driver SIGKILLed (its executors lose their driver and end; the operator
-resolves and restarts). At the end every id is in the sink exactly once (set equality, read_committed), and
+resolves and restarts), then the S3 server stopped for 15 s while input arrives (S3A's retries are set short: the
+query fails, and the restart strategy carries the stream through). At the end every id is in the sink exactly once (set equality, read_committed), and
 deleting the stream collects every executor Pod through its owner reference.
 """
 from __future__ import annotations
@@ -21,12 +22,15 @@ import time
 
 import yaml
 
+from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
+from eos_stack.common import Stack
 from examples.colors.generator import expected_ids, produce
 from tests.e2e.streams import (REPO, ColorsTopics, Diagnostics, assert_ids_exactly_once, colors_stream,
                                wait_ids)
 
 NAME = "colors"
+OUTAGE_S = 15.0   # the S3 server away for dozens of triggers
 SA = "spark-eos-driver"
 
 
@@ -72,11 +76,16 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
                    "data": {k: base64.b64encode(stack_env[v].encode()).decode()
                             for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
-    manifest = colors_stream(NAME, topics, tmp_path, attempts=5, delay=1.0, module="examples.colors.ids")
+    manifest = colors_stream(NAME, topics, tmp_path, attempts=8, delay=1.0, module="examples.colors.ids")
     toleration = {"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"}
     template = {"labels": {"team": "payments"}, "env": [{"name": "TZ", "value": "UTC"}],
                 "tolerations": [toleration], "volumes": [{"name": "scratch", "emptyDir": {}}],
                 "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+    # S3A gives up after two quick retries (its defaults retry for about a minute): an outage of OUTAGE_S fails
+    # the query, so the restart strategy has to carry the stream through it.
+    manifest["spec"]["job"].setdefault("sparkConf", {}).update({
+        "spark.hadoop.fs.s3a.retry.limit": "2", "spark.hadoop.fs.s3a.retry.interval": "200ms",
+        "spark.hadoop.fs.s3a.attempts.maximum": "1"})
     manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA, "podTemplate": template,
                                     "executor": {"instances": 2, "cpu": "1", "memory": "768Mi",
                                                  "startTimeoutSeconds": 15, "podTemplate": template}})
@@ -148,14 +157,34 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
                    f"the driver Pod); {d1} runs with 2 new executors")
     feed(1000, 13)
     wait_ids(topics.bootstrap, topics.counts, expected, diag)
+
+    # 3. The S3 server away for dozens of triggers while input arrives, then back on the same port with the same
+    # data: the query fails on its checkpoint, the restart strategy applies (the operator's resolution waits for
+    # the bucket), and nothing is lost or duplicated.
+    before = kubectl.status(namespace, NAME).get("driverPod")
+    st = Stack()
+    s3_server.stop_server(st, kill=True)
+    t0 = time.monotonic()
+    feed(1000, 15)   # batches to write while the bucket is away
+    time.sleep(OUTAGE_S)
+    s3_server.start_server(st)
+    outage = time.monotonic() - t0
+    feed(1000, 16)
+    wait_ids(topics.bootstrap, topics.counts, expected, diag, timeout=300)
+    after = kubectl.status(namespace, NAME).get("driverPod")
+    failed = [m for m in kubectl.event_messages(namespace, NAME, "DriverFailed") if before in m]
+    assert after != before and failed, f"{before} should have failed on S3 (retries are short):\n{diag()}"
+    journal.append(f"S3 down {outage:.0f}s: {before} failed ({failed[0][:160]}...); the restart strategy started "
+                   f"{after}")
     assert_ids_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, NAME), expected, (topics.dlq,))
     status = kubectl.status(namespace, NAME)
     assert status["resolution"]["checkpointLastCommittedBatch"] is not None, status["resolution"]
     assert status["checkpointDir"].startswith("s3a://"), status["checkpointDir"]
 
-    # 3. Deleting the stream stops the driver; the garbage collector takes its executors with it.
+    # 4. Deleting the stream stops the driver; the garbage collector takes its executors with it.
     kubectl.run("delete", "exactlyoncestream", NAME, "-n", namespace, "--timeout=180s", timeout=240)
     wait_until(lambda: not executors(kubectl, namespace), "every executor Pod collected", 120, diag, 1)
     print("\n".join(journal))
-    report_result(f"cluster mode: 2 executors per driver, checkpoint on S3; an executor SIGKILL and a driver "
-                  f"SIGKILL; {len(expected)} unique ids exactly once; executor Pods collected with their driver")
+    report_result(f"cluster mode: 2 executors per driver, checkpoint on S3; an executor SIGKILL, a driver SIGKILL "
+                  f"and an S3 outage of {outage:.0f}s; {len(expected)} unique ids exactly once; executor Pods "
+                  "collected with their driver")

@@ -2,9 +2,9 @@
 then the restart strategy; a Pod the API server refuses is named in status and retried, not stormed.
 
 The process kubelet plays the node: an image it may not pull waits in ErrImagePull/ImagePullBackOff, a
-nodeSelector no node matches leaves the Pod unscheduled (PodScheduled=False, Unschedulable), and a
-ResourceQuota of zero Pods makes the API server refuse the create (403). No Spark starts until the quota
-is lifted."""
+nodeSelector no node matches or a checkpoint claim that does not exist leaves the Pod unscheduled
+(PodScheduled=False, Unschedulable), and a ResourceQuota of zero Pods makes the API server refuse the
+create (403). No Spark starts until the quota is lifted."""
 from __future__ import annotations
 
 import json
@@ -80,6 +80,25 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, ku
             _reported_within_10s(r, "colors-driver-0", "Unschedulable")
             _delete(r)
 
+            # 2b. A checkpoint claim that does not exist: the scheduler's reason names it.
+            doc = r.stream(checkpoint={"store": "pvc", "claimName": "missing-claim", "path": str(tmp_path / "ckpt")})
+            kubectl.apply(doc, namespace)
+            missing = 'persistentvolumeclaim "missing-claim" not found'
+            _reported_within_10s(r, "colors-driver-0", missing)
+            assert any(missing in m for m in kubectl.event_messages(namespace, NAME, "DriverStartBlocked"))
+            _delete(r)
+
+            # 2c. A Pod template the namespace's Pod Security level (restricted) forbids: the API server's
+            # PodSecurity admission refuses the driver Pod, and its reason is in status.
+            doc = r.stream()
+            doc["spec"]["job"]["podTemplate"] = {"volumes": [{"name": "host", "hostPath": {"path": "/var/log"}}],
+                                                 "volumeMounts": [{"name": "host", "mountPath": "/host-logs"}]}
+            kubectl.apply(doc, namespace)
+            refused = r.wait_status(lambda s: _ready(s).get("reason") == "Refused", "the PodSecurity refusal", 30)
+            assert 'violates PodSecurity "restricted' in _ready(refused)["message"] \
+                and "hostPath" in _ready(refused)["message"], refused
+            _delete(r)
+
             # 3. The API server refuses the Pod (a quota of zero Pods): the reason in status, one event,
             # retried after a pause; once the quota is lifted the same launch creates its Pod.
             quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"},
@@ -88,16 +107,17 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, ku
             # No quota controller runs here: the status it would write, so admission counts against it.
             kubectl.run("patch", "resourcequota", "no-pods", "-n", namespace, "--subresource=status",
                         "--type=merge", "-p", json.dumps({"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}}))
+            earlier = kubectl.events(namespace, NAME).count("Refused")   # case 2c's, same stream name
             kubectl.apply(r.stream(), namespace)
             refused = r.wait_status(lambda s: _ready(s).get("reason") == "Refused", "the refusal in status", 60)
             assert "exceeded quota" in _ready(refused)["message"], refused
-            assert kubectl.events(namespace, NAME).count("Refused") == 1
+            assert kubectl.events(namespace, NAME).count("Refused") == earlier + 1
             kubectl.run("delete", "resourcequota", "no-pods", "-n", namespace)
             t0 = time.monotonic()
             wait_until(lambda: any(p["metadata"]["name"] == "colors-driver-0" for p in kubectl.pods(namespace)),
                        "the launch to create its Pod once the quota is gone", 90, r.diag, 1)
             print(f"Pod created {time.monotonic() - t0:.0f}s after the quota was lifted (retry every 30 s)")
-            assert kubectl.events(namespace, NAME).count("Refused") == 1, "one event per distinct refusal"
+            assert kubectl.events(namespace, NAME).count("Refused") == earlier + 1, "one event per distinct refusal"
         finally:
             kubectl.run("delete", "exactlyoncestream", "--all", "-n", namespace, "--timeout=120s", check=False)
             r.operator.stop()

@@ -23,7 +23,11 @@ kubelet of that namespace like any other Pod):
   affinity) does not select the node is not bound: as kube-scheduler it gets
   phase ``Pending`` and ``PodScheduled`` False, reason ``Unschedulable``, message
   ``0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.
-  preemption: ...``. A Pod created with this node's name that does not fit is
+  preemption: ...``. So does a Pod whose ``persistentVolumeClaim`` does not exist
+  (``persistentvolumeclaim "NAME" not found``) or is not bound (``pod has unbound
+  immediate PersistentVolumeClaims``), or whose claim's PersistentVolume does not
+  select the node; such Pods are checked again every second, so one schedules
+  once its claim binds. A Pod created with this node's name that does not fit is
   rejected as a kubelet's admission does: ``Failed``, reason ``NodeAffinity``.
 * **Running.** The first container runs as a local process in its own process
   group: its ``command`` + ``args`` (with Kubernetes ``$(VAR)`` expansion; a
@@ -54,10 +58,12 @@ kubelet of that namespace like any other Pod):
   A volume's ConfigMap/Secret that does not exist yet is waited for, the Pod
   ``Pending`` and ``ContainerCreating`` meanwhile (Spark creates its executor
   ConfigMap after its first executor Pods); preparing and starting happen on a
-  thread of the Pod, not the watch. ``persistentVolumeClaim`` volumes are not
-  mounted: tests name a path of this machine as their ``mountPath``. Other kinds
-  (and ``subPath``) fail the Pod. A Pod with nothing to mount runs without a
-  namespace. Mount points missing on this machine are made
+  thread of the Pod, not the watch. A ``persistentVolumeClaim`` is mounted from
+  its Bound PersistentVolume's ``hostPath`` or ``local.path`` (the PV controller of
+  the stack's controller-manager binds claims; one not bound yet is waited for,
+  as a kubelet's volume manager does); PersistentVolumes of other kinds, other
+  volume kinds and ``subPath`` fail the Pod. A Pod with nothing to mount runs
+  without a namespace. Mount points missing on this machine are made
   and removed again when no Pod uses them; the Pod's folders (under
   ``.stack/kubelet/<node>/pods/<uid>``) go when its process ended.
 * **ServiceAccount token**, as a kubelet projects it: unless
@@ -147,6 +153,7 @@ DEFAULT_NODE = "eos-process-kubelet"
 DEFAULT_SCHEDULER = "default-scheduler"
 MERGE_PATCH = "application/merge-patch+json"
 MAX_MESSAGE = 4096
+CLAIM_RETRY = 1.0   # seconds between checks of the unbound Pods that have claims
 
 log = logging.getLogger("eos.kubelet")
 
@@ -193,7 +200,7 @@ class ProcessKubelet:
         self.namespace = namespace
         self.label_selector = label_selector
         self.node_name = node_name
-        state = Path(os.environ.get("EOS_STATE", REPO / ".stack"))
+        state = self.state_dir = Path(os.environ.get("EOS_STATE", REPO / ".stack")).resolve()
         self.log_dir = Path(log_dir) if log_dir else state / "kubelet" / node_name
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # Per-Pod folders (volumes, token, termination message), removed when the Pod's process ended. Not
@@ -214,6 +221,10 @@ class ProcessKubelet:
         self._thread: threading.Thread | None = None
         self._resp = None
         self._synced = threading.Event()
+        # Unbound Pods with claims, by uid (the newest copy): checked again, as kube-scheduler retries them.
+        self._claim_waiters: dict[str, dict] = {}
+        self._handling = threading.Lock()   # the watch's events vs. those retries
+        self._retrier: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> "ProcessKubelet":
@@ -225,6 +236,9 @@ class ProcessKubelet:
         self._stop.clear()
         self._thread = threading.Thread(target=self._watch_loop, name=f"kubelet-{self.node_name}", daemon=True)
         self._thread.start()
+        self._retrier = threading.Thread(target=self._retry_claims, name=f"kubelet-{self.node_name}-claims",
+                                         daemon=True)
+        self._retrier.start()
         if not self._synced.wait(30):
             log.warning("kubelet: the first pod list did not finish within 30s")
         return self
@@ -243,6 +257,8 @@ class ProcessKubelet:
                 pass
         if self._thread:
             self._thread.join(timeout=10)
+        if self._retrier:
+            self._retrier.join(timeout=10)
         with self._lock:
             runs = [r for r in self._runs.values() if not r.done.is_set()]
         for r in runs:   # those still starting see the stop and end without a process
@@ -316,6 +332,9 @@ class ProcessKubelet:
                         lost = [r for uid, r in self._runs.items() if uid not in seen and not r.gone]
                     for r in lost:
                         self._on_gone(r)
+                    with self._handling:
+                        for uid in set(self._claim_waiters) - seen:
+                            del self._claim_waiters[uid]
                     self._synced.set()
                 resp = self._list_call(watch=True, resource_version=rv, allow_watch_bookmarks=True,
                                        timeout_seconds=30, _request_timeout=(10, 60), **self._list_kwargs())
@@ -356,9 +375,24 @@ class ProcessKubelet:
             return node == self.node_name
         return spec.get("schedulerName", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
 
+    def _retry_claims(self) -> None:
+        """Every second, the unbound Pods that have claims again: a claim may exist or bind by now."""
+        while not self._stop.wait(CLAIM_RETRY):
+            with self._handling:
+                waiting = list(self._claim_waiters.items())
+            for uid, pod in waiting:
+                with self._handling:
+                    if self._claim_waiters.get(uid) is pod and not self._stop.is_set():
+                        self._handle_event("MODIFIED", pod)
+
     def _handle(self, kind: str, pod: dict) -> None:
+        with self._handling:
+            self._handle_event(kind, pod)
+
+    def _handle_event(self, kind: str, pod: dict) -> None:
         meta = pod["metadata"]
         uid = meta["uid"]
+        self._claim_waiters.pop(uid, None)
         with self._lock:
             run = self._runs.get(uid)
         try:
@@ -392,21 +426,26 @@ class ProcessKubelet:
                 else:
                     self._start_pod(pod, bind=False)   # created for this node, or never started
                 return
-            if not fits:
-                if not scheduling.marked_unschedulable(pod):
-                    self._unschedulable(pod)
+            if scheduling.claim_names(pod):
+                self._claim_waiters[uid] = pod   # checked again until bound (also after a failed API call)
+            blocker = scheduling.unschedulable(pod, self.node_labels, self.node_name, self._setup.claim,
+                                               self._setup.persistent_volume)
+            if blocker is not None:
+                if not scheduling.marked_unschedulable(pod, blocker):
+                    self._unschedulable(pod, blocker)
                 return
             self._start_pod(pod)
+            self._claim_waiters.pop(uid, None)
         except Exception:  # noqa: BLE001
             log.exception("kubelet: handling pod %s/%s failed", meta.get("namespace"), meta.get("name"))
 
-    def _unschedulable(self, pod: dict) -> None:
+    def _unschedulable(self, pod: dict, message: str) -> None:
         """What kube-scheduler writes for a Pod no node fits: it is not bound."""
         meta = pod["metadata"]
-        log.info("kubelet: pod %s/%s does not fit node %s: Unschedulable", meta["namespace"], meta["name"],
-                 self.node_name)
+        log.info("kubelet: pod %s/%s does not fit node %s: Unschedulable: %s", meta["namespace"], meta["name"],
+                 self.node_name, message)
         self._patch_pod_status(meta["namespace"], meta["name"], meta["uid"], {
-            "phase": "Pending", "conditions": [scheduling.unschedulable_condition(_now())]})
+            "phase": "Pending", "conditions": [scheduling.unschedulable_condition(_now(), message)]})
 
     def _reject(self, pod: dict) -> None:
         """A kubelet's admission of a Pod that names this node but does not fit it: Failed, never run."""
@@ -492,7 +531,8 @@ class ProcessKubelet:
             for note in spec.notes:
                 out.write(f"--- {note}\n".encode())
             mounts = "".join(f"; {m.target} ({m.source}{', ro' if m.read_only else ''})" for m in spec.mounts)
-            out.write(f"--- {_now()} starting {argv!r} in {cwd}{mounts}\n".encode())
+            root = "; root filesystem read-only" if spec.read_only_root else ""
+            out.write(f"--- {_now()} starting {argv!r} in {cwd}{mounts}{root}\n".encode())
             out.flush()
             with run.lock:
                 if run.deleting or run.gone or self._stop.is_set():
@@ -500,10 +540,12 @@ class ProcessKubelet:
                 else:
                     started = True
                     try:
-                        if spec.mounts:
+                        if spec.in_namespace():
                             run.mount_points = host_mount_points(spec.mounts)
                             MOUNT_POINTS.acquire(run.mount_points, uid)
-                            argv = namespaced_argv(argv, spec.mounts)
+                            argv = namespaced_argv(argv, spec.mounts, cwd=cwd, read_only_root=spec.read_only_root,
+                                                   writable=(str(self.state_dir),))
+                            cwd = str(run.pod_dir)   # the process enters the Pod's own cwd inside its namespace
                         run.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                     stdin=subprocess.DEVNULL, start_new_session=True)
                     except OSError as exc:

@@ -5,7 +5,8 @@ would before starting the container, in a kubelet's order: volumes, then the ima
 configuration (environment, argv). What is not there yet raises a ``NotYet`` whose ``reason`` (and
 ``message``) the kubelet shows as the container's waiting state until a later try succeeds:
 
-* a volume's ConfigMap/Secret that does not exist: ``ContainerCreating`` (no message);
+* a volume's ConfigMap/Secret that does not exist, or a claim that does not exist or is not Bound (or its
+  PersistentVolume that does not exist): ``ContainerCreating`` (no message);
 * an image the kubelet's ``pullable`` refuses: ``ImagePullError`` (``ErrImagePull``; the kubelet shows
   ``ImagePullBackOff`` on later tries);
 * an ``env``/``envFrom`` Secret or ConfigMap that does not exist, or a key it lacks (not ``optional``):
@@ -28,8 +29,9 @@ Anything else that cannot work (an unsupported volume kind or ``fieldRef``, a mi
 * **Volumes** (``Mount`` list): ``emptyDir`` is a fresh directory of the Pod, ``configMap`` and
   ``secret`` a directory of the Pod holding their keys as files (``items`` honoured, read-only; one that
   does not exist yet raises ``NotYet``: the kubelet tries again, as a real one does), ``hostPath`` the
-  host's path. ``persistentVolumeClaim`` volumes are not mounted: in tests their
-  ``mountPath`` is a path of this machine already. Other kinds fail the Pod.
+  host's path, ``persistentVolumeClaim`` the ``hostPath`` or ``local.path`` of the claim's Bound
+  PersistentVolume (read-only if the volume or the mount says so). Other kinds, of volume or of
+  PersistentVolume, fail the Pod.
 * **ServiceAccount token**, as a kubelet projects it: unless ``automountServiceAccountToken`` is false
   (Pod, else ServiceAccount), a TokenRequest for the Pod's ServiceAccount bound to the Pod, written with
   the API server's CA and the namespace to the files ``token``, ``ca.crt`` and ``namespace`` mounted
@@ -38,7 +40,9 @@ Anything else that cannot work (an unsupported volume kind or ``fieldRef``, a mi
   the field here) gets ``default``'s token unbound: the API server binds only to the one a Pod names.
 
 ``namespaced_argv`` wraps the argv so the process runs in its own mount namespace with the mounts at their
-``mountPath`` (``unshare --mount`` without ``--fork`` and ``sh -c '... exec "$@"'`` both exec in place: the
+``mountPath``, in its ``workingDir`` (which may be a mount), with the root filesystem read-only when the
+container's ``securityContext.readOnlyRootFilesystem`` says so (the stack's state folder, the node's disks,
+stays writable) (``unshare --mount`` without ``--fork`` and ``sh -c '... exec "$@"'`` both exec in place: the
 Pod's process keeps the PID the kubelet signals). ``MOUNT_POINTS`` creates missing mount points on this
 machine and removes them when no Pod of any process kubelet on it uses them.
 """
@@ -83,6 +87,9 @@ PASSED_THROUGH = ("SPARK_JARS", "SPARK_S3_JARS", "EOS_SPARK_CDS_ARCHIVE")
 # What a kubelet asks for: the API server extends a Pod-bound token of exactly this lifetime (to a year by
 # default), so no refresh is needed for a test's Pods.
 TOKEN_SECONDS = 3607
+# The fields of a PersistentVolume's spec that are not its volume source.
+PV_FIELDS = {"accessModes", "capacity", "claimRef", "mountOptions", "nodeAffinity", "persistentVolumeReclaimPolicy",
+             "storageClassName", "volumeAttributesClassName", "volumeMode"}
 PYTHON_NAMES = re.compile(r"^python(3(\.\d+)?)?$")
 
 
@@ -160,6 +167,12 @@ class Prepared:
     cwd: str
     mounts: list[Mount] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # lines for the top of the Pod's log
+    read_only_root: bool = False   # securityContext.readOnlyRootFilesystem
+
+    def in_namespace(self) -> bool:
+        """Whether the process needs a mount namespace: mounts, a read-only root, or a working directory that
+        exists only as a mount (``cwd`` is then entered inside the namespace)."""
+        return bool(self.mounts) or self.read_only_root
 
 
 def container_of(pod: dict) -> dict:
@@ -275,13 +288,16 @@ class PodSetup:
             (pod_dir / "work").mkdir(parents=True, exist_ok=True)
             cwd = str(pod_dir / "work")
         cwd = cwd or str(self.workdir)
-        if not Path(cwd).is_dir():
+        in_mount = any(os.path.realpath(cwd) == m.target or os.path.realpath(cwd).startswith(m.target + "/")
+                       for m in mounts)
+        if not in_mount and not Path(cwd).is_dir():
             raise ValueError(f"workingDir {cwd} does not exist on this machine")
         notes: list[str] = []
         token = self.service_account(pod, pod_dir, notes)
         if token is not None and not any(m.target == token.target for m in mounts):
             mounts.append(token)
-        return Prepared(argv, env, cwd, mounts, notes)
+        read_only_root = bool((c.get("securityContext") or {}).get("readOnlyRootFilesystem"))
+        return Prepared(argv, env, cwd, mounts, notes, read_only_root)
 
     # -- env sources --------------------------------------------------------
     def value_from(self, pod: dict, vf: dict) -> str | None:
@@ -340,6 +356,59 @@ class PodSetup:
         obj = self._read(self.v1.read_namespaced_config_map, ns, name, optional, "ConfigMap")
         return None if obj is None else dict(obj.get("data") or {})
 
+    # -- claims ---------------------------------------------------------------
+    def claim(self, ns: str, name: str) -> dict | None:
+        """The PersistentVolumeClaim, or None if it does not exist."""
+        return self._object(lambda: self.v1.read_namespaced_persistent_volume_claim(name, ns, _preload_content=False))
+
+    def persistent_volume(self, name: str) -> dict | None:
+        """The PersistentVolume, or None if it does not exist."""
+        return self._object(lambda: self.v1.read_persistent_volume(name, _preload_content=False))
+
+    @staticmethod
+    def _object(call) -> dict | None:
+        try:
+            return json.loads(call().data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def claim_path(self, ns: str, name: str) -> Path:
+        """The host folder of a Bound claim's PersistentVolume, checked as a kubelet's volume manager does (its
+        words in the ``NotYet``: the Pod waits in ContainerCreating until the claim is bound)."""
+        what = f"error processing PVC {ns}/{name}"
+        pvc = self.claim(ns, name)
+        if pvc is None:
+            raise NotYet(f'{what}: failed to fetch PVC from API server: persistentvolumeclaims "{name}" not found')
+        if pvc["metadata"].get("deletionTimestamp") and \
+                "kubernetes.io/pvc-protection" not in (pvc["metadata"].get("finalizers") or []):
+            raise NotYet(f"{what}: PVC is being deleted")
+        if (pvc.get("status") or {}).get("phase") != "Bound":
+            raise NotYet(f"{what}: PVC is not bound")
+        pv_name = (pvc.get("spec") or {}).get("volumeName")
+        if not pv_name:
+            raise NotYet(f"{what}: PVC has empty pvc.Spec.VolumeName")
+        pv = self.persistent_volume(pv_name)
+        if pv is None:
+            raise NotYet(f'{what}: failed to fetch PV {pv_name} from API server: persistentvolumes "{pv_name}" '
+                          'not found')
+        spec = pv.get("spec") or {}
+        ref_uid = (spec.get("claimRef") or {}).get("uid")
+        if ref_uid != pvc["metadata"]["uid"]:
+            raise NotYet(f"{what}: found PV object {pv_name} but its pv.Spec.ClaimRef.UID {ref_uid} does not point "
+                         f"to claim.UID {pvc['metadata']['uid']}")
+        if "hostPath" in spec:
+            return _host_path(spec["hostPath"])
+        if "local" in spec:
+            path = Path(spec["local"]["path"])
+            if not path.is_dir():
+                raise ValueError(f"PersistentVolume {pv_name}: local path {path} does not exist")
+            return path
+        kinds = sorted(k for k in spec if k not in PV_FIELDS)
+        raise ValueError(f"PersistentVolume {pv_name} ({', '.join(kinds) or 'no source'}) of claim {ns}/{name} is "
+                         "not supported by the process kubelet")
+
     # -- volumes ------------------------------------------------------------
     def volumes(self, pod: dict, pod_dir: Path) -> list[Mount]:
         ns = pod["metadata"]["namespace"]
@@ -349,8 +418,6 @@ class PodSetup:
             vol = volumes.get(vm["name"])
             if vol is None:
                 raise ValueError(f"volumeMount {vm['name']} names no volume of the Pod")
-            if "persistentVolumeClaim" in vol:
-                continue   # tests give a path of this machine as the claim's mountPath
             if vm.get("subPath") or vm.get("subPathExpr"):
                 raise ValueError(f"volumeMount {vm['name']}: subPath is not supported by the process kubelet")
             source = pod_dir / "volumes" / vm["name"]
@@ -369,11 +436,11 @@ class PodSetup:
                             f"{kind} {ref_name}")
                 read_only = True   # as a kubelet mounts API data
             elif "hostPath" in vol:
-                source = Path(vol["hostPath"]["path"])
-                if not source.exists():
-                    if vol["hostPath"].get("type") not in ("DirectoryOrCreate", None, ""):
-                        raise ValueError(f"hostPath {source} does not exist")
-                    source.mkdir(parents=True, exist_ok=True)
+                source = _host_path(vol["hostPath"])
+            elif "persistentVolumeClaim" in vol:
+                claim = vol["persistentVolumeClaim"]
+                source = self.claim_path(ns, claim.get("claimName", ""))
+                read_only = read_only or bool(claim.get("readOnly"))
             else:
                 kinds = sorted(k for k in vol if k != "name")
                 raise ValueError(f"volume {vm['name']} ({', '.join(kinds)}) is not supported by the process kubelet")
@@ -416,6 +483,16 @@ class PodSetup:
         return Mount(source, os.path.realpath(SA_DIR), True)
 
 
+def _host_path(src: dict) -> Path:
+    """A ``hostPath`` (of a volume or a PersistentVolume): the folder, made for ``DirectoryOrCreate`` (or no type)."""
+    source = Path(src["path"])
+    if not source.exists():
+        if src.get("type") not in ("DirectoryOrCreate", None, ""):
+            raise ValueError(f"hostPath {source} does not exist")
+        source.mkdir(parents=True, exist_ok=True)
+    return source
+
+
 def _write_keys(folder: Path, data: dict[str, bytes], items: list[dict] | None, default_mode: int,
                 what: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
@@ -437,19 +514,29 @@ def _write_keys(folder: Path, data: dict[str, bytes], items: list[dict] | None, 
 
 
 # -- mount namespace ----------------------------------------------------------
-def namespaced_argv(argv: list[str], mounts: list[Mount]) -> list[str]:
-    """``argv`` in a mount namespace of its own with ``mounts`` at their targets, exec'd in place.
+def namespaced_argv(argv: list[str], mounts: list[Mount], *, cwd: str | None = None, read_only_root: bool = False,
+                    writable: tuple[str, ...] = ()) -> list[str]:
+    """``argv`` in a mount namespace of its own with ``mounts`` at their targets, exec'd in place in ``cwd``.
 
     Mounts are made shallowest first (a mount inside another volume gets its mount point there, made in the
-    namespace), then the read-only ones are remounted read-only. Not root: a user namespace maps this
-    user to root, so the bind mounts are allowed."""
+    namespace), then the read-only ones are remounted read-only. With ``read_only_root`` the root filesystem
+    is remounted read-only too, as a container's with ``readOnlyRootFilesystem``: only the Pod's volumes and
+    ``writable`` (the node's own disks: the stack's state folder, where the tests' local checkpoint folders
+    live) stay writable, so a write to ``/tmp``, HOME or the image's folders fails.
+    Not root: a user namespace maps this user to root, so the bind mounts are allowed."""
     steps = []
     for m in sorted(mounts, key=lambda m: m.target.count("/")):
         steps.append(f"{_tool('mkdir')} -p {shlex.quote(m.target)} && {_tool('mount')} --bind "
                      f"{shlex.quote(str(m.source))} {shlex.quote(m.target)}")
+    if read_only_root:
+        for path in writable:
+            steps.append(f"{_tool('mount')} --bind {shlex.quote(path)} {shlex.quote(path)}")
+        steps.append(f"{_tool('mount')} -o remount,bind,ro /")
     for m in mounts:
         if m.read_only:
             steps.append(f"{_tool('mount')} -o remount,bind,ro {shlex.quote(m.target)}")
+    if cwd:
+        steps.append(f"cd {shlex.quote(cwd)}")
     script = " && ".join(steps + ['exec "$@"'])
     unshare = [_tool("unshare"), "--mount", "--propagation", "private"]
     if os.geteuid() != 0:

@@ -7,13 +7,18 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
+from eos_job import pod_template
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
 from eos_operator import children
 from eos_operator.children import StreamRef
 from eos_operator.validation import validate_spec
 
 from .fakes import base_spec
+
+SCRATCH = {"name": pod_template.SCRATCH_VOLUME, "emptyDir": {}}
+SCRATCH_MOUNT = {"name": pod_template.SCRATCH_VOLUME, "mountPath": pod_template.SCRATCH_DIR}
 
 REF = StreamRef("colors", "team-a", "0f6c2a1e-1111-2222-3333-444455556666")
 
@@ -56,7 +61,9 @@ def test_driver_pod_runs_the_real_runtime_command():
     assert env["EOS_RUN_CONFIG"]["valueFrom"] == {"configMapKeyRef": {"name": "colors-run", "key": "run.json"}}
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert "volumes" not in podspec                 # store=local: the path as it is
+    assert podspec["volumes"] == [SCRATCH]           # store=local: the path as it is; only the scratch volume
+    assert c["volumeMounts"] == [SCRATCH_MOUNT] and c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert env["TMPDIR"]["value"] == env["HOME"]["value"] == pod_template.SCRATCH_DIR
     assert "PYSPARK_SUBMIT_ARGS" not in env
     # Selecting every attempt's Pod works with the labels it carries.
     assert children.stream_selector("colors").items() <= meta["labels"].items()
@@ -65,9 +72,9 @@ def test_driver_pod_runs_the_real_runtime_command():
 def test_pvc_checkpoint_is_mounted_at_the_path():
     s = spec(checkpoint={"store": "pvc", "claimName": "ckpt", "path": "/checkpoints/colors"})
     pod = children.driver_pod(REF, s, attempt=0, tx_generation=0)
-    assert pod["spec"]["volumes"] == [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}}]
+    assert pod["spec"]["volumes"] == [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}}, SCRATCH]
     assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "checkpoint",
-                                                              "mountPath": "/checkpoints/colors"}]
+                                                              "mountPath": "/checkpoints/colors"}, SCRATCH_MOUNT]
 
 
 def test_credentials_come_from_secret_references_only():
@@ -195,7 +202,7 @@ def test_s3_store_pods_get_the_bucket_settings_and_keys_by_reference():
     assert env["EOS_S3_ENDPOINT"]["value"] == "http://minio:9000" and env["EOS_S3_PATH_STYLE"]["value"] == "true"
     assert env["AWS_ACCESS_KEY_ID"]["valueFrom"] == {"secretKeyRef": {"name": "s3-keys", "key": "id"}}
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "s3-keys", "key": "secret"}}
-    assert "volumes" not in pod["spec"], "nothing to mount for an object store"
+    assert pod["spec"]["volumes"] == [SCRATCH], "nothing to mount for an object store"
     assert children.checkpoint_dir(s) == "s3a://ckpt/streams/colors/live"
     assert children.snapshot_path(REF, s, 2).startswith("s3a://ckpt/streams/colors/snapshots/")
 
@@ -313,10 +320,30 @@ def test_affinity_and_extra_volumes_reach_driver_aux_pods_and_executors():
     executor = json.loads(children.run_config_map(REF, children.run_config(REF, s, tx_generation=0))
                           ["data"][children.EXECUTOR_TEMPLATE_KEY])
     assert executor["spec"]["affinity"] == affinity
-    assert executor["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}]
+    assert executor["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}, SCRATCH]
     assert executor["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == "/scratch"
+    # The executor's root is read-only too: temporary files and the fetched jars (its working directory) go to
+    # the operator's scratch volume.
+    (container,) = executor["spec"]["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["volumeMounts"][-1] == SCRATCH_MOUNT and container["workingDir"] == pod_template.SCRATCH_DIR
+    assert {"name": "TMPDIR", "value": pod_template.SCRATCH_DIR} in container["env"]
     bad = {"volumes": [{"name": "checkpoint", "emptyDir": {}}, {"emptyDir": {}}],
            "volumeMounts": [{"name": "nope", "mountPath": "/x"}]}
     res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": bad}})
     assert any(e.startswith("spec.job.podTemplate.volumes.checkpoint") for e in res.errors), res.errors
     assert any("volumes[1].name" in e for e in res.errors) and any("volumeMounts.nope" in e for e in res.errors)
+    # The scratch volume and the variables pointing at it are the operator's.
+    mine = {"volumes": [{"name": "eos-scratch", "emptyDir": {}}], "env": [{"name": "TMPDIR", "value": "/tmp"}]}
+    res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": mine}})
+    assert any(e.startswith("spec.job.podTemplate.volumes.eos-scratch") for e in res.errors), res.errors
+    assert any(e.startswith("spec.job.podTemplate.env.TMPDIR") for e in res.errors), res.errors
+
+
+def test_the_jvm_and_hadoop_take_their_temporary_folder_from_tmpdir(tmp_path, monkeypatch):
+    from eos_job.session import temp_dir_option
+    assert temp_dir_option({}) == "" and temp_dir_option({"TMPDIR": str(tmp_path / "missing")}) == ""
+    assert temp_dir_option({"TMPDIR": str(tmp_path)}) == f"-Djava.io.tmpdir={tmp_path}"
+    # The executor's entrypoint does the same with the variable (Spark starts executors without our runtime).
+    script = (Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh").read_text()
+    assert '"-Djava.io.tmpdir=${TMPDIR}"' in script

@@ -97,7 +97,7 @@ def test_pending_creates_the_take_pod_and_records_it_first():
                               "streaming.eos.dev/snapshot-action": "take", "streaming.eos.dev/attempt": "1"}
     assert meta["ownerReferences"] == [{"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
                                         "name": "s1", "uid": UID, "controller": True, "blockOwnerDeletion": False}]
-    assert pod_spec["restartPolicy"] == "Never" and "volumes" not in pod_spec
+    assert pod_spec["restartPolicy"] == "Never" and [v["name"] for v in pod_spec["volumes"]] == ["eos-scratch"]
     [container] = pod_spec["containers"]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert container["image"] == ExactlyOnceStreamSpec.model_validate(base_spec()).job.image
@@ -128,8 +128,9 @@ def test_pvc_store_mounts_the_claim_like_the_driver_and_uses_its_service_account
     plan = plan_snapshot(spec(), status(), observed(stream=stream_obj(pvc)))
     [body] = created(plan)
     pod_spec = body["spec"]
-    assert pod_spec["volumes"] == [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt-claim"}}]
-    assert pod_spec["containers"][0]["volumeMounts"] == [{"name": "checkpoint", "mountPath": "/ckpt"}]
+    assert pod_spec["volumes"][0] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt-claim"}}
+    assert pod_spec["containers"][0]["volumeMounts"][0] == {"name": "checkpoint", "mountPath": "/ckpt"}
+    assert [v["name"] for v in pod_spec["volumes"]] == ["checkpoint", "eos-scratch"]
     assert pod_spec["serviceAccountName"] == "spark-eos-driver"
     assert pod_spec["containers"][0]["image"] == "img:1"
     assert plan.status.path == "/ckpt/snapshots/s1"
@@ -433,7 +434,7 @@ def test_deletion_after_the_stream_is_gone_disposes_with_what_the_first_attempt_
     assert not plan.finished and reasons(plan) == ["SnapshotDisposing"]
     [body] = created(plan)
     assert body["spec"]["serviceAccountName"] == "spark"
-    assert body["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME,
+    assert body["spec"]["volumes"][:1] == [{"name": children.CHECKPOINT_VOLUME,
                                         "persistentVolumeClaim": {"claimName": "colors-ckpt"}}]
     assert body["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == CKPT
 

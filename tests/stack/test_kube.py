@@ -1,4 +1,4 @@
-"""The local Kubernetes API (etcd + kube-apiserver + GC/namespace controllers)."""
+"""The local Kubernetes API (etcd + kube-apiserver + the controllers it needs: garbage collector, namespace, PV binder)."""
 from __future__ import annotations
 
 import json

@@ -72,6 +72,46 @@ def gone(pid: int) -> bool:
         return True
 
 
+def claim(name: str, storage_class: str = "") -> dict:
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class,
+                     "resources": {"requests": {"storage": "1Mi"}}}}
+
+
+@pytest.fixture
+def host_claims(api, namespace):
+    """Makes a claim of the namespace and a hostPath PersistentVolume reserved for it (``claimRef``, no
+    StorageClass), for the stack's controller-manager to bind; the volumes are deleted afterwards."""
+    v1, volumes = client.CoreV1Api(api), []
+
+    def make(name: str, path: Path) -> str:
+        pv = f"{namespace}-{name}"
+        v1.create_persistent_volume({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                     "claimRef": {"namespace": namespace, "name": name},
+                     "hostPath": {"path": str(path), "type": "Directory"}}})
+        volumes.append(pv)
+        # Once the PV controller has seen the volume: a claim it syncs before that waits for its next
+        # resync (15 s) to bind.
+        wait_until(lambda: json.loads(v1.read_persistent_volume(pv, _preload_content=False).data)
+                   .get("status", {}).get("phase") == "Available", f"{pv} Available", 30, interval=0.05)
+        v1.create_namespaced_persistent_volume_claim(namespace, claim(name))
+        return pv
+    yield make
+    for pv in volumes:
+        try:
+            v1.delete_persistent_volume(pv)   # gone once the namespace's claim is (pv-protection)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def pod_scheduled(v1, ns: str, name: str) -> dict | None:
+    conds = (read_pod(v1, ns, name) or {}).get("status", {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == "PodScheduled"), None)
+
+
 # A volume makes the kubelet start the Pod's process in a mount namespace (unshare, sh, then the program,
 # each exec'ing the next): signals must reach it all the same.
 WITH_VOLUME = {"volumes": [{"name": "scratch", "emptyDir": {}}]}
@@ -268,15 +308,16 @@ def test_field_refs_service_env_and_no_test_credentials(api, namespace, kubelet,
                                         "at /var/run/secrets/kubernetes.io/serviceaccount"), out
 
 
-def test_empty_dir_and_config_map_volumes_at_their_mount_paths(api, namespace, kubelet, tmp_path):
+def test_empty_dir_and_config_map_volumes_at_their_mount_paths(api, namespace, kubelet, tmp_path, host_claims):
     v1 = client.CoreV1Api(api)
     v1.create_namespaced_config_map(namespace, {"apiVersion": "v1", "kind": "ConfigMap",
                                                 "metadata": {"name": "conf"},
                                                 "data": {"a.properties": "a=1\n", "b.properties": "b=2\n"}})
     scratch, conf, conf_all = tmp_path / "scratch", tmp_path / "no" / "such" / "conf", tmp_path / "conf-all"
-    ckpt = tmp_path / "ckpt"   # a "claim": tests name a path of this machine, which Pods share as is
+    ckpt = tmp_path / "ckpt"   # a claim on a hostPath volume of this folder, mounted where it is
     scratch.mkdir()
     ckpt.mkdir()
+    host_claims("ckpt", ckpt)
     (scratch / "on-the-host").write_text("host")   # hidden by the emptyDir, untouched by the Pods
     code = f"""
         import os, pathlib, sys, time
@@ -554,3 +595,85 @@ def test_node_selector_decides_whether_the_pod_is_scheduled(api, namespace, stac
         assert p["status"]["reason"] == "NodeAffinity", p["status"]
         assert not kubelet.log_path(namespace, "pinned-gpu").exists()
         holds_for(lambda: not read_pod(v1, namespace, "gpu")["spec"].get("nodeName"), "gpu staying unbound", 2)
+
+
+def test_a_pod_is_scheduled_once_its_claim_exists_and_is_bound(api, namespace, kubelet, tmp_path, host_claims):
+    """As kube-scheduler: a claim that does not exist, or is not bound, leaves the Pod unbound with the
+    VolumeBinding plugin's reason; once the controller-manager binds it to a hostPath volume the Pod runs with
+    the volume at its mountPath (read-only where the claim's volume says so)."""
+    v1 = client.CoreV1Api(api)
+    data, mount = tmp_path / "pv", tmp_path / "mnt"   # the volume's folder; the mountPath, made for the Pods
+    data.mkdir()
+    code = f"""
+        import pathlib, sys
+        try:
+            pathlib.Path({str(mount)!r}, sys.argv[1]).write_text("by the pod")
+            print("wrote")
+        except OSError as exc:
+            print("read-only", exc.errno)
+        """
+    for name, read_only in (("writer", False), ("reader", True)):
+        manifest = pod(name, code, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data",
+                                                                                      "readOnly": read_only}}],
+                       container={"volumeMounts": [{"name": "data", "mountPath": str(mount)}]})
+        manifest["spec"]["containers"][0]["command"].append(name)
+        v1.create_namespaced_pod(namespace, manifest)
+    not_found = ('0/1 nodes are available: persistentvolumeclaim "data" not found. preemption: 0/1 nodes are '
+                 'available: 1 Preemption is not helpful for scheduling.')
+    for name in ("writer", "reader"):
+        cond = wait_until(lambda name=name: pod_scheduled(v1, namespace, name), f"{name}'s PodScheduled", 30)
+        assert (cond["status"], cond["reason"], cond["message"]) == ("False", "Unschedulable", not_found), cond
+        assert read_pod(v1, namespace, name)["status"]["phase"] == "Pending"
+    t0 = time.monotonic()
+    pv = host_claims("data", data)
+    assert "wrote" in succeeded(v1, kubelet, namespace, "writer")
+    print(f"scheduled and ran {time.monotonic() - t0:.1f}s after the claim and its volume were created")
+    assert "read-only 30" in succeeded(v1, kubelet, namespace, "reader")   # EROFS
+    assert (data / "writer").read_text() == "by the pod" and not (data / "reader").exists()
+    pvc = json.loads(v1.read_namespaced_persistent_volume_claim("data", namespace, _preload_content=False).data)
+    assert pvc["status"]["phase"] == "Bound" and pvc["spec"]["volumeName"] == pv, pvc
+    wait_until(lambda: not mount.exists(), "the mount point removed", 10)
+
+
+def test_a_claim_no_volume_binds_leaves_the_pod_unscheduled(api, namespace, kubelet):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_persistent_volume_claim(namespace, claim("nowhere", storage_class="none"))
+    v1.create_namespaced_pod(namespace, pod("stuck", "print('ran')", volumes=[
+        {"name": "data", "persistentVolumeClaim": {"claimName": "nowhere"}}],
+        container={"volumeMounts": [{"name": "data", "mountPath": "/eos-kubelet-test-claim"}]}))
+    cond = wait_until(lambda: pod_scheduled(v1, namespace, "stuck"), "stuck's PodScheduled", 30)
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable"), cond
+    assert cond["message"] == ("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
+                               "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."), cond
+    holds_for(lambda: not read_pod(v1, namespace, "stuck")["spec"].get("nodeName"), "stuck staying unbound", 2)
+    assert kubelet.pid(namespace, "stuck") is None
+
+
+def test_read_only_root_filesystem_leaves_only_volumes_and_the_node_disks_writable(api, namespace, kubelet, tmp_path):
+    """``readOnlyRootFilesystem``: /tmp, HOME and the image's folders refuse writes; the Pod's emptyDir and the
+    node's disks (the stack's state folder, where tests keep checkpoints) take them; ``workingDir`` may be
+    the mount itself (Spark's executors fetch jars into it)."""
+    v1 = client.CoreV1Api(api)
+    repo = str(Path(__file__).resolve().parents[2])
+    v1.create_namespaced_pod(namespace, pod("ro", f"""
+        import errno, os, pathlib
+        def writable(path):
+            try:
+                pathlib.Path(path).write_text("x")
+                return True
+            except OSError as exc:
+                assert exc.errno == errno.EROFS, exc
+                return False
+        print("cwd", os.getcwd())
+        print("tmp", writable("/tmp/eos-ro-probe-" + os.environ["HOSTNAME"]))
+        print("repo", writable({repo!r} + "/eos-ro-probe"))
+        print("scratch", writable("/eos-kubelet-test-scratch/probe"))
+        print("state", writable({str(tmp_path / "state-probe")!r}))
+        """, **WITH_VOLUME, container={**SCRATCH_MOUNT, "workingDir": "/eos-kubelet-test-scratch",
+                                       "securityContext": {"readOnlyRootFilesystem": True}}))
+    p = wait_phase(v1, namespace, "ro", ("Succeeded", "Failed"))
+    out = kubelet.log_path(namespace, "ro").read_text()
+    assert p["status"]["phase"] == "Succeeded", out
+    for line in ("cwd /eos-kubelet-test-scratch", "tmp False", "repo False", "scratch True", "state True"):
+        assert line in out, out
+    assert not Path(repo, "eos-ro-probe").exists()

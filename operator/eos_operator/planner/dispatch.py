@@ -206,7 +206,7 @@ def _driver_up(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     if st.lifecycle_state not in ("Restarting", "Upgrading"):
         step.lifecycle("Deploying")
     if pod.blocked:
-        message = f"driver Pod {pod.name} cannot start: {pod.blocked}"
+        message = f"driver Pod {pod.name} cannot start: {pod.blocked.rstrip('.')}"
         ready = get_condition(st.conditions, READY)
         if ready is None or ready.reason != "DriverStartBlocked" or ready.message != message:
             step.event("Warning", "DriverStartBlocked", f"{message}; it fails after {timeout}s "
