@@ -24,6 +24,21 @@ def checkpoint_id(ckpt: str | Path) -> str | None:
     return json.loads(meta.read_text().splitlines()[0])["id"]
 
 
+def state(ckpt: str | Path) -> str:
+    """``intact`` (metadata with an id, and offsets), ``empty`` (neither) or ``damaged`` (the rest)."""
+    ckpt = Loc.of(ckpt)
+    meta = ckpt / "metadata"
+    has_meta = meta.is_file()
+    has_offsets = bool(offset_batches(ckpt))
+    if has_meta and has_offsets:
+        try:
+            json.loads(meta.read_text().splitlines()[0])["id"]
+        except (OSError, ValueError, KeyError, IndexError):
+            return "damaged"
+        return "intact"
+    return "empty" if not has_meta and not has_offsets else "damaged"
+
+
 def _batches(folder: Loc) -> list[int]:
     return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
 

@@ -10,6 +10,7 @@ others in short-lived Pods::
     eos-job snapshot dispose --path D
     eos-job preflight --config-env VAR --from-checkpoint C --scratch S
     eos-job run --config-env VAR --drain
+    eos-job probe --config-env VAR [--snapshot D]   (store pvc: the checkpoint, read on the claim)
 
 Each of these prints a compact JSON result (camelCase keys, ``reason`` first
 among them) on stdout and writes it as the Pod's termination message.
@@ -209,11 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_ in (("run", "run the stream until SIGTERM (graceful stop) or failure"),
                         ("resolve", "fence the stream's transactions and report what a restart will replay"),
                         ("validate", "check the config and exit"),
+                        ("probe", "read the checkpoint's batches where it is mounted (a claim) and report them"),
                         ("preflight", "check that the config's spec can start from a checkpoint's state")):
         p = sub.add_parser(name, help=help_)
         src = p.add_mutually_exclusive_group(required=True)
         src.add_argument("--config", help="YAML/JSON file: an ExactlyOnceStream manifest or a run config")
         src.add_argument("--config-env", help="name of an environment variable holding the run config as JSON")
+        if name == "probe":
+            p.add_argument("--snapshot", help="also read this snapshot's manifest")
         if name == "preflight":
             p.add_argument("--from-checkpoint", required=True, help="checkpoint whose state the spec must accept "
                                                                      "(only read)")
@@ -274,6 +278,16 @@ def main(argv: list[str] | None = None) -> int:
         return _preflight_command(args, cfg)
     if args.command == "validate":
         print(f"config for stream {cfg.stream.namespace}/{cfg.stream.name} is valid")
+        return EXIT_OK
+
+    if args.command == "probe":
+        from .resolution import checkpoint_facts
+        try:
+            facts = checkpoint_facts(cfg, snapshot=args.snapshot)
+        except (OSError, ValueError) as exc:
+            _emit({"reason": "CheckpointUnreadable", "error": f"{type(exc).__name__}: {exc}"[:2000]})
+            return EXIT_FAILED
+        _emit({"reason": "Probed", **facts.model_dump(by_alias=True)})
         return EXIT_OK
 
     from .ledger import SinkUnavailable

@@ -23,7 +23,8 @@ from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .epoch import read_generations
 from .kafka_security import KafkaSecrets
 from .spec import RunConfig
-from .status import ResolutionReport
+from .snapshot import NotASnapshot, read_manifest
+from .status import CheckpointFacts, ProbedSnapshot, ResolutionReport
 from .storage import Loc, S3Options
 
 log = logging.getLogger(__name__)
@@ -84,22 +85,42 @@ def open_transaction_partitions(admin, topics: dict, names: list[str], timeout_s
     return {tp for tp, off in stable.items() if off < high[tp]}
 
 
+def checkpoint_facts(config: RunConfig, s3: S3Options | None = None, *, snapshot: str | None = None) -> CheckpointFacts:
+    """What the checkpoint the restart will run on says: ``config.checkpoint_dir``, or for a start from a
+    snapshot into an empty location, the snapshot's copy (the driver seeds the location with it: same
+    checkpoint identity, same ledger keys). ``snapshot``: also that snapshot's manifest, if it has one."""
+    ckpt = Loc.of(config.checkpoint_dir, s3)
+    if config.restore_from and checkpoint.checkpoint_id(ckpt) is None:
+        ckpt = Loc.of(config.restore_from, s3) / "checkpoint"
+    probed = None
+    if snapshot:
+        try:
+            m = read_manifest(Loc.of(snapshot, s3))
+            probed = ProbedSnapshot(path=snapshot, stream_uid=(m.get("stream") or {}).get("uid"),
+                                    batch=m.get("lastBatch"), time=m.get("time"), checkpoint_id=m.get("checkpointId"))
+        except NotASnapshot:
+            probed = None
+    return CheckpointFacts(checkpoint_dir=config.checkpoint_dir, state=checkpoint.state(ckpt), snapshot=probed,
+                           checkpoint_id=checkpoint.checkpoint_id(ckpt),
+                           last_offsets_batch=checkpoint.last_offsets_batch(ckpt),
+                           last_committed_batch=checkpoint.last_committed_batch(ckpt),
+                           replay_batch=checkpoint.replay_batch(ckpt))
+
+
 def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None = None,
-            kafka: Mapping[str, KafkaSecrets] | None = None) -> ResolutionReport:
+            kafka: Mapping[str, KafkaSecrets] | None = None, facts: CheckpointFacts | None = None) -> ResolutionReport:
     """``s3``: how to reach a checkpoint bucket (``store: s3``), keys included, and ``kafka``: the Secret
-    values of the sink's credentials and TLS, when the caller (the operator) has none in its environment."""
+    values of the sink's credentials and TLS, when the caller (the operator) has none in its environment.
+    ``facts``: the checkpoint as read elsewhere (a Pod that mounts the stream's claim), instead of here."""
     spec, stream = config.spec, config.stream
     sink = spec.sink
     sec = sink_security(sink, (kafka or {}).get("sink"))
-    ckpt = Loc.of(config.checkpoint_dir, s3)
-    if config.restore_from and checkpoint.checkpoint_id(ckpt) is None:
-        # A start from a snapshot: the driver seeds the empty location with this copy, so it is what the
-        # restart will run on (same checkpoint identity, same ledger keys).
-        ckpt = Loc.of(config.restore_from, s3) / "checkpoint"
-    ckpt_id = checkpoint.checkpoint_id(ckpt)
-    # A PVC is mounted at checkpoint.path in the driver; where that path does not exist (the operator),
-    # an absent checkpoint means "not visible here", not "none yet".
-    readable = spec.checkpoint.store != "pvc" or Path(spec.checkpoint.path).is_dir()
+    # A PVC is mounted at checkpoint.path in the driver; where that path does not exist (the operator without
+    # a probe's facts), an absent checkpoint means "not visible here", not "none yet".
+    readable = facts is not None or spec.checkpoint.store != "pvc" or Path(spec.checkpoint.path).is_dir()
+    if facts is None:
+        facts = checkpoint_facts(config, s3)
+    ckpt_id = facts.checkpoint_id
     slots = spec.job.parallelism
     admin = admin_client(base_config(sink.bootstrap_servers, sec))
     admin._eos_bootstrap = sink.bootstrap_servers
@@ -138,8 +159,8 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
     report = ResolutionReport(stream_uid=stream.uid, checkpoint_id=ckpt_id, checkpoint_readable=readable,
                               generation=gen,
                               slots=slots, fenced_transactional_ids=fenced,
-                              checkpoint_last_offsets_batch=checkpoint.last_offsets_batch(ckpt),
-                              checkpoint_last_committed_batch=checkpoint.last_committed_batch(ckpt))
+                              checkpoint_last_offsets_batch=facts.last_offsets_batch,
+                              checkpoint_last_committed_batch=facts.last_committed_batch)
     if ledger_parts and ckpt_id:
         consumer = ledger_consumer(sink.bootstrap_servers, sec)
         try:
@@ -156,7 +177,7 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
             report.last_committed_batch_per_slot = per_slot
         finally:
             consumer.close()
-    replay = checkpoint.replay_batch(ckpt)
+    replay = facts.replay_batch
     report.replay_batch = replay
     if replay is not None:
         done = sorted(int(s) for s, b in report.last_committed_batch_per_slot.items() if b >= replay)

@@ -25,6 +25,29 @@ class SlotRecord(Model):
     digest: str
 
 
+class ProbedSnapshot(Model):
+    """A snapshot's manifest as a probe read it (``eos-job probe --snapshot``)."""
+    path: str
+    stream_uid: str | None = None
+    batch: int | None = Field(None, description="Its last committed batch.")
+    time: str | None = None
+    checkpoint_id: str | None = None
+
+
+class CheckpointFacts(Model):
+    """What a checkpoint says about its batches, read where it is mounted (``python -m eos_job probe`` in a Pod
+    of the stream, for ``checkpoint.store: pvc``) or by resolution itself (local files, S3)."""
+    checkpoint_dir: str = Field(..., description="The checkpoint location these facts are of.")
+    state: Literal["intact", "damaged", "empty"] | None = Field(None, description=(
+        "intact: metadata and offsets; empty: neither; damaged: one without the other or unreadable metadata."))
+    snapshot: ProbedSnapshot | None = Field(None, description=(
+        "The snapshot the probe was asked about, if it holds a manifest."))
+    checkpoint_id: str | None = Field(None, description="Spark query id from its metadata; unset: no checkpoint yet.")
+    last_offsets_batch: int | None = Field(None, description="Newest batch in the offset log.")
+    last_committed_batch: int | None = Field(None, description="Newest batch in the commit log.")
+    replay_batch: int | None = Field(None, description="Batch a restart replays (offsets logged, not committed).")
+
+
 class ResolutionReport(Model):
     """What resolution found before a (re)start; kept compact in status."""
     stream_uid: str
@@ -68,6 +91,8 @@ class PendingLaunch(Model):
     refused_reason: str | None = Field(None, description=(
         "Its reason: Refused (the API server), KafkaAuthenticationFailed, KafkaAuthorizationFailed, "
         "KafkaSecretMissing, CheckpointSecretMissing."))
+    checkpoint_facts: CheckpointFacts | None = Field(None, description=(
+        "checkpoint.store pvc: what the probe Pod read on the claim for this launch, before resolution."))
 
 
 class SnapshotRecord(Model):
@@ -109,6 +134,8 @@ class UpgradeProgress(Model):
     rollback: bool = Field(False, description="This upgrade is a rollback to the last stable spec.")
     requested_at: str | None = None
     note: str = Field("", description="Why the upgrade deviates from its mode (e.g. no snapshot could be taken).")
+    checked: CheckpointFacts | None = Field(None, description=(
+        "checkpoint.store pvc: the old driver's snapshot and checkpoint as the check Pod read them on the claim."))
 
 
 class UpgradeCheck(Model):

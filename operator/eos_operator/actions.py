@@ -28,6 +28,7 @@ class Resolve:
     config: Any            # eos_job.spec.RunConfig
     attempt: int
     spec_hash: str
+    facts: Any = None      # eos_job.status.CheckpointFacts read by a probe Pod (store pvc), else None
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
+from eos_job import checkpoint
 from eos_job.kafka_security import KafkaSecretMissing, KafkaSecrets, secret_refs
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
-from eos_job.status import ReplayHorizon, ResolutionReport
+from eos_job.status import CheckpointFacts, ReplayHorizon, ResolutionReport
 from eos_job.storage import Loc, S3Options
 
 # One import for all adapters (F401: re-exported).
@@ -62,7 +63,8 @@ class Kube(Protocol):
 
 class Resolver(Protocol):
     async def resolve(self, config: RunConfig, s3: S3Options | None = None,
-                      kafka: dict[str, KafkaSecrets] | None = None) -> ResolutionReport: ...
+                      kafka: dict[str, KafkaSecrets] | None = None,
+                      facts: CheckpointFacts | None = None) -> ResolutionReport: ...
 
 
 class Clock(Protocol):
@@ -150,12 +152,13 @@ class JobResolver:
         self.timeout_s = timeout_s
 
     async def resolve(self, config: RunConfig, s3: S3Options | None = None,
-                      kafka: dict[str, KafkaSecrets] | None = None) -> ResolutionReport:
+                      kafka: dict[str, KafkaSecrets] | None = None,
+                      facts: CheckpointFacts | None = None) -> ResolutionReport:
         from eos_job.resolution import resolve  # imported late: it pulls in the Kafka client
 
         # The thread cannot be cancelled; the outer wait_for bounds how long we wait for it.
         return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s, s3=s3,
-                                                        kafka=kafka),
+                                                        kafka=kafka, facts=facts),
                                       timeout=self.timeout_s + 15.0)
 
 
@@ -255,20 +258,7 @@ class StoreReader:
     async def checkpoint_state(self, spec: ExactlyOnceStreamSpec, path: str,
                                s3: S3Options | None = None) -> CheckpointState:
         ckpt = self._loc(spec, path, s3)
-
-        def state() -> CheckpointState:
-            meta = ckpt / "metadata"
-            has_meta = meta.is_file()
-            has_offsets = any(p.name.isdigit() for p in (ckpt / "offsets").iterdir())
-            if has_meta and has_offsets:
-                try:
-                    json.loads(meta.read_text().splitlines()[0])["id"]
-                except (OSError, ValueError, KeyError, IndexError):
-                    return "damaged"
-                return "intact"
-            return "empty" if not has_meta and not has_offsets else "damaged"
-
-        return await self._run(state)
+        return await self._run(lambda: checkpoint.state(ckpt))
 
     async def _run(self, fn: Callable[[], Any]) -> Any:
         try:

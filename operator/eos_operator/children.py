@@ -44,10 +44,13 @@ CHECKPOINT_VOLUME = "checkpoint"
 LABEL_AUX = f"{API_GROUP}/aux"          # pre-flight and drain Pods (not drivers of the stream)
 PREFLIGHT = "preflight"
 DRAIN = "drain"
+PROBE = "probe"                         # checkpoint.store pvc: reads the checkpoint on the claim before resolution
+CHECK = "check"                         # ... and an upgrade's snapshot and checkpoint once the old driver is gone
 LABEL_SNAPSHOT_ACTION = f"{API_GROUP}/snapshot-action"   # a snapshot's Pods: take, inspect or dispose
 SNAPSHOT_CONTAINER = "snapshot"
 # The container of every Pod the operator makes is named one of these (a Pod may also have sidecars).
-OWN_CONTAINERS = (DRIVER_CONTAINER, PREFLIGHT, DRAIN, SNAPSHOT_CONTAINER)
+OWN_CONTAINERS = (DRIVER_CONTAINER, PREFLIGHT, DRAIN, PROBE, CHECK, SNAPSHOT_CONTAINER)
+AUX_COMPONENTS = (PREFLIGHT, DRAIN, PROBE, CHECK)
 
 
 MAX_LABEL = 63                 # a label value, a Service name (DNS-1035 label)
@@ -78,7 +81,7 @@ def driver_service_name(stream: str) -> str:
 
 
 def aux_pod_name(stream: str, component: str, attempt: int) -> str:
-    """``<stream>-preflight-<n>`` / ``<stream>-drain-<n>``: one per launch attempt."""
+    """``<stream>-preflight-<n>`` / ``<stream>-drain-<n>`` / ``<stream>-probe-<n>``: one per launch attempt."""
     return f"{stream}-{component}-{attempt}"
 
 

@@ -268,7 +268,7 @@ async def _resolve(deps: Deps, ref: StreamRef, spec: ExactlyOnceStreamSpec, stat
     """Run resolution and record its report (or count its failure) in status."""
     try:
         report = await deps.resolver.resolve(action.config, await s3_options(deps.kube, ref.namespace, spec),
-                                             await kafka_secrets(deps.kube, ref.namespace, spec))
+                                             await kafka_secrets(deps.kube, ref.namespace, spec), facts=action.facts)
     except Exception as exc:  # noqa: BLE001 - any failure to resolve is a failed start
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         later = _at(observed, deps.clock.now())

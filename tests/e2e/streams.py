@@ -292,6 +292,26 @@ def finish_exact(r: Rig, trickle: Trickle, name: str = NAME, counts: str | None 
 
 
 # ------------------------------------------------------------ the secured listener
+def host_claim(kubectl: Kubectl, namespace: str, name: str, path: Path) -> str:
+    """A claim ``name`` of ``namespace`` and a hostPath PersistentVolume at ``path`` reserved for it (no
+    StorageClass): the stack's controller manager binds them, the process kubelet mounts the volume where a
+    Pod asks. Returns the volume's name (cluster-scoped: delete it after the namespace's claim)."""
+    pv = f"{namespace}-{name}"
+    path.mkdir(parents=True, exist_ok=True)
+    kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+                   "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                            "persistentVolumeReclaimPolicy": "Retain",
+                            "claimRef": {"namespace": namespace, "name": name},
+                            "hostPath": {"path": str(path), "type": "Directory"}}}, namespace)
+    # A claim the PV controller syncs before it has seen the volume waits for its next resync (15 s).
+    wait_until(lambda: kubectl.json("get", "pv", pv).get("status", {}).get("phase") == "Available",
+               f"{pv} Available", 30, interval=0.1)
+    kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                            "resources": {"requests": {"storage": "1Gi"}}}}, namespace)
+    return pv
+
+
 def kube_secret(name: str, data: dict[str, str]) -> dict[str, Any]:
     import base64
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",

@@ -26,7 +26,7 @@ from eos_job.verify import audit_counts  # noqa: E402
 from eos_stack.cluster import condition, holds_for, wait_until  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
-from tests.e2e.streams import ColorsTopics, Diagnostics, OperatorProcess, colors_stream  # noqa: E402
+from tests.e2e.streams import ColorsTopics, Diagnostics, OperatorProcess, colors_stream, host_claim  # noqa: E402
 
 pytestmark = pytest.mark.stack
 
@@ -174,10 +174,18 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
 
 def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, namespace, kubelet, operator,
                                                             tmp_path):
+    """A sink that is down exhausts the restart strategy; a nonce resumes once it is back; then a snapshot
+    upgrade. The checkpoint is on a bound claim, which the operator reads only through probe Pods."""
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"], create_sink=False)   # the sink is "down"
     name = "stuck"
-    kubectl.apply(colors_stream(name, topics, tmp_path / "checkpoint", attempts=1, delay=1), namespace)
+    # The checkpoint on a claim (a hostPath volume the controller manager binds): only the stream's Pods mount
+    # it, at a path this machine does not have; the operator reads it through its probe Pods.
+    pv = host_claim(kubectl, namespace, "stuck-ckpt", tmp_path / "volume")
+    manifest = colors_stream(name, topics, tmp_path / "checkpoint", attempts=1, delay=1)
+    manifest["spec"]["checkpoint"] = {"store": "pvc", "claimName": "stuck-ckpt", "path": f"/eos-e2e-claims/{namespace}"}
+    manifest["spec"].update(upgradeMode="snapshot", upgradePreFlight=False)
+    kubectl.apply(manifest, namespace)
     status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Failed" else None)(
         kubectl.status(namespace, name)), "restarts to be exhausted", 180, diag)
     ready = condition(status, "Ready")
@@ -199,10 +207,35 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(
         kubectl.status(namespace, name)), "the stream to resume after the nonce", 120, diag)
     assert status["restartCount"] == 0 and status["observedRestartNonce"] == 1
-    assert [p["metadata"]["name"] for p in kubectl.pods(namespace)] == [status["driverPod"]]
+    assert [p["metadata"]["name"] for p in kubectl.pods(namespace)
+            if "-driver-" in p["metadata"]["name"]] == [status["driverPod"]]
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output", 300, diag, 2)
     assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
+
+    # A snapshot upgrade on the claim: the old driver stops with a snapshot, a check Pod verifies it where the
+    # claim is mounted (the operator mounts nothing), and the new driver's resolution knows the restored
+    # checkpoint from the probe Pod's reading.
+    committed = kubectl.status(namespace, name)["lastCommittedBatch"]
+    kubectl.patch_spec(namespace, name, {"job": {"args": {"version": "v2"}}})
+    status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" and s.get("driverAttempt", 0) > 1
+                                 and not s.get("upgrade") else None)(kubectl.status(namespace, name)),
+                        "the upgraded driver to run", 180, diag)
+    events = kubectl.events(namespace, name)
+    assert "SnapshotTaken" in events and "SnapshotUnverified" not in events, events
+    res = status["resolution"]
+    assert res["checkpointReadable"] is True and res["checkpointId"], res
+    assert res["checkpointLastCommittedBatch"] is not None and res["checkpointLastCommittedBatch"] >= committed, res
+    assert list((tmp_path / "volume" / "snapshots").iterdir()), "the snapshot is on the volume"
+    more = produce(topics.bootstrap, topics.events, 500, seed=9, start_id=1000)
+    expected = {c: expected.get(c, 0) + more.get(c, 0) for c in expected.keys() | more.keys()}
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output after the "
+               "upgrade", 300, diag, 2)
+    assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
+    print(f"\nsnapshot upgrade on the claim: {kubectl.event_messages(namespace, name, 'SnapshotTaken')[-1]}; "
+          f"resolution: {res['summary']}")
     kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=120s")
+    kubectl.run("delete", "pvc", "stuck-ckpt", "-n", namespace, "--timeout=60s")
+    kubectl.run("delete", "pv", pv, "--timeout=60s")
 
 
 def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kubectl, namespace, kubelet, tmp_path):

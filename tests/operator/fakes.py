@@ -50,9 +50,9 @@ class FakeResolver:
     crash_after: bool = False          # the operator dies right after resolution returns
     kube: "FakeKube | None" = None     # to assert invariants at resolution time
 
-    async def resolve(self, config: RunConfig, s3=None, kafka=None) -> ResolutionReport:
+    async def resolve(self, config: RunConfig, s3=None, kafka=None, facts=None) -> ResolutionReport:
         self.calls.append(config)
-        self.s3 = s3
+        self.s3, self.facts = s3, facts
         if self.kube is not None:
             alive = [p for p in self.kube.driver_pods(config.stream.namespace, config.stream.name)]
             assert not alive, f"resolution ran while driver Pods exist: {[p['metadata']['name'] for p in alive]}"

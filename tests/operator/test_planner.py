@@ -84,6 +84,44 @@ def test_launch_resolves_before_the_pod():
     assert cond(p, "Progressing").reason == "Resolving"
 
 
+def test_a_pvc_checkpoint_is_probed_where_it_is_mounted_before_resolution():
+    """store pvc: a probe Pod with the claim reads the checkpoint; its facts go to resolution."""
+    import json
+    s = spec(checkpoint={"store": "pvc", "claimName": "ckpt", "path": "/ckpt"})
+    launch = PendingLaunch(attempt=2, pod="colors-driver-2", reason="Restart")
+    st = ExactlyOnceStreamStatus(lifecycle_state="Restarting", observed_restart_nonce=0, pending_launch=launch)
+    p = plan(s, st, observed())
+    kinds = [type(a) for a in p.actions]
+    assert kinds == [ApplyConfigMap, CreatePod], p.actions
+    body = p.actions[1].body
+    assert body["metadata"]["name"] == "colors-probe-2" and p.actions[0].body["metadata"]["name"] == "colors-probe"
+    (c,) = body["spec"]["containers"]
+    assert c["command"] == ["python", "-m", "eos_job", "probe", "--config-env", "EOS_RUN_CONFIG"]
+    assert {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}} in body["spec"]["volumes"]
+    assert cond(p, "Progressing").reason == "Resolving" and "claim ckpt" in cond(p, "Ready").message
+    # While it runs: wait. Succeeded: its facts are recorded, the Pod deleted, and resolution gets them.
+    running = PodView(name="colors-probe-2", phase="Running", attempt=2, owner_uid=UID)
+    assert plan(s, st, Observed(**{**observed().__dict__, "aux_pods": (running,)})).actions == []
+    doc = {"reason": "Probed", "checkpointDir": "/ckpt/live", "checkpointId": "q1", "lastOffsetsBatch": 8,
+           "lastCommittedBatch": 7, "replayBatch": 8}
+    done = PodView(name="colors-probe-2", phase="Succeeded", attempt=2, owner_uid=UID, message=json.dumps(doc))
+    p = plan(s, st, Observed(**{**observed().__dict__, "aux_pods": (done,)}))
+    assert p.actions == [DeletePod("colors-probe-2", 0)]
+    facts = p.status.pending_launch.checkpoint_facts
+    assert (facts.checkpoint_id, facts.last_committed_batch, facts.replay_batch) == ("q1", 7, 8)
+    p = plan(s, p.status, observed())
+    assert [type(a) for a in p.actions] == [Resolve] and p.actions[0].facts == facts
+    # A probe that fails is a failed start under the restart strategy.
+    failed = PodView(name="colors-probe-2", phase="Failed", attempt=2, owner_uid=UID, exit_code=1,
+                     message='{"reason":"CheckpointUnreadable","error":"OSError: gone"}')
+    p = plan(s, st, Observed(**{**observed().__dict__, "aux_pods": (failed,)}))
+    assert DeletePod("colors-probe-2", 0) in p.actions and "ProbeFailed" in reasons(p)
+    assert p.status.restart_count == 1 and "checkpoint probe" in p.status.last_error
+    # Other stores read the checkpoint in resolution itself: no probe.
+    p = plan(spec(), st, observed())
+    assert [type(a) for a in p.actions] == [Resolve] and p.actions[0].facts is None
+
+
 def test_resolution_report_is_recorded_with_an_event():
     s = spec()
     st = ExactlyOnceStreamStatus(lifecycle_state="Deploying", observed_restart_nonce=0,
@@ -450,7 +488,7 @@ def test_deletion_stops_drivers_then_removes_children():
     assert p.actions == [DeletePod("colors-driver-0", 60)] and not p.finished
     done = plan(s, running_status(s), observed(deleting=True))
     assert done.actions == [DeleteConfigMap("colors-run", UID), DeleteConfigMap("colors-preflight", UID),
-                            DeleteConfigMap("colors-drain", UID), DeleteService("colors-driver", UID)]
+                            DeleteConfigMap("colors-drain", UID), DeleteConfigMap("colors-probe", UID), DeleteConfigMap("colors-check", UID), DeleteService("colors-driver", UID)]
     assert done.finished
 
 

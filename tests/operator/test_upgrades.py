@@ -423,3 +423,32 @@ def test_a_field_a_newer_operator_adds_with_its_default_is_no_change():
     assert run_affecting_changes(json.dumps(old), s) == []
     old["job"]["driver"]["memory"] = "2Gi"
     assert run_affecting_changes(json.dumps(old), s) == ["job.driver.memory"]
+
+
+def test_on_a_pvc_a_check_pod_verifies_the_snapshot_and_reads_the_checkpoint_state():
+    """The operator mounts no claim: once the old driver is gone, <stream>-check-<n> reads the snapshot's
+    manifest and the checkpoint's state where they are; the upgrade then goes on as for a store it reads."""
+    from dataclasses import replace
+    claim = {"store": "pvc", "claimName": "ckpt", "path": "/tmp/eos-test"}
+    old, new = spec(checkpoint=claim), upgraded_spec(checkpoint=claim)
+    p = plan(new, running(old), observed(pod("colors-driver-0")))
+    gone = _with_snapshot(observed(), None, readable=False)        # what the operator itself sees on a pvc
+    check = plan(new, p.status, gone)
+    created = [a for a in check.actions if isinstance(a, CreatePod)]
+    assert [a.body["metadata"]["name"] for a in created] == ["colors-check-1"], check.actions
+    (c,) = created[0].body["spec"]["containers"]
+    assert c["command"][-2:] == ["--snapshot", SNAP0] and "SnapshotUnverified" not in reasons(check)
+    manifest = {"path": SNAP0, "streamUid": stream_uid("default", "colors"), "batch": 41, "checkpointId": "q"}
+    done = PodView(name="colors-check-1", phase="Succeeded", attempt=1, owner_uid=gone.uid, message=json.dumps(
+        {"reason": "Probed", "checkpointDir": "/tmp/eos-test/live", "state": "intact", "snapshot": manifest}))
+    recorded = plan(new, check.status, replace(gone, aux_pods=(done,)))
+    assert recorded.status.upgrade.checked.snapshot.batch == 41
+    verified = plan(new, recorded.status, gone)
+    assert "SnapshotTaken" in reasons(verified) and verified.status.upgrade.restore_from == SNAP0
+    assert verified.status.snapshots[-1].batch == 41
+    # No snapshot on the claim, an intact checkpoint: last-state fallback, as for a store the operator reads.
+    fallback = {"reason": "Probed", "checkpointDir": "/tmp/eos-test/live", "state": "intact"}
+    done = replace(done, message=json.dumps(fallback))
+    recorded = plan(new, check.status, replace(gone, aux_pods=(done,)))
+    fell_back = plan(new, recorded.status, gone)
+    assert "SnapshotFallback" in reasons(fell_back) and fell_back.status.upgrade.restore_from is None

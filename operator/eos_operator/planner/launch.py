@@ -1,7 +1,8 @@
 """A launch in flight, one idempotent step at a time:
 
     wait for the restart delay -> stop every other driver Pod and see it gone -> (upgrade: the old
-    driver's snapshot or the fallback; drain) -> resolve (record the report) -> apply the run
+    driver's snapshot or the fallback; drain) -> (pvc: probe the checkpoint on the claim) -> resolve
+    (record the report) -> apply the run
     ConfigMap and create the Pod -> see the Pod -> clear PendingLaunch
 
 An operator killed between any two steps re-reads the status and continues the same launch: the
@@ -29,6 +30,7 @@ REFUSED_RETRY_SECONDS = 30.0
 DELETION_SLACK_SECONDS = 60.0   # past the driver's grace period: a deletion that waits says so
 REFUSED_REASON = "Refused"   # Ready=False: the API server refused a Pod or object (message: what and why)
 from .upgrade import after_stop, drain, needs_drain, restore_source_missing, restore_text, spec_changed
+from .probe import needs_probe, probe
 
 
 def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: PendingLaunch) -> Plan:
@@ -122,7 +124,9 @@ def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: Pendi
     spec_hash = spec.spec_hash()
     config = launch_config(ref, spec, st)
     if launch.resolved_spec_hash != spec_hash:
-        step.act(Resolve(config, launch.attempt, spec_hash))
+        if needs_probe(spec, launch, config):   # a claim: read the checkpoint where it is mounted
+            return probe(step, spec, launch, config, ready_reason, degraded_cond)
+        step.act(Resolve(config, launch.attempt, spec_hash, launch.checkpoint_facts))
         step.conditions(("False", ready_reason, "resolving transactions before the start"),
                         ("True", "Resolving", f"fencing and reading the ledger before starting {launch.pod}"),
                         degraded_cond)
@@ -253,7 +257,7 @@ def plan_deletion(status: ExactlyOnceStreamStatus, observed: Observed) -> Plan:
             step.conditions(("False", "DeletionWaiting", message), ("True", "Deleting", message), degraded(step.st))
         return step.done(requeue_after=POLL_SECONDS, finished=False)
     step.act(DeleteConfigMap(children.run_config_name(observed.name), observed.uid))
-    for component in (children.PREFLIGHT, children.DRAIN):
+    for component in children.AUX_COMPONENTS:
         step.act(DeleteConfigMap(children.aux_config_name(observed.name, component), observed.uid))
     step.act(DeleteService(children.driver_service_name(observed.name), observed.uid))
     return step.done()

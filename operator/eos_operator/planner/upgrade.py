@@ -14,10 +14,11 @@ from eos_job.status import (ExactlyOnceStreamStatus, PendingLaunch, RejectedSpec
 from .. import children
 from ..actions import ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, Plan
 from ..conditions import READY, get_condition
-from ..observed import PodView
+from ..observed import PodView, SnapshotView
 from ..timeutil import fmt, fmt_ceil, parse
 from ..upgrades import OPERATOR_ONLY_FIELDS, current_checkpoint_dir, plan_spec_change
 from .housekeeping import snapshot_resource_for
+from .probe import probe
 from .restarts import apply_failure, exhausted, start_launch
 from .step import POLL_SECONDS, SNAPSHOT_HISTORY, Cond, StreamStep, abandon_upgrade, degraded, not_starting
 
@@ -68,7 +69,23 @@ def after_stop(step: StreamStep, spec: ExactlyOnceStreamSpec, up: UpgradeProgres
     """The old driver is gone: take its snapshot, or decide the fallback. Idempotent: only status changes."""
     st, obs = step.st, step.obs
     launch = st.pending_launch
-    snap = obs.snapshot
+    current = current_checkpoint_dir(st.checkpoint_dir, st.last_reconciled_spec, spec)
+    snap, readable, state = obs.snapshot, obs.store_readable, obs.checkpoint_state
+    if spec.checkpoint.store == "pvc" and not (up.restore_from and up.restore_from != up.snapshot_path):
+        # The operator mounts no claim: a check Pod reads the snapshot and the checkpoint where they are.
+        checked = up.checked
+        if checked is None or checked.checkpoint_dir != current:
+            ref = children.StreamRef(obs.name, obs.namespace, obs.uid)
+            config = children.run_config(ref, spec, st.tx_generation, checkpoint=current)
+
+            def record(facts) -> None:
+                st.upgrade = up.model_copy(update={"checked": facts})
+            return probe(step, spec, launch, config, ready_reason, degraded_cond, component=children.CHECK,
+                         snapshot=up.snapshot_path, record=record)
+        s = checked.snapshot
+        snap = SnapshotView(path=s.path, stream_uid=s.stream_uid, batch=s.batch, time=s.time,
+                            checkpoint_id=s.checkpoint_id) if s is not None else None
+        readable, state = True, checked.state or "unknown"
     # The manifest carries the job runtime's stream id (eos_job.spec.stream_uid), not metadata.uid.
     if snap is not None and snap.stream_uid == stream_uid(obs.namespace, obs.name):
         record = SnapshotRecord(name=up.snapshot_name or snap.path.rsplit("/", 1)[-1], path=snap.path,
@@ -80,12 +97,11 @@ def after_stop(step: StreamStep, spec: ExactlyOnceStreamSpec, up: UpgradeProgres
                    f"{up.from_pod or 'the driver'} stopped with snapshot {record.name} at batch {record.batch} "
                    f"({record.path}); {launch.pod} starts from it in {up.checkpoint_dir}")
         return step.done(again=True)
-    current = current_checkpoint_dir(st.checkpoint_dir, st.last_reconciled_spec, spec)
     if up.restore_from and up.restore_from != up.snapshot_path:
         # A restore (spec.restoreFrom): the new driver starts from that snapshot; a stop snapshot is a bonus.
         st.upgrade = up.model_copy(update={"step": "Stopped"})
         return step.done(again=True)
-    if up.snapshot_path and not obs.store_readable:
+    if up.snapshot_path and not readable:
         note = (f"checkpoint.store {spec.checkpoint.store} cannot be read by the operator: snapshot "
                 f"{up.snapshot_path} is not verified; {launch.pod} fails its start if it is missing")
         st.upgrade = up.model_copy(update={"step": "Stopped", "note": note})
@@ -93,7 +109,6 @@ def after_stop(step: StreamStep, spec: ExactlyOnceStreamSpec, up: UpgradeProgres
         return step.done(again=True)
     why = (f"no snapshot was taken ({up.from_pod or 'no driver'} was not stopped gracefully)" if up.snapshot_path
            else "no snapshot can be taken (the last driver was started without a snapshot location)")
-    state = obs.checkpoint_state
     if state in ("intact", "empty"):
         detail = ("falling back to last-state on the intact checkpoint" if state == "intact"
                   else "the checkpoint holds no state yet, starting on it")
