@@ -17,7 +17,6 @@ restart strategy (reason ProbeFailed), as a failed resolution is.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Callable
 
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
@@ -27,8 +26,7 @@ from pydantic import ValidationError
 from .. import children
 from ..actions import ApplyConfigMap, CreatePod, DeletePod, Plan
 from ..observed import PodView
-from ..timeutil import fmt_ceil
-from .restarts import apply_failure, exhausted
+from .restarts import aux_failed
 from .step import POLL_SECONDS, Cond, StreamStep, not_starting
 
 
@@ -75,16 +73,9 @@ def probe(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: PendingLaunch, 
         if failure:
             step.act(DeletePod(pod.name, 0))
     if failure:
-        restart, delay, explanation = apply_failure(step, spec, f"checkpoint probe: {failure}",
-                                                    attempt=launch.attempt, failed_reason="ProbeFailed")
-        if not restart:
-            return exhausted(step, explanation)
-        not_before = fmt_ceil(obs.now + timedelta(seconds=delay))
-        st.pending_launch = (st.pending_launch or launch).model_copy(update={"not_before": not_before})
-        st.next_restart_time = not_before
-        step.conditions(("False", ready_reason, st.last_error or "the checkpoint probe failed"),
-                        ("True", "Resolving", f"{explanation}: the probe runs again"), degraded_cond)
-        return step.done(requeue_after=max(delay, POLL_SECONDS))
+        return aux_failed(step, spec, launch, f"checkpoint probe: {failure}", failed_reason="ProbeFailed",
+                          progressing="Resolving", what="the probe", ready_reason=ready_reason,
+                          degraded_cond=degraded_cond)
     step.conditions(("False", ready_reason, f"reading the checkpoint on {where}"),
                     ("True", "Resolving", f"{name} is {pod.phase}" + (f": {pod.blocked}" if pod.blocked else "")),
                     degraded_cond)

@@ -15,7 +15,7 @@ from ..actions import Plan
 from ..observed import Observed
 from ..restart import RestartMemory, decide, jitter_unit_for
 from ..timeutil import fmt, fmt_ceil, parse, seconds_between, utc
-from .step import StreamStep
+from .step import POLL_SECONDS, Cond, StreamStep
 
 
 def restart_memory(st: ExactlyOnceStreamStatus) -> RestartMemory:
@@ -42,6 +42,26 @@ def apply_failure(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str, *, 
     st.last_restart_delay_seconds = mem.last_delay
     step.event("Warning", failed_reason, error)
     return decision.restart, decision.delay_seconds, decision.explanation
+
+
+def aux_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: PendingLaunch, error: str, *,
+               failed_reason: str, progressing: str, what: str, ready_reason: str,
+               degraded_cond: Cond | None) -> Plan:
+    """A launch's short-lived Pod (drain, probe) failed: one failure under the restart strategy, and the same
+    launch runs it again after the strategy's delay (or the stream fails when the strategy is exhausted).
+    ``degraded_cond`` None: Degraded with ``failed_reason`` and the error."""
+    st, obs = step.st, step.obs
+    restart, delay, explanation = apply_failure(step, spec, error, attempt=launch.attempt,
+                                                failed_reason=failed_reason)
+    if not restart:
+        return exhausted(step, explanation)
+    not_before = fmt_ceil(obs.now + timedelta(seconds=delay))
+    st.pending_launch = (st.pending_launch or launch).model_copy(update={"not_before": not_before})
+    st.next_restart_time = not_before
+    step.conditions(("False", ready_reason, st.last_error or f"{what} failed"),
+                    ("True", progressing, f"{explanation}: {what} runs again"),
+                    degraded_cond or ("True", failed_reason, st.last_error or ""))
+    return step.done(requeue_after=max(delay, POLL_SECONDS))
 
 
 def exhausted(step: StreamStep, explanation: str) -> Plan:

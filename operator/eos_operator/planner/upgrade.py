@@ -15,11 +15,11 @@ from .. import children
 from ..actions import ApplyConfigMap, CreatePod, CreateSnapshot, DeletePod, Plan
 from ..conditions import READY, get_condition
 from ..observed import PodView, SnapshotView
-from ..timeutil import fmt, fmt_ceil, parse
+from ..timeutil import fmt, parse
 from ..upgrades import OPERATOR_ONLY_FIELDS, current_checkpoint_dir, plan_spec_change
 from .housekeeping import snapshot_resource_for
 from .probe import probe
-from .restarts import apply_failure, exhausted, start_launch
+from .restarts import aux_failed, start_launch
 from .step import POLL_SECONDS, SNAPSHOT_HISTORY, Cond, StreamStep, abandon_upgrade, degraded, not_starting
 
 
@@ -256,17 +256,9 @@ def drain(step: StreamStep, spec: ExactlyOnceStreamSpec, up: UpgradeProgress, la
     stuck = not_starting(pod, spec, obs.now)
     if pod.phase == "Failed" or stuck:
         step.act(DeletePod(pod.name, 0))
-        restart, delay, explanation = apply_failure(step, spec, stuck or pod.failure_text(), attempt=launch.attempt,
-                                                     failed_reason="DrainFailed")
-        if not restart:
-            return exhausted(step, explanation)
-        not_before = fmt_ceil(obs.now + timedelta(seconds=delay))
-        st.pending_launch = launch.model_copy(update={"not_before": not_before})
-        st.next_restart_time = not_before
-        step.conditions(("False", ready_reason, st.last_error or "drain failed"),
-                        ("True", "Draining", f"{explanation}: the drain runs again"), ("True", "DrainFailed",
-                                                                                         st.last_error or ""))
-        return step.done(requeue_after=max(delay, POLL_SECONDS))
+        return aux_failed(step, spec, launch, stuck or pod.failure_text(), failed_reason="DrainFailed",
+                          progressing="Draining", what="the drain", ready_reason=ready_reason,
+                          degraded_cond=None)
     step.conditions(("False", ready_reason, f"draining with {name}"),
                     ("True", "Draining", f"{name} is {pod.phase}" + (f": {pod.blocked}" if pod.blocked else "")),
                     degraded_cond)
