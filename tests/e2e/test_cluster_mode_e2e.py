@@ -19,13 +19,18 @@ from __future__ import annotations
 import base64
 import subprocess
 import time
+from collections import Counter
 
+import pytest
 import yaml
+
+from eos_job.verify import audit_counts
 
 from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
 from eos_stack.common import Stack
 from examples.colors.generator import expected_ids, produce
+from tests.e2e.exactness import assert_exactly_once
 from tests.e2e.streams import (REPO, ColorsTopics, Diagnostics, assert_ids_exactly_once, colors_stream,
                                wait_ids)
 
@@ -68,13 +73,57 @@ def committed(kubectl, namespace: str) -> int:
     return kubectl.status(namespace, NAME).get("lastCommittedBatch") or -1
 
 
+def in_cluster_mode_on_s3(manifest: dict, stack_env, kubectl, namespace: str, template: dict | None = None) -> dict:
+    """``manifest`` with 2 executors on Kubernetes and its checkpoint in the stack's bucket (keys in a Secret)."""
+    kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
+                   "data": {k: base64.b64encode(stack_env[v].encode()).decode()
+                            for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
+    executor = {"instances": 2, "cpu": "1", "memory": "768Mi", "startTimeoutSeconds": 15}
+    manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA,
+                                    "executor": {**executor, **({"podTemplate": template} if template else {})},
+                                    **({"podTemplate": template} if template else {})})
+    manifest["spec"]["checkpoint"] = {"store": "s3", "path": f"/e2e-cluster/{namespace}", "s3": {
+        "bucket": stack_env["S3_BUCKET"], "endpoint": stack_env["S3_ENDPOINT"], "pathStyleAccess": True,
+        "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
+    return manifest
+
+
+@pytest.mark.soak   # make soak: the stateful variant (make test runs the unique-id stream above)
+def test_colors_counts_in_cluster_mode_on_s3_survive_a_driver_kill(stack_env, kubectl, namespace, kubelet, operator,
+                                                                   tmp_path, report_result):
+    """The colors stream (a stateful aggregation: its state store written by the executors to the bucket) with
+    2 executors: a driver SIGKILL mid-stream, then every count exact (final counts, no update emitted twice,
+    none going back, the ledger monotone)."""
+    diag = Diagnostics(kubectl, namespace, operator, kubelet)
+    job_rbac(stack_env, kubectl, namespace)
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
+    manifest = in_cluster_mode_on_s3(colors_stream(NAME, topics, tmp_path, attempts=5, delay=1.0), stack_env,
+                                     kubectl, namespace)
+    expected = Counter(produce(topics.bootstrap, topics.events, 3000))
+    kubectl.apply(manifest, namespace)
+    d0 = wait_until(lambda: (lambda d: d if len(running_executors(kubectl, namespace, d or "")) == 2 else None)(
+        kubectl.status(namespace, NAME).get("driverPod")), "a driver with two executors", 240, diag, 1)
+    wait_until(lambda: committed(kubectl, namespace) >= 0, "a batch committed with executors", 240, diag, 1)
+    expected.update(produce(topics.bootstrap, topics.events, 3000, seed=11, start_id=3000))
+    time.sleep(2)
+    before = committed(kubectl, namespace)
+    assert kubelet.kill9(namespace, d0), diag()
+    expected.update(produce(topics.bootstrap, topics.events, 2000, seed=12, start_id=6000))
+    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == dict(expected), "the counts", 420,
+               diag, 2)
+    assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, NAME), dict(expected),
+                        (topics.dlq,))
+    status = kubectl.status(namespace, NAME)
+    assert status["driverPod"] != d0 and status["checkpointDir"].startswith("s3a://"), status
+    kubectl.run("delete", "exactlyoncestream", NAME, "-n", namespace, "--timeout=180s", timeout=240)
+    report_result(f"cluster mode, colors counts (stateful) with 2 executors on S3: {d0} SIGKILLed after batch "
+                  f"{before}, {status['driverPod']} resumed; {sum(expected.values())} counted events exact")
+
+
 def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubectl, namespace, kubelet, operator,
                                                               tmp_path, report_result):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     job_rbac(stack_env, kubectl, namespace, without_pod_create=True)
-    kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
-                   "data": {k: base64.b64encode(stack_env[v].encode()).decode()
-                            for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     manifest = colors_stream(NAME, topics, tmp_path, attempts=8, delay=1.0, module="examples.colors.ids")
     toleration = {"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"}
@@ -86,12 +135,7 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
     manifest["spec"]["job"].setdefault("sparkConf", {}).update({
         "spark.hadoop.fs.s3a.retry.limit": "2", "spark.hadoop.fs.s3a.retry.interval": "200ms",
         "spark.hadoop.fs.s3a.attempts.maximum": "1"})
-    manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA, "podTemplate": template,
-                                    "executor": {"instances": 2, "cpu": "1", "memory": "768Mi",
-                                                 "startTimeoutSeconds": 15, "podTemplate": template}})
-    manifest["spec"]["checkpoint"] = {"store": "s3", "path": f"/e2e-cluster/{namespace}", "s3": {
-        "bucket": stack_env["S3_BUCKET"], "endpoint": stack_env["S3_ENDPOINT"], "pathStyleAccess": True,
-        "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
+    in_cluster_mode_on_s3(manifest, stack_env, kubectl, namespace, template)
     produce(topics.bootstrap, topics.events, 3000)
     expected, sent = expected_ids(3000), 3000
     journal = []
