@@ -7,7 +7,7 @@ export EOS_CACHE ?= $(HOME)/.cache/eos
 export PIP_CACHE_DIR ?= $(EOS_CACHE)/pip
 export PYTHONPATH := $(CURDIR)/stack:$(CURDIR)
 
-.PHONY: venv stack-up stack-down stack-status test test-unit demo soak bench bench-upgrade crds clean
+.PHONY: venv stack-up stack-down stack-status test test-unit demo soak bench bench-upgrade bench-executors crds clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install python3.11 (or set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -62,6 +62,12 @@ bench: venv
 bench-upgrade: venv
 	$(PY) -m eos_stack up
 	$(PY) benchmarks/upgrade_gap.py --rounds $${ROUNDS:-2}
+
+# The exactly-once sink job in Spark local mode vs deployMode cluster with 2 executor Pods, same input,
+# through the operator and the process kubelet (results in benchmarks/results/).
+bench-executors: venv
+	$(PY) -m eos_stack up
+	$(PY) benchmarks/executors.py --repeats $${REPEATS:-3}
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -33,7 +33,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
         sys.path.insert(0, str(extra))
 
 from eos_job.verify import read_committed  # noqa: E402
-from eos_stack.cluster import Kubectl, wait_until  # noqa: E402
+from eos_stack.cluster import RESTRICTED, Kubectl, wait_until  # noqa: E402
 from eos_stack.common import Stack  # noqa: E402
 from tests.e2e.streams import NAME, finish_exact, rig  # noqa: E402
 
@@ -58,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     kubectl.apply_crds()
     namespace = f"eos-bench-{uuid.uuid4().hex[:6]}"
     kubectl.run("create", "namespace", namespace)
-    workdir = Path("/tmp") / namespace
-    workdir.mkdir(parents=True)
+    kubectl.run("label", "namespace", namespace, *RESTRICTED)
+    # Under the stack's state folder: the process kubelet keeps only that (the node's disks) writable for Pods
+    # whose root filesystem is read-only, as every Pod of the operator's is.
+    workdir = Stack().dir("bench", namespace)
     results: dict[str, list[float]] = {"restart": [], "upgrade": []}
     try:
         with rig(env, kubectl, namespace, workdir) as r:
