@@ -44,7 +44,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -64,15 +63,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(REPO), str(REPO / "jobs"), str(REPO / "stack")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
 
 import numpy as np  # noqa: E402
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 
-KEY_BYTES, VALUE_BYTES = 10, 90
-T0 = time.monotonic()
-
-
-def say(msg: str) -> None:
-    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
+from benchmarks import procstat, report  # noqa: E402
+from benchmarks.kafka_io import KEY_BYTES, VALUE_BYTES, Topics, audit, produce_records  # noqa: E402
+from benchmarks.report import say  # noqa: E402
 
 
 # ------------------------------------------------------------------ stderr tee
@@ -116,7 +111,7 @@ class StderrTee:
 
 
 # ------------------------------------------------------------------ CPU accounting
-class CpuMeter:
+class CpuMeter(procstat.CpuMeter):
     """CPU seconds used by this process tree and the broker, by component, from /proc.
 
     On a saturated two-core machine wall time follows CPU, and CPU per record
@@ -127,103 +122,33 @@ class CpuMeter:
     ``other`` is the rest of the machine's busy time over the same interval
     (the noise from other work).
     """
-    CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     GROUPS = ("driver", "jvm", "python_workers", "broker")
 
     def __init__(self, broker_pid, interval: float = 0.5):
         self.find_broker = broker_pid  # a function: the broker may be restarted by other work on the stack
-        self.ok = Path("/proc/stat").exists()
-        self.totals = {g: 0.0 for g in self.GROUPS}
-        self.last: dict[int, float] = {}
-        self.lock = threading.Lock()
-        self.sampling = threading.Lock()
-        if self.ok:
-            self._sample(baseline=True)
-            threading.Thread(target=self._loop, args=(interval,), daemon=True, name="cpu-meter").start()
+        super().__init__(interval)
 
-    @classmethod
-    def _procs(cls) -> dict[int, tuple[int, str, float]]:
-        out = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            rp = stat.rindex(")")
-            fields = stat[rp + 2:].split()
-            out[int(d)] = (int(fields[1]), stat[stat.index("(") + 1:rp],
-                           (int(fields[11]) + int(fields[12])) / cls.CLK)  # utime + stime, own threads
-        return out
-
-    @classmethod
-    def _machine_busy(cls) -> float:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return (sum(v) - v[3] - (v[4] if len(v) > 4 else 0)) / cls.CLK  # all but idle and iowait
-
-    def _sample(self, baseline: bool = False) -> None:
-        with self.sampling:
-            self._sample_locked(baseline)
-
-    def _sample_locked(self, baseline: bool) -> None:
-        procs = self._procs()
-        kids: dict[int, list[int]] = {}
-        for pid, (ppid, _c, _t) in procs.items():
-            kids.setdefault(ppid, []).append(pid)
+    def classify(self, ps: dict[int, tuple], kids: dict[int, list[int]]) -> dict[int, str]:
         groups: dict[int, str] = {}
         me = os.getpid()
-        if me in procs:
+        if me in ps:
             groups[me] = "driver"
-        todo = list(kids.get(me, []))
-        while todo:
-            pid = todo.pop()
-            groups[pid] = "jvm" if procs[pid][1] == "java" else "python_workers"
-            todo.extend(kids.get(pid, []))
+        for pid in procstat.tree(kids, me)[1:]:
+            groups[pid] = "jvm" if ps[pid][1] == "java" else "python_workers"
         try:
             broker = self.find_broker()
         except Exception:  # noqa: BLE001
             broker = None
-        todo = [broker] if broker in procs else []
-        while todo:
-            pid = todo.pop()
-            groups[pid] = "broker"
-            todo.extend(kids.get(pid, []))
-        with self.lock:
-            for pid, g in groups.items():
-                cur = procs[pid][2]
-                prev = self.last.get(pid)
-                if prev is None:
-                    prev = cur if baseline else 0.0  # born since the last sample: all of it is new
-                self.totals[g] += max(0.0, cur - prev)
-                self.last[pid] = cur
-            for pid in [p for p in self.last if p not in groups]:
-                del self.last[pid]
-
-    def _loop(self, interval: float) -> None:
-        while True:
-            time.sleep(interval)
-            try:
-                self._sample()
-            except Exception:  # noqa: BLE001 - a vanished process mid-read; next sample
-                pass
-
-    def snapshot(self) -> dict[str, float]:
-        if not self.ok:
-            return {}
-        self._sample()
-        with self.lock:
-            snap = dict(self.totals)
-        snap["machine"] = self._machine_busy()
-        return snap
+        if broker in ps:
+            for pid in procstat.tree(kids, broker):
+                groups[pid] = "broker"
+        return groups
 
     @staticmethod
     def delta(a: dict, b: dict) -> dict[str, float]:
         if not a or not b:
             return {}
-        d = {k: round(b[k] - a[k], 2) for k in a}
+        d = procstat.CpuMeter.difference(a, b)
         d["spark"] = round(d["driver"] + d["jvm"] + d["python_workers"], 2)
         d["other"] = round(d.pop("machine") - d["spark"] - d["broker"], 2)
         return d
@@ -306,89 +231,6 @@ def stack_env() -> tuple[str, str]:
                  "`PYTHONPATH=stack .venv/bin/python -m eos_stack up kafka spark` (or `make bench`)")
     os.environ["SPARK_JARS"] = jars
     return bootstrap, jars
-
-
-class Topics:
-    def __init__(self, bootstrap: str):
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
-        self.created: list[str] = []
-
-    def create(self, topics: dict[str, int]) -> None:
-        futs = self.admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=1) for t, n in topics.items()])
-        for t, f in futs.items():
-            f.result(30)
-            self.created.append(t)
-
-    def track(self, topic: str) -> None:
-        self.created.append(topic)
-
-    def delete_all(self) -> None:
-        existing = set(self.admin.list_topics(timeout=15).topics)
-        gone = [t for t in dict.fromkeys(self.created) if t in existing]
-        if gone:
-            for f in self.admin.delete_topics(gone, operation_timeout=30).values():
-                try:
-                    f.result(60)
-                except Exception as exc:  # noqa: BLE001 - cleanup is best effort
-                    say(f"could not delete a topic: {exc}")
-
-
-def produce_records(bootstrap: str, topic: str, n: int) -> float:
-    """N keyed ~100-byte records; returns the seconds it took."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                  "queue.buffering.max.messages": 1_000_000, "acks": "all", "enable.idempotence": True})
-    errors: list = []
-    p_conf_cb = lambda err, _m: errors.append(err) if err else None  # noqa: E731
-    pad = b"x" * (VALUE_BYTES - KEY_BYTES - 1)
-    t0 = time.monotonic()
-    step = max(n // 5, 1)
-    for i in range(n):
-        k = b"%010d" % i
-        try:
-            p.produce(topic, key=k, value=k + b"|" + pad, on_delivery=p_conf_cb)
-        except BufferError:
-            p.poll(0.2)
-            p.produce(topic, key=k, value=k + b"|" + pad, on_delivery=p_conf_cb)
-        if (i + 1) % step == 0 and n >= 100_000:
-            say(f"  produced {i + 1:,}/{n:,}")
-    if p.flush(300) or errors:
-        raise RuntimeError(f"could not produce the input: {errors[:3]}")
-    return time.monotonic() - t0
-
-
-def audit(bootstrap: str, topic: str, n: int) -> dict:
-    """Read ``topic`` with read_committed and count every key 0..n-1."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-audit-{uuid.uuid4().hex[:8]}",
-                  "isolation.level": "read_committed", "enable.partition.eof": True,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        parts = list(c.list_topics(topic, timeout=15).topics[topic].partitions)
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        seen = np.zeros(n, dtype=np.uint32)
-        eof: set[int] = set()
-        total = other = 0
-        deadline = time.monotonic() + 300
-        while len(eof) < len(parts):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"audit of {topic}: no end of partitions after 300s")
-            for m in c.consume(10_000, 1.0):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        eof.add(m.partition())
-                        continue
-                    raise RuntimeError(f"audit of {topic}: {err}")
-                total += 1
-                k = int(m.key())
-                if 0 <= k < n:
-                    seen[k] += 1
-                else:
-                    other += 1
-        distinct = int(np.count_nonzero(seen))
-        return {"records": total, "distinct": distinct, "duplicates": total - distinct - other,
-                "missing": n - distinct, "unexpected": other}
-    finally:
-        c.close()
 
 
 # ------------------------------------------------------------------ Spark side
@@ -887,34 +729,11 @@ def phase_latency(bench: Bench, tee: StderrTee) -> dict:
 def machine_info(bench: Bench) -> dict:
     import confluent_kafka
     import pyarrow
-    import pyspark
-    mem_kb = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_kb = int(line.split()[1])
-    except OSError:
-        pass
-    try:
-        from eos_stack import kafka as stack_kafka
-        kafka_version = stack_kafka.VERSION
-    except Exception:  # noqa: BLE001
-        kafka_version = "unknown"
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     jars = os.environ.get("SPARK_JARS", "")
     kc = re.search(r"kafka-clients-([\d.]+)\.jar", jars)
-    return {"cores": os.cpu_count(), "cpu": cpu, "ram_gb": round(mem_kb / 1024 / 1024, 1),
-            "os": platform.platform(), "python": platform.python_version(), "pyspark": pyspark.__version__,
-            "spark_jvm": bench.spark.version, "kafka_broker": kafka_version,
+    return {**report.machine_info(), "spark_jvm": bench.spark.version,
             "kafka_clients_jar": kc.group(1) if kc else "unknown",
-            "confluent_kafka": getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version()), "librdkafka": confluent_kafka.libversion()[0],
+            "confluent_kafka": getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version()),
             "pyarrow": pyarrow.__version__, "load_avg_start": bench.load_start, "load_avg_end": list(os.getloadavg())}
 
 
@@ -1040,10 +859,7 @@ def markdown(res: dict) -> str:
                          f"{st['read_latest_s']} | {st['produce_loop_s']} | {st['tx_rest_s']} | "
                          f"{med['fence']} / {med['read_latest']} / {med['produce_loop']} / {med['tx_rest']} | "
                          f"{dr.get('foreach_batch_s', '')} | {dr.get('batch_complete_write_s', '')} |")
-    if res.get("findings"):
-        lines += ["", "## Findings", "", res["findings"].strip()]
-    lines += ["", "## Raw results", "", "```json", json.dumps(res, indent=1, sort_keys=True, default=str), "```", ""]
-    return "\n".join(lines)
+    return report.tail(lines, res)
 
 
 def main(argv=None) -> int:
@@ -1062,20 +878,11 @@ def main(argv=None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="also profile: the write path cut step by step next to the sink itself "
                          "(throughput on the warm-up records)")
-    ap.add_argument("--out", help="results file (default benchmarks/results/<date>-sink.md)")
-    ap.add_argument("--findings", help="a markdown file whose text goes in the results' Findings section")
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the benchmark's topics")
-    ap.add_argument("--render", metavar="RESULTS_MD",
-                    help="only re-render a results file from its raw JSON (e.g. to add --findings), then exit")
+    report.add_results_args(ap, "sink")
     a = ap.parse_args(argv)
     if a.render:
-        path = Path(a.render)
-        res = json.loads(path.read_text().split("```json", 1)[1].split("```", 1)[0])
-        if a.findings:
-            res["findings"] = Path(a.findings).read_text()
-        path.write_text(markdown(res))
-        print(f"re-rendered {path}")
-        return 0
+        return report.render(a.render, a.findings, markdown)
 
     bootstrap, _ = stack_env()
     date = dt.date.today().isoformat()
@@ -1101,8 +908,7 @@ def main(argv=None) -> int:
             res["latency"] = phase_latency(bench, tee)
         res["machine"]["load_avg_end"] = list(os.getloadavg())
         res["stderr"] = {"counts": tee.snapshot(), "samples": tee.samples}
-        if a.findings:
-            res["findings"] = Path(a.findings).read_text()
+        report.add_findings(res, a.findings)
         text = markdown(res)
         out_path.write_text(text)
         say(f"results written to {out_path}")
