@@ -13,11 +13,12 @@ runs it. It talks only to the API server, with kubectl's credentials (``$KUBECON
     kubectl eos suspend|resume NAME           job.state suspended / running
     kubectl eos restart NAME                  spec.restartNonce + 1 (also after RestartsExhausted)
     kubectl eos events NAME                   the stream's events, oldest first
+    kubectl eos resolve NAME --dry-run        the last resolution: fenced ids, checkpoint, ledger per slot, replay
 
 ``-o json`` / ``-o yaml`` print the objects instead of tables. Exit codes a script can use: 0 done (``status``:
 the stream is Ready), 1 the API server or the cluster failed the command, 2 bad usage, 3 no such stream or
-snapshot, 4 ``status``: not Ready / ``snapshot``: the snapshot Failed, 5 ``snapshot``: still not done after
-``--timeout``.
+snapshot, 4 ``status``: not Ready / ``snapshot``: the snapshot Failed / ``resolve``: never resolved, 5
+``snapshot``: still not done after ``--timeout``.
 """
 from __future__ import annotations
 
@@ -156,6 +157,27 @@ def status_text(s: dict, snapshots: list[dict], now: datetime) -> str:
     return "\n".join(lines)
 
 
+def resolution_text(res: dict) -> str:
+    """The last resolution, as the next start would redo it: what was fenced, what the checkpoint and the ledger
+    say, and what a restart replays."""
+    slots = res.get("lastCommittedBatchPerSlot") or {}
+    lines = [f"Last resolution: {res.get('summary') or '-'}",
+             f"  generation {res.get('generation')}, {res.get('slots')} slots, "
+             f"{res.get('fencedTransactionalIds', 0)} transactional ids fenced, "
+             f"{res.get('openTransactionsAborted', 0)} open transactions aborted",
+             f"  checkpoint {res.get('checkpointId') or '(none yet)'}: offsets through batch "
+             f"{res.get('checkpointLastOffsetsBatch')}, committed through {res.get('checkpointLastCommittedBatch')}"
+             + ("" if res.get("checkpointReadable", True) else " (not readable where resolution ran)"),
+             f"  ledger: complete through batch {res.get('lastCompleteBatch')}; per slot "
+             + (", ".join(f"{k}={v}" for k, v in sorted(slots.items(), key=lambda kv: int(kv[0]))) or "-")]
+    if res.get("replayBatch") is not None:
+        lines.append(f"  a restart replays batch {res['replayBatch']}"
+                     + (f", skipping slots {res.get('replaySlotsAlreadyCommitted')} (already committed)"
+                        if res.get("replaySlotsAlreadyCommitted") else "")
+                     + (": PARTIALLY committed (the replay writes only the other slots)" if res.get("partiallyCommitted") else ""))
+    return "\n".join(lines)
+
+
 def snapshot_rows(snapshots: list[dict], now: datetime) -> str:
     def row(s: dict) -> list[str]:
         spec, st = s.get("spec") or {}, s.get("status") or {}
@@ -203,6 +225,18 @@ def run(args: argparse.Namespace, api: Api, now: Callable[[], datetime], sleep: 
         snaps = api.snapshots(ns, args.name)
         emit(stream, args.output, lambda: status_text(stream, snaps, now()))
         return EXIT_OK if _cond(stream.get("status") or {}, "Ready").get("status") == "True" else EXIT_NOT_READY
+    if cmd == "resolve":
+        if not args.dry_run:
+            print("kubectl eos resolve: only --dry-run; resolution runs before every start of the driver (the "
+                  f"operator fences and reads the ledger then): `kubectl eos restart {args.name}` runs one",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        res = (stream.get("status") or {}).get("resolution")
+        if not res:
+            print(f"{ns}/{args.name} has not been resolved yet: its first start resolves it", file=sys.stderr)
+            return EXIT_NOT_READY
+        emit(res, args.output, lambda: resolution_text(res))
+        return EXIT_OK
     if cmd == "events":
         events = api.events(ns, args.name)
         emit({"items": events}, args.output, lambda: event_rows(events))
@@ -267,6 +301,9 @@ def parser() -> argparse.ArgumentParser:
                        ("restart", "restart the driver (also after RestartsExhausted)")):
         sub.add_parser(cmd, help=help_).add_argument("name")
     sub.add_parser("snapshots", help="snapshot resources").add_argument("name", nargs="?")
+    resolve = sub.add_parser("resolve", help="what resolution found and what a restart replays (--dry-run)")
+    resolve.add_argument("name")
+    resolve.add_argument("--dry-run", action="store_true", help="show, change nothing (the only mode)")
     snap = sub.add_parser("snapshot", help="take a snapshot now and wait for it")
     snap.add_argument("name")
     snap.add_argument("--no-wait", action="store_true", help="do not wait for it")

@@ -136,3 +136,18 @@ def test_the_entry_point_is_installed_for_kubectl():
     from pathlib import Path
     scripts = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["kubectl-eos"] == "eos_operator.kubectl_eos:main" and kubectl_eos.main
+
+
+def test_resolve_dry_run_shows_the_last_resolution(capsys):
+    res = {"summary": "s", "generation": 1, "slots": 2, "fencedTransactionalIds": 4, "checkpointId": "q",
+           "checkpointLastOffsetsBatch": 9, "checkpointLastCommittedBatch": 8, "lastCompleteBatch": 8,
+           "lastCommittedBatchPerSlot": {"1": 9, "0": 8}, "replayBatch": 9, "replaySlotsAlreadyCommitted": [1],
+           "partiallyCommitted": True}
+    api = FakeApi([stream(resolution=res)])
+    assert run(api, "resolve", "colors", "--dry-run") == EXIT_OK
+    out = capsys.readouterr().out
+    for text in ("generation 1, 2 slots, 4 transactional ids fenced", "offsets through batch 9, committed through 8",
+                 "per slot 0=8, 1=9", "replays batch 9, skipping slots [1]", "PARTIALLY"):
+        assert text in out, (text, out)
+    assert run(api, "resolve", "colors") == 2 and "kubectl eos restart colors" in capsys.readouterr().err
+    assert run(FakeApi([stream(resolution=None)]), "resolve", "colors", "--dry-run") == EXIT_NOT_READY
