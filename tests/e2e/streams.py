@@ -43,9 +43,9 @@ from eos_operator import adapters, cli
 delay = float(os.environ.get("EOS_TEST_RESOLVE_DELAY", "0") or 0)
 if delay:
     _resolve = adapters.JobResolver.resolve
-    async def slow_resolve(self, config, s3=None, kafka=None):
+    async def slow_resolve(self, config, *args, **kwargs):
         await asyncio.sleep(delay)
-        return await _resolve(self, config, s3, kafka)
+        return await _resolve(self, config, *args, **kwargs)
     adapters.JobResolver.resolve = slow_resolve
 if os.environ.get("EOS_TEST_CRASH_AFTER_CREATE"):
     _create = adapters.KubernetesApi.create_pod

@@ -40,10 +40,10 @@ def _ready(s: dict) -> dict:
     return next((c for c in s.get("conditions") or [] if c["type"] == "Ready"), {})
 
 
-def _reported_within_10s(r: Rig, pod: str, blocker: str) -> None:
+def _reported_within_10s(r: Rig, pod: str, blocker: str, reason: str = "DriverStartBlocked") -> None:
     wait_until(lambda: _waiting(r, pod), f"{pod} to report why it cannot start", 60, r.diag, 0.2)
     # From the moment the Pod reports it: the stream says so within 10 s.
-    ready = r.wait_status(lambda s: _ready(s).get("reason") == "DriverStartBlocked", "DriverStartBlocked", 10)
+    ready = r.wait_status(lambda s: _ready(s).get("reason") == reason, reason, 10)
     assert blocker in _ready(ready)["message"] and pod in _ready(ready)["message"], ready
 
 
@@ -80,12 +80,13 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, ku
             _reported_within_10s(r, "colors-driver-0", "Unschedulable")
             _delete(r)
 
-            # 2b. A checkpoint claim that does not exist: the scheduler's reason names it.
+            # 2b. A checkpoint claim that does not exist: the scheduler's reason names it. The first Pod that
+            # mounts the claim is the probe that reads the checkpoint before resolution.
             doc = r.stream(checkpoint={"store": "pvc", "claimName": "missing-claim", "path": str(tmp_path / "ckpt")})
             kubectl.apply(doc, namespace)
             missing = 'persistentvolumeclaim "missing-claim" not found'
-            _reported_within_10s(r, "colors-driver-0", missing)
-            assert any(missing in m for m in kubectl.event_messages(namespace, NAME, "DriverStartBlocked"))
+            _reported_within_10s(r, "colors-probe-0", missing, "ProbeStartBlocked")
+            assert any(missing in m for m in kubectl.event_messages(namespace, NAME, "ProbeStartBlocked"))
             _delete(r)
 
             # 2c. A Pod template the namespace's Pod Security level (restricted) forbids: the API server's

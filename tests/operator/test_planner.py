@@ -102,6 +102,13 @@ def test_a_pvc_checkpoint_is_probed_where_it_is_mounted_before_resolution():
     # While it runs: wait. Succeeded: its facts are recorded, the Pod deleted, and resolution gets them.
     running = PodView(name="colors-probe-2", phase="Running", attempt=2, owner_uid=UID)
     assert plan(s, st, Observed(**{**observed().__dict__, "aux_pods": (running,)})).actions == []
+    # A probe that cannot start (its claim is missing) says why, once, as a blocked driver does.
+    blocked = PodView(name="colors-probe-2", phase="Pending", attempt=2, owner_uid=UID,
+                      blocked='Unschedulable: persistentvolumeclaim "ckpt" not found.')
+    p = plan(s, st, Observed(**{**observed().__dict__, "aux_pods": (blocked,)}))
+    assert cond(p, "Ready").reason == "ProbeStartBlocked" and '"ckpt" not found' in cond(p, "Ready").message
+    assert reasons(p) == ["ProbeStartBlocked"] and p.actions == []
+    assert reasons(plan(s, p.status, Observed(**{**observed(at=5).__dict__, "aux_pods": (blocked,)}))) == []
     doc = {"reason": "Probed", "checkpointDir": "/ckpt/live", "checkpointId": "q1", "lastOffsetsBatch": 8,
            "lastCommittedBatch": 7, "replayBatch": 8}
     done = PodView(name="colors-probe-2", phase="Succeeded", attempt=2, owner_uid=UID, message=json.dumps(doc))

@@ -25,9 +25,12 @@ from pydantic import ValidationError
 
 from .. import children
 from ..actions import ApplyConfigMap, CreatePod, DeletePod, Plan
+from ..conditions import READY, get_condition
 from ..observed import PodView
 from .restarts import aux_failed
 from .step import POLL_SECONDS, Cond, StreamStep, not_starting
+
+PROBE_BLOCKED = "ProbeStartBlocked"   # Ready=False: a probe Pod cannot start (a missing claim, an image...)
 
 
 def needs_probe(spec: ExactlyOnceStreamSpec, launch: PendingLaunch, config: RunConfig) -> bool:
@@ -76,9 +79,19 @@ def probe(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: PendingLaunch, 
         return aux_failed(step, spec, launch, f"checkpoint probe: {failure}", failed_reason="ProbeFailed",
                           progressing="Resolving", what="the probe", ready_reason=ready_reason,
                           degraded_cond=degraded_cond)
+    if pod.blocked:
+        # Its claim does not exist or is not bound, its image cannot be pulled...: the first Pod of the stream
+        # that needs them says why, as a driver would (one event per cause).
+        message = f"probe Pod {name} cannot start: {pod.blocked.rstrip('.')}"
+        ready = get_condition(st.conditions, READY)
+        if ready is None or ready.reason != PROBE_BLOCKED or ready.message != message:
+            step.event("Warning", PROBE_BLOCKED, f"{message}; it fails after {spec.job.driver.start_timeout_seconds}s "
+                                                 "(job.driver.startTimeoutSeconds) unless that is fixed")
+        step.conditions(("False", PROBE_BLOCKED, message), ("True", "Resolving", f"waiting for {name}"),
+                        degraded_cond)
+        return step.done(requeue_after=POLL_SECONDS)
     step.conditions(("False", ready_reason, f"reading the checkpoint on {where}"),
-                    ("True", "Resolving", f"{name} is {pod.phase}" + (f": {pod.blocked}" if pod.blocked else "")),
-                    degraded_cond)
+                    ("True", "Resolving", f"{name} is {pod.phase}"), degraded_cond)
     return step.done(requeue_after=POLL_SECONDS)
 
 
