@@ -170,8 +170,8 @@ class Prepared:
     read_only_root: bool = False   # securityContext.readOnlyRootFilesystem
 
     def in_namespace(self) -> bool:
-        """Whether the process needs a mount namespace: mounts, a read-only root, or a working directory that
-        exists only as a mount (``cwd`` is then entered inside the namespace)."""
+        """Whether the process needs a mount namespace: mounts or a read-only root. Inside it the process enters
+        ``cwd`` after the mounts, so a working directory may be a mount."""
         return bool(self.mounts) or self.read_only_root
 
 
