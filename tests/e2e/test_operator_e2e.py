@@ -215,10 +215,13 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     # A snapshot upgrade on the claim: the old driver stops with a snapshot, a check Pod verifies it where the
     # claim is mounted (the operator mounts nothing), and the new driver's resolution knows the restored
     # checkpoint from the probe Pod's reading.
-    committed = kubectl.status(namespace, name)["lastCommittedBatch"]
+    before = kubectl.status(namespace, name)
+    committed, attempt = before["lastCommittedBatch"], before["driverAttempt"]
     kubectl.patch_spec(namespace, name, {"job": {"args": {"version": "v2"}}})
-    status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" and s.get("driverAttempt", 0) > 1
-                                 and not s.get("upgrade") else None)(kubectl.status(namespace, name)),
+    # A newer attempt than the running one: the status read right after the patch may not show the upgrade yet.
+    status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running"
+                                 and s.get("driverAttempt", 0) > attempt and not s.get("upgrade") else None)(
+                            kubectl.status(namespace, name)),
                         "the upgraded driver to run", 180, diag)
     events = kubectl.events(namespace, name)
     assert "SnapshotTaken" in events and "SnapshotUnverified" not in events, events
