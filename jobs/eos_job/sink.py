@@ -25,6 +25,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from . import faults, protocol
+from .audit import audit_headers
 from .contract import BatchRefused, DriverSuperseded
 from .ledger import ledger_consumer, read_latest
 from .protocol import HASH_COL, SlotAction, SlotCommit, SlotLedgerRecord
@@ -289,15 +290,17 @@ def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int
     errors = b.column(names.index("error")).to_pylist() if "error" in names else None
     produce = producer.produce
     default_topic = cfg.topic
+    # Every record names its slot and batch (eos_job.audit): what `kubectl eos verify` checks.
+    audit = audit_headers(cfg.checkpoint_id, cfg.generation, slot, cfg.batch)
     if topics is None and parts is None and headers is None and errors is None and not poison:
         # The common case, kept lean: key/value only, nothing to route.
         dead = 0
         for k, v in zip(keys, values):
             try:
-                produce(default_topic, v, k, on_delivery=on_delivery)
+                produce(default_topic, v, k, headers=audit, on_delivery=on_delivery)
             except BufferError:
                 producer.poll(0.5)
-                produce(default_topic, v, k, on_delivery=on_delivery)
+                produce(default_topic, v, k, headers=audit, on_delivery=on_delivery)
             except KafkaException as exc:
                 err = exc.args[0]
                 if err.fatal() or err.code() in _PRODUCER_ERRORS:
@@ -313,7 +316,8 @@ def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int
         if why is None and poison:
             why = poison.get((topic, k, v))
         if why is None:
-            hdrs = [(h["key"], h["value"]) for h in headers[i]] if headers is not None and headers[i] else None
+            hdrs = ([(h["key"], h["value"]) for h in headers[i]] + audit if headers is not None and headers[i]
+                    else audit)
             part = parts[i] if parts is not None else None
             try:
                 if part is None:
@@ -346,7 +350,7 @@ def _dead_letter(cfg: SlotWriterConfig, producer, topic: str, key, value, why: s
         value_bytes = value_bytes[:512 * 1024]  # keep the dead letter itself writable
     producer.produce(cfg.dead_letter_topic, value=value_bytes, key=key, headers=[
         ("eos.error", str(why)[:4000].encode()), ("eos.topic", topic.encode()),
-        ("eos.batch", str(cfg.batch).encode()), ("eos.slot", str(slot).encode()),
+        *audit_headers(cfg.checkpoint_id, cfg.generation, slot, cfg.batch),
     ])
 
 

@@ -11,14 +11,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from . import protocol
+from . import audit, protocol
 
 
-def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list:
-    """Every committed record of ``topic``, in offset order per partition."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-verify-{uuid.uuid4().hex[:8]}",
+def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0, extra: dict[str, str] | None = None) -> list:
+    """Every committed record of ``topic``, in offset order per partition (``extra``: client security)."""
+    c = Consumer({**(extra or {}), "bootstrap.servers": bootstrap, "group.id": f"eos-verify-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "isolation.level": "read_committed",
                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     try:
@@ -26,7 +26,8 @@ def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list:
         if md.error is not None:
             raise RuntimeError(f"topic {topic}: {md.error}")
         parts = sorted(md.partitions)
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        # OFFSET_BEGINNING: the log start, wherever retention or deleteRecords moved it.
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         pending, out = set(parts), []
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -133,3 +134,36 @@ def audit_ids(bootstrap: str, topic: str, expected: set[int], timeout_s: float =
             unexpected.append(key)
     return IdAudit(len(records), sorted(expected - set(seen)), {k: n for k, n in sorted(seen.items()) if n > 1},
                    unexpected)
+
+
+def audit_sink(bootstrap: str, topics: list[str], ledger_topic: str, *, dead_letter_topic: str | None = None,
+               from_batch: int = 0, extra: dict[str, str] | None = None, timeout_s: float = 120.0) -> audit.SlotAudit:
+    """Each (slot, batch) the ledger recorded, compared with the records the sink holds for it (read_committed,
+    by their ``eos.batch``/``eos.slot`` headers): count, and digest where no record went to dead letters.
+    ``topics``: the sink topic and any topic the transformation routes records to."""
+    seen: dict[audit.Group, audit.Seen] = {}
+    unlabelled = 0
+    for topic in topics:
+        for m in read_committed(bootstrap, topic, timeout_s, extra):
+            group = audit.group_of(m.headers())
+            if group is None:
+                unlabelled += 1
+                continue
+            seen.setdefault(group, audit.Seen()).add(topic, m.partition(), m.offset(), m.key(), m.value(), m.headers())
+    if dead_letter_topic:
+        for m in read_committed(bootstrap, dead_letter_topic, timeout_s, extra):
+            group = audit.group_of(m.headers())
+            if group is not None:
+                seen.setdefault(group, audit.Seen()).dead_letters += 1
+    ledger: dict[audit.Group, tuple[int, protocol.SlotLedgerRecord]] = {}
+    for m in read_committed(bootstrap, ledger_topic, timeout_s, extra):
+        if m.partition() == protocol.BATCH_PARTITION or m.value() is None:
+            continue
+        try:
+            rec = protocol.SlotLedgerRecord.decode(m.value())
+        except (ValueError, KeyError, TypeError):
+            continue
+        group = audit.ledger_group(m.key().decode(errors="replace"), rec)
+        if group is not None and (group not in ledger or rec.epoch >= ledger[group][0]):
+            ledger[group] = (rec.epoch, rec)   # an epoch stamp of the same batch: the newest driver's
+    return audit.compare(seen, {g: r for g, (_, r) in ledger.items()}, from_batch=from_batch, unlabelled=unlabelled)

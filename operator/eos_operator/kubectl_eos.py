@@ -14,11 +14,13 @@ runs it. It talks only to the API server, with kubectl's credentials (``$KUBECON
     kubectl eos restart NAME                  spec.restartNonce + 1 (also after RestartsExhausted)
     kubectl eos events NAME                   the stream's events, oldest first
     kubectl eos resolve NAME --dry-run        the last resolution: fenced ids, checkpoint, ledger per slot, replay
+    kubectl eos verify NAME [--from-batch N]  audit the sink against the ledger (kubectl_verify.py): each
+                                              committed (slot, batch) once, by count and digest
 
 ``-o json`` / ``-o yaml`` print the objects instead of tables. Exit codes a script can use: 0 done (``status``:
 the stream is Ready), 1 the API server or the cluster failed the command, 2 bad usage, 3 no such stream or
 snapshot, 4 ``status``: not Ready / ``snapshot``: the snapshot Failed / ``resolve``: never resolved, 5
-``snapshot``: still not done after ``--timeout``.
+``snapshot``: still not done after ``--timeout``, 6 ``verify``: the sink does not hold what the ledger committed.
 """
 from __future__ import annotations
 
@@ -81,6 +83,15 @@ class Api:
 
     def patch_spec(self, ns: str, name: str, patch: dict) -> dict:
         return self._custom("patch", PLURAL, ns, name, {"spec": patch}, what=f"exactlyoncestream {ns}/{name}")
+
+    def secret(self, ns: str, name: str) -> dict | None:
+        """A Secret the stream names (``verify``: the sink's credentials), or None if there is none."""
+        try:
+            out = self._call(f"secret {ns}/{name}", self.core.read_namespaced_secret, name, ns,
+                             _preload_content=False)
+        except NotFound:
+            return None
+        return json.loads(out.data)
 
     def events(self, ns: str, name: str) -> list[dict]:
         out = self._call(f"events of {ns}/{name}", self.core.list_namespaced_event, ns,
@@ -237,6 +248,9 @@ def run(args: argparse.Namespace, api: Api, now: Callable[[], datetime], sleep: 
             return EXIT_NOT_READY
         emit(res, args.output, lambda: resolution_text(res))
         return EXIT_OK
+    if cmd == "verify":
+        from .kubectl_verify import verify
+        return verify(args, api, ns, stream, emit)
     if cmd == "events":
         events = api.events(ns, args.name)
         emit({"items": events}, args.output, lambda: event_rows(events))
@@ -308,6 +322,8 @@ def parser() -> argparse.ArgumentParser:
     snap.add_argument("name")
     snap.add_argument("--no-wait", action="store_true", help="do not wait for it")
     snap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    from .kubectl_verify import add_parser
+    add_parser(sub)
     restore = sub.add_parser("restore", help="restore a stream from a snapshot on its next start")
     restore.add_argument("name")
     restore.add_argument("--from", dest="source", required=True, help="an ExactlyOnceSnapshot name or a path")

@@ -29,7 +29,7 @@ from eos_stack.cluster import Kubectl, wait_until
 from examples.colors.generator import counted, event_value, events, expected_ids, produce
 from examples.colors.local_run import REPO, ColorsRun, create_topics
 from examples.colors.manifest import colors_manifest
-from tests.e2e.exactness import assert_exactly_once
+from tests.e2e.exactness import assert_exactly_once, assert_slots_exact
 from tests.harness.kubelet import ProcessKubelet
 
 NAME = "colors"
@@ -375,6 +375,7 @@ def assert_ids_exactly_once(bootstrap: str, topic: str, ledger: str, expected: s
     assert audit.violations() == [], f"not exactly once: {audit.violations()}"
     assert ledger_monotone(bootstrap, ledger) == []
     assert open_transactions(bootstrap, [topic, ledger, *other_topics]) == set()
+    assert_slots_exact(bootstrap, [topic], ledger, other_topics)
 
 
 def wait_ids(bootstrap: str, topic: str, expected: set[int], diag: Callable[[], str], timeout: float = 420) -> None:

@@ -18,7 +18,7 @@ import yaml
 
 from eos_job import checkpoint
 from eos_job.resolution import resolve
-from eos_job.verify import audit_ids, read_committed
+from eos_job.verify import audit_ids, audit_sink, read_committed
 from examples.colors.generator import expected_ids, produce
 from tests.e2e.streams import as_pvc, assert_ids_exact, run_config, run_job, wait_consumed
 
@@ -128,6 +128,10 @@ def test_a_batch_replayed_after_it_reached_the_sink_is_skipped_not_written_again
     else:
         audit = audit_ids(run.bootstrap, run.counts, expected)
         assert audit.duplicates and not audit.missing, f"the negative control wrote nothing twice: {audit}"
+        # The sink audit (kubectl eos verify), which knows no ids, names the doubled slots of batch 0.
+        slots = audit_sink(run.bootstrap, [run.counts], run.ledger_topic(), dead_letter_topic=run.dlq)
+        doubled = {(f.kind, f.batch, f.found == 2 * f.committed) for f in slots.findings}
+        assert doubled == {("extra", 0, True)}, slots.summary() + "".join(f"\n{f.describe()}" for f in slots.findings)
 
 
 def test_another_spec_never_finishes_a_partially_committed_batch(colors_run, tmp_path):

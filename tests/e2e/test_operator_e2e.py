@@ -26,6 +26,7 @@ from eos_job.verify import audit_counts  # noqa: E402
 from eos_stack.cluster import condition, holds_for, wait_until  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
+from tests.e2e.planted import kubectl_eos, plant_duplicate, plant_loss  # noqa: E402
 from tests.e2e.streams import ColorsTopics, Diagnostics, OperatorProcess, colors_stream, host_claim  # noqa: E402
 
 pytestmark = pytest.mark.stack
@@ -236,6 +237,23 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
     print(f"\nsnapshot upgrade on the claim: {kubectl.event_messages(namespace, name, 'SnapshotTaken')[-1]}; "
           f"resolution: {res['summary']}")
+
+    # `kubectl eos verify` on the live stream: exact across both runs (before and after the upgrade); then its
+    # negative controls on the same sink: a planted duplicate and a planted loss, each named by batch and slot.
+    eos = kubectl_eos(kubectl, namespace)
+    ok = eos("-o", "json", "verify", name)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["exact"] and report["unlabelled"] == 0 and report["digestsChecked"] > 0, report
+    doubled = plant_duplicate(topics.bootstrap, topics.counts)
+    lost = plant_loss(topics.bootstrap, topics.counts)
+    assert doubled != lost
+    bad = eos("-o", "json", "verify", name)
+    assert bad.returncode == 6, bad.stdout + bad.stderr
+    found = {(f["kind"], f["run"], f["slot"], f["batch"]) for f in json.loads(bad.stdout)["findings"]}
+    assert found == {("extra", *doubled), ("missing", *lost)}, found
+    print(f"kubectl eos verify: {report['summary']}; planted: "
+          f"{eos('verify', name).stdout.strip()}")
     kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=120s")
     kubectl.run("delete", "pvc", "stuck-ckpt", "-n", namespace, "--timeout=60s")
     kubectl.run("delete", "pv", pv, "--timeout=60s")
