@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Mapping
+from typing import Callable, Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -155,12 +155,14 @@ def _oldest_timestamps(bootstrap: str, wanted: dict[tuple[str, int], int], timeo
 
 
 def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = None,
-            kafka: Mapping[str, KafkaSecrets] | None = None) -> ReplayHorizon | None:
+            kafka: Mapping[str, KafkaSecrets] | None = None,
+            on_error: Callable[[Exception], None] | None = None) -> ReplayHorizon | None:
     """The stream's replay horizon now; None when no batch with source positions is in the ledger yet.
-    ``kafka``: Secret values of both ends' security (the operator's); else the environment's."""
+    ``kafka``: Secret values of both ends' security (the operator's); else the environment's. ``on_error``
+    sees a ledger read that failed (answered None; see last_batch_record); other failures raise."""
     from confluent_kafka.admin import OffsetSpec
 
-    record = last_batch_record(config, timeout_s=timeout_s, kafka=kafka)
+    record = last_batch_record(config, timeout_s=timeout_s, kafka=kafka, on_error=on_error)
     if record is None or not record.source_offsets:
         return None
     src = config.spec.source

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from confluent_kafka import KafkaException, Producer
 
@@ -216,11 +216,13 @@ def _summarise(r: ResolutionReport) -> str:
 
 
 def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0,
-                      kafka: Mapping[str, KafkaSecrets] | None = None) -> BatchCompleteRecord | None:
+                      kafka: Mapping[str, KafkaSecrets] | None = None,
+                      on_error: Callable[[Exception], None] | None = None) -> BatchCompleteRecord | None:
     """The newest batch-complete record of the stream's ledger, whatever its checkpoint: the driver writes
     it last of a batch's records in partition 0, so it is among the partition's last few (batch history
-    records and tombstones come before it). Cheap, no fencing; None if there is none or Kafka fails.
-    The operator polls it for ``status.lastCommittedBatch``."""
+    records and tombstones come before it). Cheap, no fencing; None if there is none or Kafka fails
+    (``on_error`` sees that failure: the operator counts it). The operator polls it for
+    ``status.lastCommittedBatch``."""
     import json
 
     from confluent_kafka import TopicPartition
@@ -240,7 +242,9 @@ def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0,
                 if value is not None and "kind" not in json.loads(value):
                     newest = value
             return BatchCompleteRecord.decode(newest) if newest is not None else None
-        except (KafkaException, SinkUnavailable):
+        except (KafkaException, SinkUnavailable) as exc:
+            if on_error is not None:
+                on_error(exc)
             return None
     finally:
         consumer.close()

@@ -28,6 +28,7 @@ from eos_job.storage import Loc, S3Options
 # One import for all adapters (F401: re-exported).
 from .kube_api import Conflict, KubeError, KubernetesApi, NameTaken, ObjectRef, event_kind  # noqa: F401
 from .observed import CheckpointState, SnapshotView
+from .op_metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
 
@@ -144,12 +145,39 @@ class SystemClock:
         return datetime.now(timezone.utc)
 
 
+# ---------------------------------------------------------------------- Kafka
+def kafka_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is Kafka failing: a client error, a sink the job runtime calls
+    unavailable, or a read that timed out. A missing Secret or an unreadable checkpoint is not."""
+    from confluent_kafka import KafkaException  # imported late, as the Kafka calls themselves
+    from eos_job.ledger import SinkUnavailable
+
+    chain: list[BaseException] = []
+    while exc is not None and exc not in chain and len(chain) < 8:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return (not any(isinstance(e, (KafkaSecretMissing, StoreUnreadable)) for e in chain)
+            and any(isinstance(e, (KafkaException, SinkUnavailable, TimeoutError)) for e in chain))
+
+
+class _KafkaErrors:
+    """Counts the operator's failed Kafka calls of one operation (op_metrics); nothing without metrics."""
+
+    def __init__(self, metrics: OperatorMetrics | None, operation: str):
+        self.metrics, self.operation = metrics, operation
+
+    def __call__(self, exc: BaseException) -> None:
+        if self.metrics is not None and kafka_failure(exc):
+            self.metrics.kafka_error(self.operation)
+
+
 # ----------------------------------------------------------------- resolution
 class JobResolver:
     """Runs ``eos_job.resolution.resolve`` (blocking, talks to Kafka) in a worker thread."""
 
-    def __init__(self, timeout_s: float = 60.0):
+    def __init__(self, timeout_s: float = 60.0, metrics: OperatorMetrics | None = None):
         self.timeout_s = timeout_s
+        self._failed = _KafkaErrors(metrics, "resolve")
 
     async def resolve(self, config: RunConfig, s3: S3Options | None = None,
                       kafka: dict[str, KafkaSecrets] | None = None,
@@ -157,9 +185,13 @@ class JobResolver:
         from eos_job.resolution import resolve  # imported late: it pulls in the Kafka client
 
         # The thread cannot be cancelled; the outer wait_for bounds how long we wait for it.
-        return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s, s3=s3,
-                                                        kafka=kafka, facts=facts),
-                                      timeout=self.timeout_s + 15.0)
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s, s3=s3,
+                                                            kafka=kafka, facts=facts),
+                                          timeout=self.timeout_s + 15.0)
+        except Exception as exc:
+            self._failed(exc)
+            raise
 
 
 class _ThrottledRead:
@@ -167,11 +199,13 @@ class _ThrottledRead:
 
     Between reads, and when a read fails, the last answer stands (None until there is one): the
     reads are informative, never an error of the reconcile. A failure is logged at WARNING the
-    first time in a row, then at DEBUG.
+    first time in a row, then at DEBUG, and counted by ``failed`` (if it is Kafka's).
     """
 
-    def __init__(self, what: str, interval: float, timeout: float):
+    def __init__(self, what: str, interval: float, timeout: float,
+                 failed: Callable[[BaseException], None] | None = None):
         self.what, self.interval, self.timeout = what, interval, timeout
+        self.failed = failed
         self._cache: dict[str, tuple[float, Any]] = {}
         self._failing: set[str] = set()
 
@@ -186,6 +220,8 @@ class _ThrottledRead:
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             log.log(logging.DEBUG if key in self._failing else logging.WARNING,
                     "cannot read the %s of %s (is Kafka reachable?): %s", self.what, key, exc)
+            if self.failed is not None:
+                self.failed(exc)
             self._failing.add(key)
             value = cached[1] if cached is not None else None
         else:
@@ -201,18 +237,25 @@ class LedgerProgress:
       at most every ``min_interval`` seconds;
     * ``replay_horizon``: ``eos_job.horizon.observe`` (a few round trips on both clusters), at
       most every ``horizon_interval`` seconds.
+
+    Failed reads are counted (op_metrics: ``ledger-read``, ``replay-horizon``), also those the ledger
+    read answers with None (``on_error``).
     """
 
-    def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0, horizon_interval: float = 30.0):
+    def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0, horizon_interval: float = 30.0,
+                 metrics: OperatorMetrics | None = None):
         self.timeout_s = timeout_s
-        self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0)
-        self._horizon = _ThrottledRead("replay horizon", horizon_interval, 4 * timeout_s + 5.0)
+        self._tip_failed = _KafkaErrors(metrics, "ledger-read")
+        self._horizon_failed = _KafkaErrors(metrics, "replay-horizon")
+        self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0, self._tip_failed)
+        self._horizon = _ThrottledRead("replay horizon", horizon_interval, 4 * timeout_s + 5.0,
+                                       self._horizon_failed)
 
     async def ledger_tip(self, config: RunConfig, kafka: dict[str, KafkaSecrets] | None = None) -> LedgerTip | None:
         from eos_job.resolution import last_batch_record
 
         def read() -> LedgerTip | None:
-            record = last_batch_record(config, timeout_s=self.timeout_s, kafka=kafka)
+            record = last_batch_record(config, timeout_s=self.timeout_s, kafka=kafka, on_error=self._tip_failed)
             return None if record is None else LedgerTip(record.batch, record.nondeterministic_slots_total)
 
         return await self._tip(config, read)
@@ -221,7 +264,8 @@ class LedgerProgress:
                              kafka: dict[str, KafkaSecrets] | None = None) -> ReplayHorizon | None:
         from eos_job.horizon import observe
 
-        return await self._horizon(config, lambda: observe(config, timeout_s=self.timeout_s, kafka=kafka))
+        return await self._horizon(config, lambda: observe(config, timeout_s=self.timeout_s, kafka=kafka,
+                                                           on_error=self._horizon_failed))
 
 
 # ------------------------------------------------------------ checkpoint store

@@ -3,7 +3,8 @@
 create, update (spec changes), resume (operator start) and a timer all run
 :func:`eos_operator.reconciler.reconcile`; the timer is what notices driver Pods
 failing and restart delays running out. A per-stream lock keeps the timer and
-the event handlers from planning on top of each other. Deletion stops the
+the event handlers from planning on top of each other (loop.serialized, which
+also measures each reconcile for op_metrics). Deletion stops the
 driver gracefully behind a finalizer and retries with ``TemporaryError`` until
 every driver Pod is gone.
 
@@ -25,7 +26,9 @@ from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
 from .adapters import JobResolver, KubernetesApi, LedgerProgress, StoreReader, SystemClock
+from .loop import serialized
 from .metrics import StreamMetrics
+from .op_metrics import OperatorMetrics
 from .reconciler import Deps, StatusUnreadable, reconcile
 from .snapshot_reconciler import reconcile_snapshot
 from .snapshots import TERMINAL_STATES, SnapshotStatusUnreadable
@@ -52,15 +55,16 @@ class OperatorConfig:
 
 
 def default_deps(config: OperatorConfig) -> Deps:
-    metrics = None
+    metrics = op = None
     if config.metrics_port is not None:
         metrics = StreamMetrics()
+        op = OperatorMetrics(metrics.registry)   # one registry, one endpoint
         metrics.serve(config.metrics_port, config.metrics_address)
-    return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig),
-                resolver=JobResolver(timeout_s=config.resolution_timeout), clock=SystemClock(),
+    return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig, metrics=op),
+                resolver=JobResolver(timeout_s=config.resolution_timeout, metrics=op), clock=SystemClock(),
                 progress=LedgerProgress(min_interval=config.progress_interval,
-                                        horizon_interval=config.horizon_interval),
-                store=StoreReader(), metrics=metrics)
+                                        horizon_interval=config.horizon_interval, metrics=op),
+                store=StoreReader(), metrics=metrics, operator_metrics=op)
 
 
 def build_registry(config: OperatorConfig,
@@ -91,9 +95,8 @@ def build_registry(config: OperatorConfig,
         memo.locks = {}
 
     async def run(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any):
-        lock = memo.locks.setdefault(uid, asyncio.Lock())
-        async with lock:
-            return await reconcile(namespace, name, memo.deps)
+        return await serialized(memo.locks.setdefault(uid, asyncio.Lock()), "stream",
+                                lambda: reconcile(namespace, name, memo.deps), memo.deps.operator_metrics)
 
     @kopf.on.create(**RESOURCE, id="reconcile-on-create", registry=registry)
     @kopf.on.update(**RESOURCE, id="reconcile-on-update", field="spec", registry=registry)
@@ -127,9 +130,8 @@ def build_registry(config: OperatorConfig,
 
     # ------------------------------------------------------------ snapshots
     async def run_snapshot(namespace: str, name: str, uid: str, memo: kopf.Memo):
-        lock = memo.locks.setdefault(uid, asyncio.Lock())
-        async with lock:
-            return await reconcile_snapshot(namespace, name, memo.deps)
+        return await serialized(memo.locks.setdefault(uid, asyncio.Lock()), "snapshot",
+                                lambda: reconcile_snapshot(namespace, name, memo.deps), memo.deps.operator_metrics)
 
     @kopf.on.create(**SNAPSHOT_RESOURCE, id="snapshot-on-create", registry=registry)
     @kopf.on.update(**SNAPSHOT_RESOURCE, id="snapshot-on-update", field="spec", registry=registry)

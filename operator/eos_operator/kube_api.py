@@ -17,6 +17,7 @@ from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
 from .children import LABEL_STREAM, selector_string, stream_selector
+from .op_metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "eos-operator"
@@ -91,12 +92,14 @@ class KubernetesApi:
 
     CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 5.0, 30.0
 
-    def __init__(self, api_client: Any, threads: int = 16):
+    def __init__(self, api_client: Any, threads: int = 16, metrics: OperatorMetrics | None = None):
         self.api = api_client
+        self.metrics = metrics   # counts failed calls (None: not counted)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-api")
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None) -> "KubernetesApi":
+    def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None, *,
+                        metrics: OperatorMetrics | None = None) -> "KubernetesApi":
         from kubernetes import client, config
 
         try:
@@ -106,7 +109,7 @@ class KubernetesApi:
             configuration = client.Configuration()
             config.load_kube_config(config_file=kubeconfig, context=context,
                                     client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+        return cls(client.ApiClient(configuration), metrics=metrics)
 
     # -- transport ------------------------------------------------------------
     def _request_sync(self, method: str, path: str, body: Any = None,
@@ -125,12 +128,21 @@ class KubernetesApi:
                                      _request_timeout=(self.CONNECT_TIMEOUT_S, self.READ_TIMEOUT_S))
             resp.read()
         except ApiException as exc:  # transport-level failure with a status
+            self._failed(method, path, exc.status or 0)
             raise _error(exc.status or 0, exc.body or str(exc)) from exc
+        except Exception:  # no answer at all: refused, reset, timed out
+            self._failed(method, path, 0)
+            raise
         status = resp.status
         text = resp.data.decode("utf-8") if resp.data else ""
         if status >= 400:
+            self._failed(method, path, status)
             raise _error(status, _message(text))
         return json.loads(text) if text else None
+
+    def _failed(self, method: str, path: str, status: int) -> None:
+        if self.metrics is not None:
+            self.metrics.kube_api_error(*verb_and_resource(method, path), status)
 
     async def _request(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
                        content_type: str = "application/json") -> dict[str, Any] | None:
@@ -323,6 +335,18 @@ class KubernetesApi:
             await self._request("POST", f"/api/v1/namespaces/{quote(ref.namespace)}/events", body)
         except KubeError as exc:  # an event is never worth failing a reconcile for
             log.warning("could not post event %s for %s/%s: %s", reason, ref.namespace, ref.name, exc)
+
+
+def verb_and_resource(method: str, path: str) -> tuple[str, str]:
+    """The Kubernetes verb and resource of a request (``GET .../pods`` -> ``("list", "pods")``, ``PATCH
+    .../exactlyoncestreams/<name>/status`` -> ``("patch", "exactlyoncestreams/status")``): metric labels,
+    never a namespace or a name."""
+    parts = path.split("?")[0].strip("/").split("/")
+    rest = parts[parts.index("namespaces") + 2:] if "namespaces" in parts else []   # plural[/name[/sub]]
+    resource = "/".join(rest[:1] + rest[2:3]) or "other"    # the operator calls namespaced paths only
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+        method.upper(), "list" if len(rest) == 1 else "get")
+    return verb, resource
 
 
 def event_kind(ref: Any, kind: str | None = None) -> str:

@@ -9,6 +9,7 @@ runs the passes and carries out what the planners decide.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 from .actions import (Action, ApplyConfigMap, ApplyService, CreatePod, CreateSnapshot, DeleteConfigMap, DeletePod,
                       DeleteService, DeleteSnapshot, Event)
 from .adapters import Conflict, Kube, KubeError
+from .op_metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,25 @@ async def converge(one_pass: Callable[[], Awaitable[T | None]], *, max_steps: in
         if outcome is not None:
             return outcome
     return exhausted()
+
+
+async def serialized(lock: asyncio.Lock, kind: str, reconcile: Callable[[], Awaitable[T]],
+                     metrics: OperatorMetrics | None = None) -> T:
+    """One reconcile of an object under its lock (kopf may run its timer and an event handler at once),
+    measured: waiting for the lock, then running (outcome ``requeue`` when a deletion is not finished)."""
+    if metrics is None:
+        async with lock:
+            return await reconcile()
+    with metrics.in_state(kind, "waiting"):
+        await lock.acquire()
+    try:
+        with metrics.timed(kind) as timing:
+            outcome = await reconcile()
+            timing.outcome = "requeue" if getattr(outcome, "exists", False) and not getattr(
+                outcome, "finished", True) else "ok"
+            return outcome
+    finally:
+        lock.release()
 
 
 def dump_status(status: BaseModel) -> dict[str, Any]:

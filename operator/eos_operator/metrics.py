@@ -11,7 +11,9 @@ the metrics say what ``kubectl get eos -o yaml`` says, in a form alerts can use:
   horizon; absent until checked, and the first while there is no time limit);
 * ``eos_stream_events_total{type,reason}``: the events the operator posted.
 
-A deleted stream's series are removed. Nothing secret is a label or a value.
+A deleted stream's series are removed. Nothing secret is a label or a value. The operator's own
+metrics (reconcile time, reconciles in flight, failed API and Kafka calls) are in op_metrics.py, served
+on the same registry.
 """
 from __future__ import annotations
 

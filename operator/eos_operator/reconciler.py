@@ -24,6 +24,7 @@ from .adapters import (CheckpointStore, Clock, Conflict, Kube, KubeError, NameTa
 from .children import StreamRef
 from .loop import act, converge, dump_status, post_events, write_first
 from .metrics import StreamMetrics
+from .op_metrics import OperatorMetrics
 from .observed import Observed, RestoreSource, SnapshotView, pod_view, snapshot_info
 from .upgrades import current_checkpoint_dir
 from .validation import InvalidSpec, validate_spec
@@ -41,6 +42,7 @@ class Deps:
     progress: Progress | None = None     # the ledger: last committed batch, replay horizon (None: not read)
     store: CheckpointStore | None = None  # reads snapshots and checkpoints during an upgrade (None: unreadable)
     metrics: StreamMetrics | None = None  # what each status write says, for Prometheus (None: not exported)
+    operator_metrics: OperatorMetrics | None = None  # the operator's own: reconcile time, API and Kafka errors
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,12 @@ Prometheus endpoint says the same."""
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections import Counter
 
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from prometheus_client.parser import text_string_to_metric_families
 
 from eos_job.verify import audit_counts
 from eos_stack.cluster import condition, wait_until
@@ -19,6 +21,35 @@ from tests.e2e.streams import NAME, rig, scrape
 
 HOUR_MS = 3_600_000
 
+
+def scrape_operator(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The operator-level families of the operator's /metrics (eos_operator_*): sample name -> (labels, value)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith("eos_operator_"):
+            out.setdefault(fam.name, [])
+            for s in fam.samples:
+                out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def assert_operator_metrics(port: int) -> None:
+    """The operator's own series: reconciles of the stream timed (mostly ok), none running between passes
+    for long, the API and Kafka error counters present (their values depend on the run: plausible only)."""
+    m = scrape_operator(port)
+    counts = m.get("eos_operator_reconcile_duration_seconds_count", [])
+    assert sum(v for labels, v in counts if labels == {"kind": "stream", "outcome": "ok"}) > 0, counts
+    seconds = m.get("eos_operator_reconcile_duration_seconds_sum", [])
+    assert sum(v for labels, v in seconds if labels["kind"] == "stream") > 0, seconds
+    assert {(labels["kind"], labels["state"]) for labels, _ in m["eos_operator_reconciles_in_flight"]} >= {
+        ("stream", "running"), ("stream", "waiting"), ("snapshot", "running"), ("snapshot", "waiting")}
+    assert all(0 <= v <= 4 for _, v in m["eos_operator_reconciles_in_flight"]), m["eos_operator_reconciles_in_flight"]
+    kafka = {labels["operation"]: v for labels, v in m["eos_operator_kafka_errors_total"]}
+    assert set(kafka) >= {"resolve", "ledger-read", "replay-horizon"} and all(v >= 0 for v in kafka.values()), kafka
+    assert "eos_operator_kube_api_errors" in m          # the family, even before a first failure
+    assert all(labels["code"] == "network" or labels["code"].isdigit()
+               for labels, _ in m.get("eos_operator_kube_api_errors_total", [])), m
 
 
 
@@ -88,6 +119,7 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
         assert m[("eos_stream_degraded", namespace)] == 1
         assert m[("eos_stream_lifecycle_state", namespace, "Suspended")] == 1
         assert m[("eos_stream_events_total", namespace, "Warning", "ReplayHorizonExceeded")] == 1
+        assert_operator_metrics(port)
         kubectl.patch_spec(namespace, NAME, {"job": {"state": "running"},
                                              "source": {"acceptDataLoss": True}})
         expected += behind[1] + behind[2]
