@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds between checks of a stream's replay horizon: its checkpointed source "
                           "positions versus what the source still retains (default 30)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
-                     help="serve Prometheus metrics of the streams on http://<address>:PORT/metrics (default: off)")
+                     help="serve Prometheus metrics of the streams and of the operator itself on "
+                          "http://<address>:PORT/metrics (default: off)")
     run.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS",
                      help="address the metrics endpoint listens on (default 0.0.0.0)")
     peering = run.add_mutually_exclusive_group()
@@ -44,6 +45,16 @@ def _parser() -> argparse.ArgumentParser:
                          help="no peering with other operator instances (default; run one replica)")
     peering.add_argument("--peering", metavar="NAME",
                          help="use kopf peering NAME so only one of several replicas acts at a time")
+    run.add_argument("--leader-election", action="store_true",
+                     help="of several replicas only the holder of a coordination.k8s.io Lease acts; the others "
+                          "stand by and take over within the lease duration of the leader's death")
+    run.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE"), metavar="NS",
+                     help="the Lease's namespace (default: $POD_NAMESPACE, the chart sets it to the operator's)")
+    run.add_argument("--leader-election-id", default="spark-eos-operator", metavar="NAME",
+                     help="the Lease's name (default spark-eos-operator)")
+    run.add_argument("--lease-duration", type=float, default=10.0, metavar="SECONDS",
+                     help="a Lease not renewed for this long is taken over (default 10; the leader renews every "
+                          "second and stops if it could not for 70%% of this)")
     run.add_argument("--liveness", metavar="URL",
                      help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     run.add_argument("--allow-local-store", action="store_true",
@@ -105,12 +116,27 @@ def run(args: argparse.Namespace) -> int:
                             exact_namespaces=bool(args.namespace) and all(
                                 re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) for ns in args.namespace))
     registry = build_registry(config)
-    kopf.run(registry=registry,
-             clusterwide=not args.namespace,
-             namespaces=args.namespace,
-             standalone=args.peering is None,
-             peering_name=args.peering,
-             liveness_endpoint=args.liveness)
+    elector = None
+    if args.leader_election:
+        from .leader import LeaseSettings, default_identity, lead
+        namespace = args.leader_election_namespace or (args.namespace[0] if config.exact_namespaces else None)
+        if not namespace:
+            print("--leader-election needs the Lease's namespace: set --leader-election-namespace or $POD_NAMESPACE",
+                  file=sys.stderr)
+            return 2
+        elector = lead(LeaseSettings(namespace, args.leader_election_id, default_identity(), args.lease_duration,
+                                     round(args.lease_duration * 0.7, 3), min(1.0, args.lease_duration / 10)),
+                       args.kubeconfig, args.liveness)
+    try:
+        kopf.run(registry=registry,
+                 clusterwide=not args.namespace,
+                 namespaces=args.namespace,
+                 standalone=args.peering is None,
+                 peering_name=args.peering,
+                 liveness_endpoint=args.liveness)
+    finally:
+        if elector is not None:
+            elector.release()
     return 0
 
 
