@@ -225,9 +225,10 @@ class Rig:
         self.operator: OperatorProcess | None = None
         self.diag = Diagnostics(kubectl, namespace, None, kubelet)
 
-    def start_operator(self, metrics_port: int | None = None, **switches: str) -> OperatorProcess:
-        self.operator = OperatorProcess(self.env["KUBECONFIG"], self.ns, self.tmp / "operator.log",
-                                        metrics_port=metrics_port, **switches).start()
+    def start_operator(self, metrics_port: int | None = None, leader_election: bool = False,
+                       log: str = "operator.log", **switches: str) -> OperatorProcess:
+        self.operator = OperatorProcess(self.env["KUBECONFIG"], self.ns, self.tmp / log, metrics_port=metrics_port,
+                                        leader_election=leader_election, **switches).start()
         self.diag.operator = self.operator
         return self.operator
 

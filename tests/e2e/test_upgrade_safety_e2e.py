@@ -7,7 +7,9 @@ read_committed consumers (tests/e2e/exactness.py).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 from eos_job.verify import audit_counts
 from eos_stack.cluster import condition, wait_until
 from tests.e2e.exactness import assert_exactly_once
-from tests.e2e.streams import NAME, Trickle, colors_stream, finish_exact, rig
+from tests.e2e.streams import NAME, OperatorProcess, Trickle, colors_stream, finish_exact, rig
 
 pytestmark = pytest.mark.stack
 
@@ -98,21 +100,41 @@ def test_an_upgrade_while_no_input_arrives_is_verified_not_rolled_back(stack_env
 # Status content right after each step of an upgrade is written: the intent, the snapshot read back,
 # resolution done (the operator dies right after that write, before acting on it).
 KILL_AFTER = ('"step":"Stopping"', '"step":"Stopped"', '"resolvedSpecHash":"')
+HA_KILL_AFTER = KILL_AFTER[1]   # mid snapshot upgrade: the old driver stopped, its snapshot taken
 
 
 def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
         stack_env, kubectl, namespace, tmp_path, report_result):
     """Three upgrades; in each the operator dies right after writing one step of the upgrade to status
-    (after intent, after the snapshot, after resolution) and a new operator finishes it."""
-    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+    (after intent, after the snapshot, after resolution) and a new operator finishes it. In the middle one
+    the dying operator is the leader of two replicas (leader election on a Lease): the standby, waiting
+    since before the upgrade, takes over and finishes it."""
+    takeover, standby = None, None
+    with rig(stack_env, kubectl, namespace, tmp_path) as r, contextlib.ExitStack() as cleanup:
+        cleanup.callback(lambda: standby is not None and standby.stop())
         trickle = r.run_stream(r.stream(upgradePreFlight=False), seed=5)
         for v, marker in enumerate(KILL_AFTER, start=1):
             r.operator.stop()
-            crashing = r.start_operator(EOS_TEST_CRASH_AFTER_STATUS=marker)
+            ha = marker == HA_KILL_AFTER
+            crashing = r.start_operator(leader_election=ha, EOS_TEST_CRASH_AFTER_STATUS=marker)
+            if ha:
+                def holder() -> str | None:
+                    got = kubectl.run("get", "lease", "spark-eos-operator", "-n", namespace, "-o", "json", check=False)
+                    return json.loads(got.stdout)["spec"].get("holderIdentity") if got.returncode == 0 else None
+                wait_until(lambda: holder() == crashing.identity, "the first replica to lead", 60, r.diag)
+                standby = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "standby.log",
+                                          leader_election=True).start()
+                wait_until(lambda: "standing by" in standby.tail(), "the second replica to stand by", 60, r.diag)
             kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": f"v{v}"}}})
             wait_until(lambda: not crashing.alive(), f"the operator to die after writing {marker}", 240, r.diag)
+            died = time.monotonic()
             assert crashing.proc.returncode == 137, crashing.tail()
-            r.start_operator()
+            if ha:
+                wait_until(lambda: holder() == standby.identity, "the standby to take the Lease over", 60, r.diag, 0.2)
+                takeover = time.monotonic() - died
+                r.operator = r.diag.operator = standby
+            else:
+                r.start_operator()
             st = r.wait_status(lambda s: s.get("driverPod") == f"{NAME}-driver-{v}"
                                and s.get("lifecycleState") == "Running" and "upgrade" not in s,
                                f"upgrade {v} to finish", 300)
@@ -127,7 +149,8 @@ def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
         status = r.status()
         assert len(status["snapshots"]) == 3
         report_result("operator SIGKILLed after intent, after snapshot and after resolution of three upgrades: "
-                      "each finished once (4 drivers in all), output exactly once")
+                      "each finished once (4 drivers in all), output exactly once; the kill after the snapshot hit "
+                      f"the leader of two replicas, whose standby took the Lease over {takeover:.1f}s later")
 
 
 def test_parallelism_change_over_a_partially_committed_batch_drains_first(
