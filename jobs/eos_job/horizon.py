@@ -28,7 +28,7 @@ from .kafka_security import KafkaSecrets
 from .ledger import admin_client, base_config, list_offsets, source_security
 from .resolution import last_batch_record
 from .spec import RunConfig
-from .status import ReplayHorizon
+from .status import MAX_LAG_PARTITIONS, PartitionLag, ReplayHorizon
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ def assess(batch: int, views: list[PartitionView], now: float, *,
             if soonest is None or left < soonest[0]:
                 soonest = (left, v)
     checked = _iso(now)
+    lag = partition_lag(views)
     if worst_lost is not None:
         v = worst_lost[1]
         message = (f"retention deleted {lost} records before the stream read them ({v.name}: the stream is at "
@@ -95,7 +96,7 @@ def assess(batch: int, views: list[PartitionView], now: float, *,
                    "source.acceptDataLoss: true; to prevent it, raise the topic's retention.ms")
         return ReplayHorizon(state="Exceeded", batch=batch, checked_at=checked, backlog_records=backlog,
                              lost_records=lost, seconds_left=soonest[0] if soonest else None, partition=v.name,
-                             message=message)
+                             message=message, lag=lag)
     if soonest is not None:
         left, v = soonest
         assert v.retention_ms is not None and v.oldest_unprocessed_ms is not None
@@ -107,10 +108,17 @@ def assess(batch: int, views: list[PartitionView], now: float, *,
                        f"{backlog} records behind. Let the stream catch up (resume it, raise its parallelism "
                        "or maxOffsetsPerTrigger) or raise the topic's retention.ms")
             return ReplayHorizon(state="Shrinking", batch=batch, checked_at=checked, backlog_records=backlog,
-                                 seconds_left=round(left, 1), partition=v.name, message=message)
+                                 seconds_left=round(left, 1), partition=v.name, message=message, lag=lag)
     return ReplayHorizon(state="Safe", batch=batch, checked_at=checked, backlog_records=backlog,
                          seconds_left=round(soonest[0], 1) if soonest else None,
-                         partition=soonest[1].name if soonest else None)
+                         partition=soonest[1].name if soonest else None, lag=lag)
+
+
+def partition_lag(views: list[PartitionView]) -> list[PartitionLag]:
+    """Each partition's records beyond the stream's positions (retained or not), largest first."""
+    lags = [PartitionLag(topic=v.topic, partition=v.partition, records=v.latest - v.checkpointed)
+            for v in views if v.checkpointed is not None and v.latest > v.checkpointed]
+    return sorted(lags, key=lambda x: (-x.records, x.topic, x.partition))[:MAX_LAG_PARTITIONS]
 
 
 # ------------------------------------------------------------------- Kafka reads

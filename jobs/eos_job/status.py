@@ -158,6 +158,15 @@ class RejectedSpec(Model):
     run_spec: str | None = Field(None, description="JSON of the spec that runs instead (the last stable one).")
 
 
+class PartitionLag(Model):
+    topic: str
+    partition: int
+    records: int = Field(..., description="Records the source partition holds beyond the last committed batch.")
+
+
+MAX_LAG_PARTITIONS = 50
+
+
 class ReplayHorizon(Model):
     """How far the source still reaches back behind the stream (the protocol's replay horizon).
 
@@ -175,6 +184,9 @@ class ReplayHorizon(Model):
         "Least time before retention may delete an unprocessed record; unset: no backlog or no time limit."))
     partition: str | None = Field(None, description="The partition that decided the state (topic/partition).")
     message: str = ""
+    lag: list[PartitionLag] = Field(default_factory=list, description=(
+        f"Per source partition, the records beyond the last committed batch (the consumer lag), largest first; "
+        f"at most {MAX_LAG_PARTITIONS} partitions, those behind by 0 left out."))
 
 
 class ExactlyOnceStreamStatus(Model):

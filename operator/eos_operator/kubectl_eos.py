@@ -154,6 +154,10 @@ def status_text(s: dict, snapshots: list[dict], now: datetime) -> str:
                      f"backlog {hz.get('backlogRecords', 0)} records, lost {hz.get('lostRecords', 0)}"
                      + (f", {hz['secondsLeft']:.0f}s left" if hz.get("secondsLeft") is not None else "")
                      + (f"; {hz['message']}" if hz.get("message") else ""))
+        if hz.get("lag"):
+            rows = [[f"{x['topic']}/{x['partition']}", str(x["records"])] for x in hz["lag"]]
+            lines.append("Lag per source partition (records beyond the last committed batch):")
+            lines += ["  " + r for r in table(rows, ["PARTITION", "LAG"]).splitlines()]
     if st.get("pendingLaunch"):
         pl = st["pendingLaunch"]
         lines.append(f"Launching:     {pl.get('pod')} ({pl.get('reason')})"

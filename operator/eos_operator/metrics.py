@@ -7,6 +7,8 @@ the metrics say what ``kubectl get eos -o yaml`` says, in a form alerts can use:
 * ``eos_stream_ready`` / ``eos_stream_degraded``: the conditions, 1 or 0;
 * ``eos_stream_last_committed_batch``, ``eos_stream_restarts``, ``eos_stream_tx_generation``,
   ``eos_stream_nondeterministic_slots``;
+* ``eos_stream_source_lag_records{topic,partition}``: records beyond the last committed batch, per source
+  partition (absent when caught up).
 * ``eos_stream_replay_horizon_seconds_left``, ``..._backlog_records``, ``..._lost_records`` (the replay
   horizon; absent until checked, and the first while there is no time limit);
 * ``eos_stream_events_total{type,reason}``: the events the operator posted.
@@ -54,12 +56,15 @@ class StreamMetrics:
         self.backlog = gauge("eos_stream_replay_horizon_backlog_records", "Records retained but not processed")
         self.lost = gauge("eos_stream_replay_horizon_lost_records",
                           "Records retention deleted before the stream read them")
+        self.lag = gauge("eos_stream_source_lag_records", "Records a source partition holds beyond the last "
+                         "committed batch (status.replayHorizon.lag; absent when caught up)", ("topic", "partition"))
         self.events = Counter("eos_stream_events", "Events posted about the stream",
                               _STREAM + ("type", "reason"), registry=r)
         self._per_stream: tuple[Gauge, ...] = (self.ready, self.degraded, self.batch, self.restarts,
                                                self.generation, self.nondet, self.horizon_left, self.backlog,
                                                self.lost)
         self._event_labels: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._lag_labels: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     def record(self, namespace: str, stream: str, status: ExactlyOnceStreamStatus) -> None:
         for state in LIFECYCLE_STATES:
@@ -75,6 +80,12 @@ class StreamMetrics:
         self._set(self.horizon_left, namespace, stream, h.seconds_left if h is not None else None)
         self._set(self.backlog, namespace, stream, h.backlog_records if h is not None else None)
         self._set(self.lost, namespace, stream, h.lost_records if h is not None else None)
+        lags = {(x.topic, str(x.partition)): x.records for x in (h.lag if h is not None else [])}
+        for gone in self._lag_labels.get((namespace, stream), set()) - set(lags):
+            _remove(self.lag, namespace, stream, *gone)
+        for (topic, part), records in lags.items():
+            self.lag.labels(namespace, stream, topic, part).set(records)
+        self._lag_labels[(namespace, stream)] = set(lags)
 
     def event(self, namespace: str, stream: str, type_: str, reason: str) -> None:
         self.events.labels(namespace, stream, type_, reason).inc()
@@ -86,6 +97,8 @@ class StreamMetrics:
             _remove(gauge, namespace, stream)
         for state in LIFECYCLE_STATES:
             _remove(self.state, namespace, stream, state)
+        for topic, part in self._lag_labels.pop((namespace, stream), set()):
+            _remove(self.lag, namespace, stream, topic, part)
         for type_, reason in self._event_labels.pop((namespace, stream), set()):
             _remove(self.events, namespace, stream, type_, reason)
 

@@ -96,6 +96,8 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
         h = st["replayHorizon"]
         assert h["lostRecords"] == 0, h
         assert 0 < h["secondsLeft"] <= 1200 + 5, h          # 20 of 60 minutes left, less what time passed
+        # The lag per source partition: the 50 records each partition got while suspended.
+        assert sorted((x["partition"], x["records"]) for x in h["lag"]) == [(0, 50), (1, 50), (2, 50)], h
         assert condition(st, "Degraded")["reason"] == "ReplayHorizonShrinking"
         assert st["lastCommittedBatch"] == h["batch"]
 

@@ -67,3 +67,12 @@ def test_kafka_offsets_merges_every_source_of_the_offset_log(tmp_path):
     (tmp_path / "offsets" / "5").write_text(
         'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"orders":{"1":7,"0":12}}\n{"audit":{"0":3}}\n')
     assert checkpoint.kafka_offsets(tmp_path, 5) == {"orders": {"0": 12, "1": 7}, "audit": {"0": 3}}
+
+
+def test_lag_per_partition_is_the_records_beyond_the_positions_largest_first():
+    h = assess(7, [view(0, at=60, age_s=600), view(1, latest=90, at=90), view(2, earliest=50, latest=80, at=20),
+                   view(3, at=None)], NOW)
+    # Partition 1 is caught up (left out), 3 is not in the positions yet (unknown), 2 lost 30 and lags 60.
+    assert [(x.partition, x.records) for x in h.lag] == [(2, 60), (0, 40)]
+    many = assess(7, [view(p, latest=1000 + p, at=0) for p in range(80)], NOW)
+    assert len(many.lag) == 50 and many.lag[0].partition == 79 and many.lag[-1].records == 1030

@@ -21,7 +21,9 @@ def stream(name="colors", ready="True", **status) -> dict:
                        "conditions": [{"type": "Ready", "status": ready, "reason": "Running", "message": "ok"}],
                        "resolution": {"summary": "fenced 4 ids; checkpoint committed batch 40"},
                        "replayHorizon": {"state": "Safe", "batch": 41, "checkedAt": "2026-11-25T11:59:00Z",
-                                         "backlogRecords": 12, "lostRecords": 0}, **status}}
+                                         "backlogRecords": 12, "lostRecords": 0,
+                                         "lag": [{"topic": "events", "partition": 3, "records": 9},
+                                                 {"topic": "events", "partition": 0, "records": 3}]}, **status}}
 
 
 class FakeApi:
@@ -74,7 +76,7 @@ def test_status_shows_what_an_operator_needs_and_exits_by_readiness(capsys):
     out = capsys.readouterr().out
     for text in ("team/colors", "Running", "colors-driver-3 (attempt 3, cluster mode)", "41 committed",
                  "Ready=True Running: ok", "fenced 4 ids", "Replay horizon: Safe after batch 41", "backlog 12",
-                 "colors-n1", "Completed"):
+                 "colors-n1", "Completed", "Lag per source partition", "events/3    9", "events/0    3"):
         assert text in out, (text, out)
     api = FakeApi([stream(ready="False")])
     assert run(api, "status", "colors") == EXIT_NOT_READY

@@ -6,7 +6,7 @@ import urllib.request
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from eos_job.status import ReplayHorizon
+from eos_job.status import PartitionLag, ReplayHorizon
 from eos_stack.common import free_port
 from eos_operator.metrics import LIFECYCLE_STATES, StreamMetrics
 
@@ -38,7 +38,8 @@ def test_the_metrics_follow_the_status_of_a_stream():
 
     deps.progress = FakeProgress(batch=41, horizon=ReplayHorizon(
         state="Shrinking", batch=41, checked_at="2026-01-01T00:00:00Z", backlog_records=900, seconds_left=120.5,
-        message="soon"), nondeterministic=1)
+        message="soon", lag=[PartitionLag(topic="events", partition=0, records=600),
+                             PartitionLag(topic="events", partition=1, records=300)]), nondeterministic=1)
     kube.set_pod_phase("colors-driver-0", "Running")
     rec(deps)
     assert value(m, "eos_stream_lifecycle_state", state="Running") == 1
@@ -49,6 +50,14 @@ def test_the_metrics_follow_the_status_of_a_stream():
     assert value(m, "eos_stream_replay_horizon_seconds_left") == 120.5
     assert value(m, "eos_stream_replay_horizon_backlog_records") == 900
     assert value(m, "eos_stream_events_total", type="Warning", reason="ReplayHorizonShrinking") == 1
+    assert value(m, "eos_stream_source_lag_records", topic="events", partition="0") == 600
+    assert value(m, "eos_stream_source_lag_records", topic="events", partition="1") == 300
+    # Partition 1 caught up: its series goes (absent when caught up), partition 0's follows the status.
+    deps.progress.horizon = deps.progress.horizon.model_copy(update={
+        "lag": [PartitionLag(topic="events", partition=0, records=20)]})
+    rec(deps)
+    assert value(m, "eos_stream_source_lag_records", topic="events", partition="0") == 20
+    assert value(m, "eos_stream_source_lag_records", topic="events", partition="1") is None
 
     kube.set_pod_phase("colors-driver-0", "Failed", exit_code=137, message="killed")
     rec(deps)
