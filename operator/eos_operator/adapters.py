@@ -29,6 +29,7 @@ from eos_job.storage import Loc, S3Options
 from .kube_api import Conflict, KubeError, KubernetesApi, NameTaken, ObjectRef, event_kind  # noqa: F401
 from .observed import CheckpointState, SnapshotView
 from .op_metrics import OperatorMetrics
+from .pools import Pools, cluster_of
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class Progress(Protocol):
     async def ledger_tip(self, config: RunConfig, kafka: dict[str, KafkaSecrets] | None = None) -> LedgerTip | None: ...
     async def replay_horizon(self, config: RunConfig,
                              kafka: dict[str, KafkaSecrets] | None = None) -> ReplayHorizon | None: ...
+
+    def forget(self, namespace: str, name: str) -> None: ...
 
 
 class StoreUnreadable(Exception):
@@ -173,11 +176,14 @@ class _KafkaErrors:
 
 # ----------------------------------------------------------------- resolution
 class JobResolver:
-    """Runs ``eos_job.resolution.resolve`` (blocking, talks to Kafka) in a worker thread."""
+    """Runs ``eos_job.resolution.resolve`` (blocking, talks to Kafka) in a worker thread of the stream's
+    clusters' own pool (pools.py): an unreachable cluster delays only its own streams' resolutions."""
 
-    def __init__(self, timeout_s: float = 60.0, metrics: OperatorMetrics | None = None):
+    def __init__(self, timeout_s: float = 60.0, metrics: OperatorMetrics | None = None,
+                 pools: Pools | None = None):
         self.timeout_s = timeout_s
         self._failed = _KafkaErrors(metrics, "resolve")
+        self.pools = pools or Pools()
 
     async def resolve(self, config: RunConfig, s3: S3Options | None = None,
                       kafka: dict[str, KafkaSecrets] | None = None,
@@ -185,10 +191,11 @@ class JobResolver:
         from eos_job.resolution import resolve  # imported late: it pulls in the Kafka client
 
         # The thread cannot be cancelled; the outer wait_for bounds how long we wait for it.
+        cluster = cluster_of(config.spec.sink.bootstrap_servers, config.spec.source.bootstrap_servers)
         try:
-            return await asyncio.wait_for(asyncio.to_thread(resolve, config, timeout_s=self.timeout_s, s3=s3,
-                                                            kafka=kafka, facts=facts),
-                                          timeout=self.timeout_s + 15.0)
+            return await self.pools.run("resolve", cluster, lambda: resolve(config, timeout_s=self.timeout_s, s3=s3,
+                                                                            kafka=kafka, facts=facts),
+                                        timeout=self.timeout_s + 15.0)
         except Exception as exc:
             self._failed(exc)
             raise
@@ -203,20 +210,25 @@ class _ThrottledRead:
     """
 
     def __init__(self, what: str, interval: float, timeout: float,
-                 failed: Callable[[BaseException], None] | None = None):
+                 failed: Callable[[BaseException], None] | None = None, *, pools: Pools | None = None,
+                 purpose: str = "progress"):
         self.what, self.interval, self.timeout = what, interval, timeout
         self.failed = failed
+        self.pools, self.purpose = pools or Pools(), purpose
         self._cache: dict[str, tuple[float, Any]] = {}
         self._failing: set[str] = set()
+        self._reading: set[str] = set()
 
-    async def __call__(self, config: RunConfig, read: Callable[[], Any]) -> Any:
+    async def __call__(self, config: RunConfig, read: Callable[[], Any], cluster: str) -> Any:
         key = f"{config.stream.namespace}/{config.stream.name}/{config.stream.uid}"
         now = time.monotonic()
         cached = self._cache.get(key)
-        if cached is not None and now - cached[0] < self.interval:
-            return cached[1]
+        if (cached is not None and now - cached[0] < self.interval) or key in self._reading:
+            # A read of this stream still runs (a slow cluster): no second one piles up behind it.
+            return cached[1] if cached is not None else None
+        self._reading.add(key)
         try:
-            value = await asyncio.wait_for(asyncio.to_thread(read), timeout=self.timeout)
+            value = await self.pools.run(self.purpose, cluster, read, timeout=self.timeout)
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             log.log(logging.DEBUG if key in self._failing else logging.WARNING,
                     "cannot read the %s of %s (is Kafka reachable?): %s", self.what, key, exc)
@@ -226,8 +238,17 @@ class _ThrottledRead:
             value = cached[1] if cached is not None else None
         else:
             self._failing.discard(key)
+        finally:
+            self._reading.discard(key)
         self._cache[key] = (now, value)
         return value
+
+    def forget(self, namespace: str, name: str) -> None:
+        """A deleted stream's cached answers go (any incarnation)."""
+        prefix = f"{namespace}/{name}/"
+        for key in [k for k in self._cache if k.startswith(prefix)]:
+            del self._cache[key]
+        self._failing = {k for k in self._failing if not k.startswith(prefix)}
 
 
 class LedgerProgress:
@@ -243,13 +264,19 @@ class LedgerProgress:
     """
 
     def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0, horizon_interval: float = 30.0,
-                 metrics: OperatorMetrics | None = None):
+                 metrics: OperatorMetrics | None = None, pools: Pools | None = None):
         self.timeout_s = timeout_s
+        pools = pools or Pools()
         self._tip_failed = _KafkaErrors(metrics, "ledger-read")
         self._horizon_failed = _KafkaErrors(metrics, "replay-horizon")
-        self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0, self._tip_failed)
+        self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0, self._tip_failed,
+                                   pools=pools, purpose="progress")
         self._horizon = _ThrottledRead("replay horizon", horizon_interval, 4 * timeout_s + 5.0,
-                                       self._horizon_failed)
+                                       self._horizon_failed, pools=pools, purpose="horizon")
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._tip.forget(namespace, name)
+        self._horizon.forget(namespace, name)
 
     async def ledger_tip(self, config: RunConfig, kafka: dict[str, KafkaSecrets] | None = None) -> LedgerTip | None:
         from eos_job.resolution import last_batch_record
@@ -258,14 +285,15 @@ class LedgerProgress:
             record = last_batch_record(config, timeout_s=self.timeout_s, kafka=kafka, on_error=self._tip_failed)
             return None if record is None else LedgerTip(record.batch, record.nondeterministic_slots_total)
 
-        return await self._tip(config, read)
+        return await self._tip(config, read, cluster_of(config.spec.sink.bootstrap_servers))
 
     async def replay_horizon(self, config: RunConfig,
                              kafka: dict[str, KafkaSecrets] | None = None) -> ReplayHorizon | None:
         from eos_job.horizon import observe
 
         return await self._horizon(config, lambda: observe(config, timeout_s=self.timeout_s, kafka=kafka,
-                                                           on_error=self._horizon_failed))
+                                                           on_error=self._horizon_failed),
+                                   cluster_of(config.spec.sink.bootstrap_servers, config.spec.source.bootstrap_servers))
 
 
 # ------------------------------------------------------------ checkpoint store
@@ -278,8 +306,9 @@ class StoreReader:
     thread (S3 is network I/O) bounded by ``timeout_s``.
     """
 
-    def __init__(self, timeout_s: float = 30.0):
+    def __init__(self, timeout_s: float = 30.0, pools: Pools | None = None):
         self.timeout_s = timeout_s
+        self.pools = pools or Pools()
 
     async def read_snapshot(self, spec: ExactlyOnceStreamSpec, path: str,
                             s3: S3Options | None = None) -> SnapshotView | None:
@@ -293,7 +322,7 @@ class StoreReader:
             except (OSError, ValueError) as exc:
                 raise StoreUnreadable(f"snapshot manifest {manifest}: {exc}") from exc
 
-        doc = await self._run(read)
+        doc = await self._run(spec, read)
         if doc is None:
             return None
         return SnapshotView(path=path, stream_uid=(doc.get("stream") or {}).get("uid"), batch=doc.get("lastBatch"),
@@ -302,11 +331,13 @@ class StoreReader:
     async def checkpoint_state(self, spec: ExactlyOnceStreamSpec, path: str,
                                s3: S3Options | None = None) -> CheckpointState:
         ckpt = self._loc(spec, path, s3)
-        return await self._run(lambda: checkpoint.state(ckpt))
+        return await self._run(spec, lambda: checkpoint.state(ckpt))
 
-    async def _run(self, fn: Callable[[], Any]) -> Any:
+    async def _run(self, spec: ExactlyOnceStreamSpec, fn: Callable[[], Any]) -> Any:
+        s3 = spec.checkpoint.s3 if spec.checkpoint.store == "s3" else None
+        store = f"s3:{s3.endpoint or 'aws'}" if s3 is not None else spec.checkpoint.store
         try:
-            return await asyncio.wait_for(asyncio.to_thread(fn), timeout=self.timeout_s)
+            return await self.pools.run("store", store, fn, timeout=self.timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             raise StoreUnreadable(f"checkpoint store not readable: {exc or 'timed out'}") from exc
 

@@ -29,6 +29,7 @@ from .adapters import JobResolver, KubernetesApi, LedgerProgress, StoreReader, S
 from .loop import serialized
 from .metrics import StreamMetrics
 from .op_metrics import OperatorMetrics
+from .pools import Pools
 from .reconciler import Deps, StatusUnreadable, reconcile
 from .snapshot_reconciler import reconcile_snapshot
 from .snapshots import TERMINAL_STATES, SnapshotStatusUnreadable
@@ -60,11 +61,13 @@ def default_deps(config: OperatorConfig) -> Deps:
         metrics = StreamMetrics()
         op = OperatorMetrics(metrics.registry)   # one registry, one endpoint
         metrics.serve(config.metrics_port, config.metrics_address)
+    pools = Pools()   # blocking I/O: bounded threads per Kafka cluster and purpose (pools.py)
     return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig, metrics=op),
-                resolver=JobResolver(timeout_s=config.resolution_timeout, metrics=op), clock=SystemClock(),
+                resolver=JobResolver(timeout_s=config.resolution_timeout, metrics=op, pools=pools),
+                clock=SystemClock(),
                 progress=LedgerProgress(min_interval=config.progress_interval,
-                                        horizon_interval=config.horizon_interval, metrics=op),
-                store=StoreReader(), metrics=metrics, operator_metrics=op)
+                                        horizon_interval=config.horizon_interval, metrics=op, pools=pools),
+                store=StoreReader(pools=pools), metrics=metrics, operator_metrics=op)
 
 
 def build_registry(config: OperatorConfig,

@@ -185,6 +185,14 @@ async def _read_store(namespace: str, status: ExactlyOnceStreamStatus, spec: Exa
         return None, False, "unknown"
 
 
+def _forget(deps: Deps, namespace: str, name: str) -> None:
+    """A deleted stream leaves nothing behind in the operator: its series and its cached Kafka reads."""
+    if deps.metrics is not None:
+        deps.metrics.forget(namespace, name)
+    if deps.progress is not None:
+        deps.progress.forget(namespace, name)
+
+
 async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 12) -> Outcome:
     """Drive the stream one or more steps towards its spec; safe to call at any time, concurrently
     with nothing else for the same stream (the kopf layer holds a per-stream lock)."""
@@ -193,8 +201,7 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
     async def one_pass() -> Outcome | None:
         obj = await deps.kube.get_stream(namespace, name)
         if obj is None:
-            if deps.metrics is not None:
-                deps.metrics.forget(namespace, name)
+            _forget(deps, namespace, name)
             return Outcome(exists=False)
         meta = obj["metadata"]
         ref = StreamRef(name, namespace, meta["uid"])
@@ -228,8 +235,8 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
                 return None   # the next pass says it in the conditions and waits out the pause
         if plan.again:
             return None
-        if observed.deleting and plan.finished and deps.metrics is not None:
-            deps.metrics.forget(namespace, name)
+        if observed.deleting and plan.finished:
+            _forget(deps, namespace, name)
         return Outcome(True, lifecycle, plan.requeue_after, plan.finished)
 
     def exhausted() -> Outcome:

@@ -85,6 +85,9 @@ class FakeProgress:
         self.horizon_calls += 1
         return self.horizon
 
+    def forget(self, namespace: str, name: str) -> None:
+        self.forgotten = (namespace, name)
+
 
 class FakeKube:
     def __init__(self) -> None:

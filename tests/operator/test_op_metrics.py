@@ -267,7 +267,7 @@ def test_a_throttled_read_that_times_out_or_raises_is_counted():
         raise TypeError("not Kafka")
 
     for read in (stuck, broken, bug):
-        assert asyncio.run(slow(config("a"), read)) is None
+        assert asyncio.run(slow(config("a"), read, "k")) is None
     assert kafka_errors(m, "ledger-read") == 2
 
 

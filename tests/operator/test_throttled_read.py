@@ -28,8 +28,8 @@ def test_reads_are_throttled_per_stream_and_failures_keep_the_last_answer():
         t = _ThrottledRead("thing", interval=0.0, timeout=5)
         slow = _ThrottledRead("thing", interval=3600, timeout=5)
         a, b = config("a"), config("b")
-        got = [await t(a, read), await t(a, read), await t(a, read), await t(a, read)]
-        cached = [await slow(a, lambda: "x"), await slow(a, lambda: "y"), await slow(b, lambda: "z")]
+        got = [await t(a, read, "k"), await t(a, read, "k"), await t(a, read, "k"), await t(a, read, "k")]
+        cached = [await slow(a, lambda: "x", "k"), await slow(a, lambda: "y", "k"), await slow(b, lambda: "z", "k")]
         return got, cached
 
     got, cached = asyncio.run(scenario())
