@@ -1,2 +1,3 @@
 """The project's local stack of real servers on loopback: Kafka, kube-apiserver
-with etcd, Spark's Kafka connector jars and helm. Test and demo tooling only."""
+with etcd, Spark's Kafka connector jars, helm, and Prometheus's promtool and
+server (for the chart's alerting rules). Test and demo tooling only."""

@@ -5,12 +5,13 @@ import argparse
 import sys
 import time
 
-from . import helm, kafka, kube, s3, spark
+from . import helm, kafka, kube, prometheus, s3, spark
 from .common import Stack, StackError, log
 
-PARTS = {"kafka": kafka, "s3": s3, "kube": kube, "spark": spark, "helm": helm}
+PARTS = {"kafka": kafka, "s3": s3, "kube": kube, "spark": spark, "helm": helm,
+         "prometheus": prometheus}
 # Start order: downloads first, servers after; stop in reverse.
-ORDER = ["spark", "helm", "kafka", "s3", "kube"]
+ORDER = ["spark", "helm", "prometheus", "kafka", "s3", "kube"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in parts:
                 state, detail = PARTS[name].status(st)
                 ok &= state in ("running", "ready")
-                print(f"{name:6} {state:8} {detail}")
+                print(f"{name:10} {state:8} {detail}")
             return 0 if ok else 3
     except StackError as exc:
         print(f"stack {args.action} failed: {exc}", file=sys.stderr)

@@ -78,6 +78,13 @@ KOPF_CLUSTER_CALLS: dict[Call, str] = {
         "kopf: resource observer (CRD changes)",
 }
 
+# Leader election (leader.LeaderElector), in the operator's own namespace only (a Role there).
+LEASE_CALLS: dict[Call, str] = {
+    Call("get", "coordination.k8s.io", "leases"): "leader: every replica reads the Lease every second",
+    Call("create", "coordination.k8s.io", "leases"): "leader: the first replica ever creates it",
+    Call("update", "coordination.k8s.io", "leases"): "leader: renew, release, or take an expired Lease over",
+}
+
 NAMESPACED_CALLS = sorted({*ADAPTER_CALLS, *KOPF_CALLS}, key=str)
 CLUSTER_CALLS = sorted(KOPF_CLUSTER_CALLS, key=str)
 ALL_CALLS = NAMESPACED_CALLS + CLUSTER_CALLS
@@ -103,6 +110,8 @@ FORBIDDEN = [
     Call("get", "apiextensions.k8s.io", "customresourcedefinitions", cluster_scoped=True),
     Call("list", "kopf.dev", "clusterkopfpeerings", cluster_scoped=True),
     Call("list", "", "nodes", cluster_scoped=True),
+    Call("list", "coordination.k8s.io", "leases"), Call("watch", "coordination.k8s.io", "leases"),
+    Call("delete", "coordination.k8s.io", "leases"), Call("patch", "coordination.k8s.io", "leases"),
 ]
 
 _PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"

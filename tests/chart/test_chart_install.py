@@ -47,7 +47,7 @@ def test_install_upgrade_uninstall(helm: Helm, kubectl: Kubectl, namespaces, rel
     name = f"{release}-spark-eos-operator"
     cluster_name = f"{ns}-{name}"
     dep = kubectl.json("get", "deployment", name, "-n", ns)
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == name
     assert dep["metadata"]["labels"]["helm.sh/chart"] == "spark-eos-operator-0.1.0"
     sa = kubectl.json("get", "serviceaccount", name, "-n", ns)

@@ -70,7 +70,8 @@ def test_lint_every_option(helm: Helm, tmp_path):
 def test_default_render_watches_every_namespace_with_a_cluster_role(helm: Helm):
     docs = helm.template(namespace="ops")
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"], kinds
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
+                     "ServiceAccount"], kinds
     c = container(docs)
     assert c["args"][:4] == ["python", "-m", "eos_operator", "run"]
     assert "--all-namespaces" in c["args"] and not any(a.startswith("--namespace") for a in c["args"])
@@ -81,14 +82,34 @@ def test_default_render_watches_every_namespace_with_a_cluster_role(helm: Helm):
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}]
     assert binding["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
     assert c["image"] == "ghcr.io/spark-eos/spark-eos-operator:0.1.0"
-    assert not by_kind(docs, "Role"), "job RBAC is off by default (local deploy mode needs none)"
+    assert not [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")], \
+        "job RBAC is off by default (local deploy mode needs none)"
 
 
-def test_deployment_is_one_recreated_hardened_replica(helm: Helm):
+def test_deployment_is_two_hardened_replicas_electing_a_leader(helm: Helm):
     docs = helm.template()
     dep = one(docs, "Deployment")
-    assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    args = container(docs)["args"]
+    assert "--leader-election" in args and "--lease-duration=10" in args
+    assert "--leader-election-id=eos-spark-eos-operator" in args
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container(docs)["env"]}
+    assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
+    spread = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == \
+        "kubernetes.io/hostname"
+    lease_role = one([d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("-leader-election")], "Role")
+    assert lease_role["metadata"]["namespace"] == "eos-system"
+    assert lease_role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                    "verbs": ["get", "create", "update"]}]
+    # Without leader election: one replica, Recreate, no Lease RBAC; more replicas are refused by name.
+    single = helm.template("--set", "leaderElection.enabled=false", "--set", "replicas=1")
+    assert one(single, "Deployment")["spec"]["replicas"] == 1
+    assert one(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    assert "--leader-election" not in container(single)["args"] and not by_kind(single, "Role")
+    refused = helm.run("template", "x", str(CHART), "--set", "leaderElection.enabled=false", check=False)
+    assert refused.returncode != 0 and "needs leaderElection.enabled=true" in refused.stderr
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 10001
@@ -120,9 +141,10 @@ def test_every_option_renders_where_it_belongs(helm: Helm, tmp_path):
     assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding"), (
         "watchNamespaces set: nothing cluster-wide")
     roles = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in by_kind(docs, "Role")}
-    assert roles == {("team-a", "stream-operator"), ("team-b", "stream-operator"), ("team-a", "spark-driver")}
+    assert roles == {("team-a", "stream-operator"), ("team-b", "stream-operator"), ("team-a", "spark-driver"),
+                     ("ops", "stream-operator-leader-election")}
     for rb in by_kind(docs, "RoleBinding"):
-        if rb["metadata"]["name"] == "stream-operator":
+        if rb["metadata"]["name"] in ("stream-operator", "stream-operator-leader-election"):
             assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "stream-operator-sa", "namespace": "ops"}]
         else:
             assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "spark-driver",
@@ -188,7 +210,7 @@ def test_job_rbac_defaults_to_the_watched_namespaces(helm: Helm):
     assert {d["metadata"]["namespace"] for d in by_kind(docs, "Role")
             if d["metadata"]["name"] == "spark-eos-driver"} == {"a", "b"}
     docs = helm.template("--set", "jobRbac.create=true", namespace="ops")
-    roles = by_kind(docs, "Role")
+    roles = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles] == [("ops", "spark-eos-driver")]
     (rule,) = roles[0]["rules"]
     assert rule["apiGroups"] == [""]
@@ -198,7 +220,7 @@ def test_job_rbac_defaults_to_the_watched_namespaces(helm: Helm):
 def test_existing_service_account_and_no_rbac(helm: Helm):
     docs = helm.template("--set", "serviceAccount.create=false", "--set", "serviceAccount.name=preexisting",
                          "--set", "rbac.create=false", "--set", "service.enabled=false")
-    assert sorted(d["kind"] for d in docs) == ["Deployment"]
+    assert sorted(d["kind"] for d in docs) == ["Deployment"]   # no Lease Role either: you bind it
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "preexisting"
 
 

@@ -32,8 +32,15 @@ from examples.colors.manifest import colors_manifest
 
 from .helpers import (REPO, Helm, Kubectl, by_kind, can_i, install, one, sa_user, token_kubeconfig, unique,
                       wait_until)
-from .rbac_model import (ADAPTER_CALLS, ALL_CALLS, CLUSTER_CALLS, FORBIDDEN, NAMESPACED_CALLS, Call,
+from .rbac_model import (ADAPTER_CALLS, ALL_CALLS, CLUSTER_CALLS, FORBIDDEN, LEASE_CALLS, NAMESPACED_CALLS, Call,
                          call_of_request)
+
+LEASES = sorted(LEASE_CALLS, key=str)
+
+
+def lease_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return one([r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")],
+               "Role")["rules"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -132,17 +139,21 @@ def test_the_chart_rules_grant_exactly_the_listed_calls(helm: Helm):
     """Offline: the rendered rules grant every call, and no rule or verb grants anything unlisted."""
     cluster_rules = one(helm.template(), "ClusterRole")["rules"]
     assert granted(cluster_rules, ALL_CALLS) == set(ALL_CALLS)
-    role_rules = by_kind(helm.template("--set", "watchNamespaces={a}"), "Role")[0]["rules"]
+    role_rules = next(r for r in by_kind(helm.template("--set", "watchNamespaces={a}"), "Role")
+                      if r["metadata"]["namespace"] == "a")["rules"]
     assert granted(role_rules, NAMESPACED_CALLS) == set(NAMESPACED_CALLS)
     assert not granted(role_rules, CLUSTER_CALLS), "namespaced mode grants nothing cluster-wide"
-    for rules in (cluster_rules, role_rules):
+    leases = lease_rules(helm.template())
+    assert granted(leases, LEASES) == set(LEASES) and not granted(leases, ALL_CALLS)
+    assert not granted(cluster_rules + role_rules, LEASES), "the Lease only in the operator's namespace"
+    for rules in (cluster_rules, role_rules, leases):
         for rule in rules:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     res, _, sub = resource.partition("/")
                     for verb in rule["verbs"]:
                         call = Call(verb, group, res, sub, cluster_scoped=group == "apiextensions.k8s.io")
-                        assert call in ALL_CALLS, f"the chart grants {call}, which the operator never does"
+                        assert call in ALL_CALLS + LEASES, f"the chart grants {call}, which the operator never does"
 
 
 # ------------------------------------------ 2. the installed identity, can-i
@@ -160,6 +171,8 @@ def test_cluster_wide_identity_can_do_exactly_its_job(helm: Helm, kubectl: Kubec
     assert not denied, f"{user} may not: {denied}"
     allowed = [str(c) for c in FORBIDDEN if can_i(kubectl, user, c, elsewhere)]
     assert not allowed, f"{user} may, but never needs to: {allowed}"
+    lease = [(str(c), can_i(kubectl, user, c, ns), can_i(kubectl, user, c, elsewhere)) for c in LEASES]
+    assert all(here and not there for _, here, there in lease), f"the Lease, here and elsewhere: {lease}"
 
 
 def test_namespaced_identity_is_confined_to_the_watched_namespaces(helm: Helm, kubectl: Kubectl, namespaces,
@@ -178,6 +191,8 @@ def test_namespaced_identity_is_confined_to_the_watched_namespaces(helm: Helm, k
     assert not leaked, f"{user} may act outside the watched namespaces: {leaked}"
     allowed = [str(c) for c in FORBIDDEN if can_i(kubectl, user, c, a)]
     assert not allowed, f"{user} may, but never needs to: {allowed}"
+    lease = [(str(c), can_i(kubectl, user, c, ns), can_i(kubectl, user, c, a)) for c in LEASES]
+    assert all(here and not there for _, here, there in lease), f"the Lease, here and watched: {lease}"
 
 
 def test_job_identity_gets_only_what_a_cluster_mode_driver_needs(helm: Helm, kubectl: Kubectl, namespaces,
@@ -204,7 +219,10 @@ def test_job_identity_gets_only_what_a_cluster_mode_driver_needs(helm: Helm, kub
 def test_every_rule_and_every_verb_is_needed(helm: Helm, kubectl: Kubectl, stack_env):
     from kubernetes import client, config
 
-    rules = one(helm.template(), "ClusterRole")["rules"]
+    # The Lease Role's rules too (as if granted everywhere: what each verb is needed for is the same).
+    rendered = helm.template()
+    rules = one(rendered, "ClusterRole")["rules"] + lease_rules(rendered)
+    calls = ALL_CALLS + LEASES
     variants: list[tuple[str, list[dict[str, Any]]]] = []
     for i, rule in enumerate(rules):
         what = f"{','.join(rule['resources'])}"
@@ -241,7 +259,7 @@ def test_every_rule_and_every_verb_is_needed(helm: Helm, kubectl: Kubectl, stack
         return bool(api.create_subject_access_review(review).status.allowed)
 
     try:
-        expected = [granted(variant, ALL_CALLS) for _, variant in variants]
+        expected = [granted(variant, calls) for _, variant in variants]
         # Each variant may only take effect after the authorizer's cache saw it: wait for
         # what it grants, then what it does not grant is refused for good.
         pending = set(range(len(variants)))
@@ -253,12 +271,12 @@ def test_every_rule_and_every_verb_is_needed(helm: Helm, kubectl: Kubectl, stack
             return not pending
 
         wait_until(all_granted, "every probe role to take effect", 60)
-        assert expected[-1] == set(ALL_CALLS)
+        assert expected[-1] == set(calls)
         for k, (what, _) in enumerate(variants[:-1]):
             user = f"eos-chart-probe-{run}-{k}"
-            refused = {c for c in ALL_CALLS if not allowed(user, c)}
+            refused = {c for c in calls if not allowed(user, c)}
             assert refused, f"{what}: the operator would lose nothing, so the chart grants too much"
-            assert refused == set(ALL_CALLS) - expected[k], (what, sorted(map(str, refused)))
+            assert refused == set(calls) - expected[k], (what, sorted(map(str, refused)))
     finally:
         kubectl.run("delete", "clusterrolebinding,clusterrole", "-l", label, "--wait=false", check=False)
 
@@ -323,7 +341,8 @@ def test_the_operator_works_under_the_chart_identity(helm: Helm, kubectl: Kubect
     # $KUBECONFIG too: kopf logs in through the kubernetes client, which fixes its default
     # kubeconfig path when it is first imported, before `run --kubeconfig` takes effect.
     # No other credentials are reachable from this process.
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    # The downward API's POD_NAMESPACE and POD_NAME: the Lease is in the release's namespace.
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": ns, "POD_NAME": f"{release}-op-0"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), str(REPO / "jobs"), str(REPO)])
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -339,6 +358,9 @@ def test_the_operator_works_under_the_chart_identity(helm: Helm, kubectl: Kubect
         health = wait_until(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status,
                             "the operator's liveness endpoint", 90, diagnostics)
         assert health == 200
+        lease_name = one(manifest, "Deployment")["metadata"]["name"]
+        lease = kubectl.json("get", "lease", lease_name, "-n", ns)
+        assert lease["spec"]["holderIdentity"] == f"{release}-op-0", lease
         topic = unique("chart-rbac-events")
         create_topics(stack_env["KAFKA_BOOTSTRAP"], {topic: 1, topic + "-out": 1})
         kubectl.run("apply", "-n", watched, "-f", "-",

@@ -10,8 +10,8 @@ Not granted, on purpose:
   - namespaces list/watch: the operator runs --all-namespaces or with exact names;
     kopf needs namespace listing only to expand globs (it logs a warning and uses
     the exact names when it may not list them).
-  - kopfpeerings/clusterkopfpeerings: the operator runs standalone (one replica,
-    strategy Recreate), never with --peering.
+  - kopfpeerings/clusterkopfpeerings: the operator runs standalone, never with
+    --peering; replicas elect a leader through a Lease (leader-rbac.yaml).
   - pods get/watch/patch/update: the observer lists a stream's driver Pods (and a
     snapshot's Pods) by label on every pass (reconciler.observe,
     snapshot_reconciler.observe) and never watches or changes them.
