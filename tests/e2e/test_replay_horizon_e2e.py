@@ -4,6 +4,7 @@ the user's documented way forward loses exactly those records and nothing else. 
 Prometheus endpoint says the same."""
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.request
 from collections import Counter
@@ -13,6 +14,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from prometheus_client.parser import text_string_to_metric_families
 
 from eos_job.verify import audit_counts
+from eos_stack import prometheus
 from eos_stack.cluster import condition, wait_until
 from eos_stack.common import free_port
 from examples.colors.generator import counted, event_value, events
@@ -68,7 +70,7 @@ def produce(bootstrap: str, topic: str, partition: int, n: int, *, start_id: int
 
 def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_reports_the_loss(
         stack_env, kubectl, namespace, tmp_path, report_result):
-    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+    with rig(stack_env, kubectl, namespace, tmp_path) as r, contextlib.ExitStack() as cleanup:
         admin = AdminClient({"bootstrap.servers": r.bootstrap})
         res = ConfigResource(ResourceType.TOPIC, r.topics.events, incremental_configs=[
             ConfigEntry("retention.ms", str(HOUR_MS), incremental_operation=AlterConfigOpType.SET)])
@@ -77,6 +79,12 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
         # 1. A running stream that has read everything: Safe, from its ledger's source positions.
         port = free_port()
         r.start_operator(metrics_port=port)
+        # A real Prometheus scrapes the operator every second and evaluates the chart's alerts as shipped.
+        prom = cleanup.enter_context(prometheus.start(f"127.0.0.1:{port}", tmp_path / "prometheus"))
+
+        def stream_alerts() -> dict[str, str]:
+            return {a["labels"]["alertname"]: a["state"] for a in prometheus.alerts(prom)
+                    if a["labels"].get("stream") == NAME and a["labels"].get("namespace") == namespace}
         expected = Counter()
         for part in range(3):
             expected += produce(r.bootstrap, r.topics.events, part, 100, start_id=part * 100)
@@ -85,6 +93,9 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
                    "the first events to be counted", 300, r.diag, 2)
         st = r.wait_status(lambda s: (s.get("replayHorizon") or {}).get("state") == "Safe"
                            and s["replayHorizon"]["backlogRecords"] == 0, "a Safe replay horizon", 120)
+        wait_until(lambda: prometheus.query(prom, f'eos_stream_replay_horizon_backlog_records{{stream="{NAME}"}}'),
+                   "Prometheus to scrape the stream's horizon", 60, r.diag)
+        assert stream_alerts() == {}, "a healthy stream raised an alert"
 
         # 2. Suspended, it falls behind with records 40 minutes old of a 60-minute retention: Shrinking.
         kubectl.patch_spec(namespace, NAME, {"job": {"state": "suspended"}})
@@ -100,6 +111,11 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
         assert sorted((x["partition"], x["records"]) for x in h["lag"]) == [(0, 50), (1, 50), (2, 50)], h
         assert condition(st, "Degraded")["reason"] == "ReplayHorizonShrinking"
         assert st["lastCommittedBatch"] == h["batch"]
+        # Prometheus sees it too: the shrinking alert is pending (it fires after 2 minutes); a suspended
+        # stream is not "not ready".
+        wait_until(lambda: stream_alerts().get("EosStreamReplayHorizonShrinking") in ("pending", "firing"),
+                   "the replay-horizon alert in Prometheus", 60, r.diag)
+        assert "EosStreamNotReady" not in stream_alerts()
 
         # 3. Retention deletes partition 0's unread records: they are reported lost, to the record.
         low = TopicPartition(r.topics.events, 0, 150)       # 100 read + 50 unread: delete them all
@@ -111,6 +127,9 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
         assert condition(st, "Degraded")["reason"] == "ReplayHorizonExceeded"
         warnings = [(e["type"], e["reason"]) for e in kubectl.event_objects(namespace, NAME)]
         assert ("Warning", "ReplayHorizonShrinking") in warnings and ("Warning", "ReplayHorizonExceeded") in warnings
+        wait_until(lambda: stream_alerts().get("EosStreamReplayHorizonExceeded") == "firing",
+                   "the records-lost alert to fire in Prometheus", 60, r.diag)
+        fired = stream_alerts()
 
         # 4. The way forward the message names: accept the loss and resume. Exactly the deleted records
         #    are missing; everything else is counted once.
@@ -133,4 +152,5 @@ def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_re
                             dict(sorted(expected.items())), (r.topics.dlq,))
         report_result(f"replay horizon: Safe, then Shrinking ({h['backlogRecords'] + 50} behind) while suspended, "
                       f"then Exceeded with exactly the 50 deleted records reported lost; resumed with "
-                      f"acceptDataLoss (failOnDataLoss=false), output exact without them")
+                      f"acceptDataLoss (failOnDataLoss=false), output exact without them; a real Prometheus "
+                      f"scraping the operator raised {fired}")
