@@ -16,6 +16,7 @@ from urllib.parse import quote as _url_quote
 from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
+from .events import EventCache
 from .children import LABEL_STREAM, selector_string, stream_selector
 from .op_metrics import OperatorMetrics
 
@@ -96,6 +97,7 @@ class KubernetesApi:
         self.api = api_client
         self.metrics = metrics   # counts failed calls (None: not counted)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-api")
+        self.events = EventCache()   # aggregation of repeated events (events.py)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None, *,
@@ -322,6 +324,20 @@ class KubernetesApi:
                          kind: str | None = None) -> None:
         """An event on the stream (a StreamRef) or on another of our objects: ``kind``, else ``ref.kind``."""
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        key = (ref.namespace, ref.uid, event_kind(ref, kind), type_, reason, message[:1024])
+        seen = self.events.recent(key)
+        if seen is not None:   # the same again: count it on the Event already there (events.py)
+            path = f"/api/v1/namespaces/{quote(ref.namespace)}/events/{quote(seen.name)}"
+            try:
+                await self._request("PATCH", path, {"count": seen.count + 1, "lastTimestamp": stamp},
+                                    content_type="application/merge-patch+json")
+                self.events.posted(key, seen.name, seen.count + 1, seen.first)
+                return
+            except KubeError as exc:   # gone (expired, deleted): post a new one
+                self.events.forget(key)
+                if exc.status != 404:
+                    log.warning("could not count event %s for %s/%s again: %s", reason, ref.namespace, ref.name, exc)
+                    return
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
@@ -332,7 +348,10 @@ class KubernetesApi:
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
         try:
-            await self._request("POST", f"/api/v1/namespaces/{quote(ref.namespace)}/events", body)
+            created = await self._request("POST", f"/api/v1/namespaces/{quote(ref.namespace)}/events", body)
+            name = ((created or {}).get("metadata") or {}).get("name")
+            if name:
+                self.events.posted(key, name, 1, stamp)
         except KubeError as exc:  # an event is never worth failing a reconcile for
             log.warning("could not post event %s for %s/%s: %s", reason, ref.namespace, ref.name, exc)
 

@@ -79,13 +79,14 @@ class Kubectl:
         return self.json("get", "pods", "-n", namespace)["items"]
 
     def events(self, namespace: str, name: str) -> list[str]:
-        """The reasons of the events about ``name``, oldest first."""
-        return [e["reason"] for e in self.event_objects(namespace, name)]
+        """The reasons of the events about ``name``, oldest first; an event counted N times (the operator
+        aggregates a repeated event into its first) is N occurrences, at its latest."""
+        return [e["reason"] for e in self.event_objects(namespace, name) for _ in range(int(e.get("count") or 1))]
 
     def event_objects(self, namespace: str, name: str) -> list[dict[str, Any]]:
         items = self.json("get", "events", "-n", namespace)["items"]
         items = [e for e in items if e["involvedObject"].get("name") == name]
-        # Created once and never updated: the resourceVersion orders them (timestamps have 1 s resolution).
+        # The resourceVersion orders them by their latest occurrence (timestamps have 1 s resolution).
         items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
         return items
 

@@ -82,7 +82,7 @@ class RecordingApiClient:
                                                                or "/exactlyoncesnapshots" in url):
             return _Response(409, {"message": "already exists"})
         # Every object read is the stream's ("uid-1"): delete_config_map and delete_service delete it.
-        owned = {"resourceVersion": "7", "uid": "obj-1", "ownerReferences": [{"uid": "uid-1"}]}
+        owned = {"name": "obj", "resourceVersion": "7", "uid": "obj-1", "ownerReferences": [{"uid": "uid-1"}]}
         return _Response(200, {"metadata": owned, "spec": {"clusterIP": "None"}, "items": []})
 
 
@@ -117,6 +117,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
             await api.delete_config_map("ns", "s-run", "uid-1")
             await api.delete_service("ns", "s-driver", "uid-1")
             await api.post_event(StreamRef("s", "ns", "uid-1"), "Normal", "Started", "started")
+            await api.post_event(StreamRef("s", "ns", "uid-1"), "Normal", "Started", "started")   # counted
             await api.list_snapshots("ns", "s")
             await api.get_snapshot("ns", "s-n1")
             await api.create_snapshot("ns", snapshot_resource("ns", "s", "s-n1", "nonce", max_retries=3,

@@ -18,7 +18,7 @@ Not granted, on purpose:
   - exactlyoncesnapshots update, exactlyoncesnapshots/finalizers: a snapshot's Pods
     reference it with blockOwnerDeletion: false (snapshots.SnapshotRef), and only
     its status is ever written.
-  - events patch/update: every event is a new object (adapters.post_event).
+  - events update: a repeated event is counted with a merge patch (events.py).
 */}}
 {{- define "eos.operatorRules" -}}
 # The ExactlyOnceStream resource:
@@ -79,11 +79,12 @@ Not granted, on purpose:
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
-# Events on the stream and on snapshots (adapters.post_event): create only. kopf posts none of its own
-# (settings.posting.enabled is off in handlers.configure).
+# Events on the stream and on snapshots (adapters.post_event): create, and patch to count the same
+# event again on the first one (events.py). kopf posts none of its own (settings.posting.enabled is off
+# in handlers.configure).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "patch"]
 {{- end -}}
 
 {{/*
