@@ -17,6 +17,7 @@ disposed (or left, with an event saying where).
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -98,8 +99,27 @@ def build_registry(config: OperatorConfig,
         memo.locks = {}
 
     async def run(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any):
-        return await serialized(memo.locks.setdefault(uid, asyncio.Lock()), "stream",
-                                lambda: reconcile(namespace, name, memo.deps), memo.deps.operator_metrics)
+        outcome = await serialized(memo.locks.setdefault(uid, asyncio.Lock()), "stream",
+                                   lambda: reconcile(namespace, name, memo.deps), memo.deps.operator_metrics)
+        requeue(namespace, name, uid, memo, logger, outcome)
+        return outcome
+
+    def requeue(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any, outcome: Any) -> None:
+        """Honour a plan's requeue_after shorter than the timer's interval (waiting for a Pod to come or go:
+        look again in 2 s, not 5): one follow-up per stream at a time, with a little jitter."""
+        delay = getattr(outcome, "requeue_after", None)
+        pending = memo.setdefault("requeues", {})
+        if not delay or delay >= config.interval or not getattr(outcome, "exists", True) or uid in pending:
+            return
+
+        async def follow_up() -> None:
+            pending.pop(uid, None)
+            try:
+                await run(namespace, name, uid, memo, logger)
+            except Exception as exc:  # noqa: BLE001 - the timer tries again
+                logger.warning("requeued reconcile failed: %s", exc)
+        pending[uid] = asyncio.get_running_loop().call_later(
+            delay * random.uniform(1.0, 1.1), lambda: asyncio.ensure_future(follow_up()))
 
     @kopf.on.create(**RESOURCE, id="reconcile-on-create", registry=registry)
     @kopf.on.update(**RESOURCE, id="reconcile-on-update", field="spec", registry=registry)
@@ -130,6 +150,9 @@ def build_registry(config: OperatorConfig,
             raise kopf.TemporaryError(f"{namespace}/{name} is being deleted: waiting for its driver to stop "
                                       "at a clean batch boundary (not an error)", delay=2)
         memo.locks.pop(uid, None)
+        handle = memo.setdefault("requeues", {}).pop(uid, None)
+        if handle is not None:
+            handle.cancel()
 
     # ------------------------------------------------------------ snapshots
     async def run_snapshot(namespace: str, name: str, uid: str, memo: kopf.Memo):
