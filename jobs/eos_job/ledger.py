@@ -68,7 +68,7 @@ def admin_client(conf: dict) -> AdminClient:
 
 def describe_topics(admin: AdminClient, timeout_s: float) -> dict:
     try:
-        return admin.list_topics(timeout=timeout_s).topics
+        md = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         admin.poll(0)   # serves error_cb: why the brokers were unreachable
         denied = getattr(admin, "_eos_access_errors", None)
@@ -78,6 +78,8 @@ def describe_topics(admin: AdminClient, timeout_s: float) -> dict:
                                   "their Secrets") from exc
         raise SinkUnavailable(f"cannot reach Kafka at {admin_bootstrap(admin)} within {timeout_s:.0f}s ({exc}); "
                               "check sink.bootstrapServers and that the brokers are up") from exc
+    admin._eos_brokers = len(md.brokers)   # how many brokers: resolution's fencing sizes its connections by it
+    return md.topics
 
 
 def topic_denied(admin: AdminClient, topic: str, md) -> None:

@@ -14,13 +14,15 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from . import checkpoint, protocol
 from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer, list_offsets,
                      records, watermarks, read_latest, sink_security, topic_denied)
+from .ledger_scan import read_latest_many
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .epoch import read_generations
+from .fencing import DENSE_MAX_BROKERS, fence_all
 from .kafka_security import KafkaSecrets
 from .spec import RunConfig
 from .snapshot import NotASnapshot, read_manifest
@@ -28,32 +30,6 @@ from .status import CheckpointFacts, ProbedSnapshot, ResolutionReport
 from .storage import Loc, S3Options
 
 log = logging.getLogger(__name__)
-
-
-def fence(bootstrap: str, txid: str, timeout_s: float, sec: dict[str, str]) -> None:
-    """init_transactions on ``txid``: aborts its unfinished transaction, if any, and fences its producers."""
-    p = Producer({**base_config(bootstrap, sec), "transactional.id": txid, "enable.idempotence": True,
-                  "acks": "all"})
-    try:
-        p.init_transactions(timeout_s)
-    finally:
-        p.flush(0)
-
-
-def _fence_all(bootstrap: str, txids: list[str], timeout_s: float, sec: dict[str, str]) -> int:
-    """Fence every id, a few at a time (each fence is a round trip to the transaction coordinator)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(txid: str) -> None:
-        try:
-            fence(bootstrap, txid, timeout_s, sec)
-        except KafkaException as exc:
-            raise SinkUnavailable(f"resolution could not fence {txid}: {exc.args[0]}; the sink cluster "
-                                  "must be reachable before the stream restarts") from exc
-
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(txids))), thread_name_prefix="eos-fence") as pool:
-        list(pool.map(one, txids))
-    return len(txids)
 
 
 def _still_held(admin, topics: dict, names: list[str], timeout_s: float) -> set[tuple[str, int]]:
@@ -108,10 +84,14 @@ def checkpoint_facts(config: RunConfig, s3: S3Options | None = None, *, snapshot
 
 
 def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None = None,
-            kafka: Mapping[str, KafkaSecrets] | None = None, facts: CheckpointFacts | None = None) -> ResolutionReport:
+            kafka: Mapping[str, KafkaSecrets] | None = None, facts: CheckpointFacts | None = None,
+            fence_pool: int | None = None, dense_fences: bool | None = None) -> ResolutionReport:
     """``s3``: how to reach a checkpoint bucket (``store: s3``), keys included, and ``kafka``: the Secret
     values of the sink's credentials and TLS, when the caller (the operator) has none in its environment.
-    ``facts``: the checkpoint as read elsewhere (a Pod that mounts the stream's claim), instead of here."""
+    ``facts``: the checkpoint as read elsewhere (a Pod that mounts the stream's claim), instead of here.
+    ``fence_pool``: how many transactional ids to fence at once (``fencing.DEFAULT_POOL``), all of them
+    within ``timeout_s``; ``dense_fences``: whether the fencing producers connect every broker at once
+    (``fencing.fence_all``), by default on clusters of up to ``fencing.DENSE_MAX_BROKERS`` brokers."""
     spec, stream = config.spec, config.stream
     sink = spec.sink
     sec = sink_security(sink, (kafka or {}).get("sink"))
@@ -148,7 +128,9 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
     held_before = open_transaction_partitions(admin, topics, watched, timeout_s)
     txids = [protocol.transactional_id(stream.transactional_prefix, g, slot)
              for g, n in sorted(to_fence.items()) for slot in range(n)]
-    fenced = _fence_all(sink.bootstrap_servers, txids, timeout_s, sec)
+    brokers = getattr(admin, "_eos_brokers", 0)
+    fenced = fence_all(sink.bootstrap_servers, txids, timeout_s, sec, pool_size=fence_pool,
+                       dense=0 < brokers <= DENSE_MAX_BROKERS if dense_fences is None else dense_fences)
     held_after = _still_held(admin, topics, watched, timeout_s)
     held_ledger = sorted(p for t, p in held_after if t == ledger)
     if held_ledger:
@@ -165,12 +147,12 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
         consumer = ledger_consumer(sink.bootstrap_servers, sec)
         try:
             per_slot: dict[str, int] = {}
-            for slot in range(min(slots, ledger_parts - 1)):
-                raw = read_latest(consumer, ledger, protocol.ledger_partition(slot),
-                                  protocol.slot_key(stream.uid, ckpt_id, gen, slot), timeout_s=timeout_s)
+            wants = {protocol.ledger_partition(slot): protocol.slot_key(stream.uid, ckpt_id, gen, slot)
+                     for slot in range(min(slots, ledger_parts - 1))}
+            for part, raw in read_latest_many(admin, consumer, ledger, wants, timeout_s=timeout_s).items():
                 batch = SlotLedgerRecord.decode(raw).batch if raw is not None else -1
                 if batch >= 0:   # -1: only a driver epoch's stamp, no batch yet
-                    per_slot[str(slot)] = batch
+                    per_slot[str(part - protocol.ledger_partition(0))] = batch
             raw = read_latest(consumer, ledger, protocol.BATCH_PARTITION,
                               protocol.batch_key(stream.uid, ckpt_id, gen), timeout_s=timeout_s)
             report.last_complete_batch = BatchCompleteRecord.decode(raw).batch if raw is not None else None
