@@ -1,11 +1,20 @@
 # syntax=docker/dockerfile:1
 # One image for the operator and the job runtime (the driver Pod runs `python -m eos_job run`).
 
+# OFFLINE (empty by default): set, no RUN step uses the network. The wheels, the connector and S3A jars and the
+# Debian packages then come from the build context's docker/offline/{wheels,jars,s3jars,debs}, which those steps
+# bind-mount (nothing of it lands in a layer). `make image` (stack/eos_stack/image.py) fills that folder from the
+# stack's caches and passes a digest of its files as the value, so a change of them rebuilds what uses them.
+ARG OFFLINE=
+
 # --- stage 1: the Spark Kafka connector jars, from Maven Central --------------------------
 FROM maven:3.9.9-eclipse-temurin-17 AS connector
+ARG OFFLINE
 WORKDIR /build
 COPY stack/spark/pom.xml pom.xml
-RUN mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=/jars \
+RUN --mount=type=bind,source=docker,target=/mnt/docker \
+    if [ -n "$OFFLINE" ]; then mkdir /jars && cp /mnt/docker/offline/jars/*.jar /jars/; \
+    else mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=/jars; fi \
  && ls /jars
 # Hadoop's S3A connector for checkpoint.store s3, for PySpark's Hadoop (3.5.0): the versions
 # stack/eos_stack/spark_s3.py derives (hadoop-project's pom; spark-hadoop-cloud's newest release).
@@ -13,21 +22,29 @@ ARG HADOOP_VERSION=3.5.0
 ARG AWS_SDK_VERSION=2.35.4
 ARG ANALYTICS_ACCELERATOR_VERSION=1.3.1
 ARG SPARK_HADOOP_CLOUD_VERSION=4.1.2
-RUN for a in org.apache.hadoop:hadoop-aws:${HADOOP_VERSION} software.amazon.awssdk:bundle:${AWS_SDK_VERSION} \
+# OFFLINE: the same artifacts, by file name (<artifact>-<version>.jar), from docker/offline/s3jars.
+RUN --mount=type=bind,source=docker,target=/mnt/docker \
+    for a in org.apache.hadoop:hadoop-aws:${HADOOP_VERSION} software.amazon.awssdk:bundle:${AWS_SDK_VERSION} \
              software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:${ANALYTICS_ACCELERATOR_VERSION} \
              org.apache.spark:spark-hadoop-cloud_2.13:${SPARK_HADOOP_CLOUD_VERSION}; do \
-      mvn -q -B dependency:copy -Dartifact="$a" -DoutputDirectory=/s3jars || exit 1; \
+      if [ -n "$OFFLINE" ]; then \
+        v="${a##*:}"; ga="${a%:*}"; mkdir -p /s3jars && cp "/mnt/docker/offline/s3jars/${ga#*:}-$v.jar" /s3jars/ || exit 1; \
+      else mvn -q -B dependency:copy -Dartifact="$a" -DoutputDirectory=/s3jars || exit 1; fi; \
     done \
  && ls /s3jars
 
 # --- stage 2: the Python environment ---------------------------------------------------------
 FROM python:3.11.11-slim-bookworm AS build
+ARG OFFLINE
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator operator
 COPY jobs jobs
-RUN python -m venv /opt/eos && /opt/eos/bin/pip install .
+# OFFLINE: pip takes the wheels of docker/offline/wheels (the build requirements' too) and no index.
+RUN --mount=type=bind,source=docker,target=/mnt/docker \
+    if [ -n "$OFFLINE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/mnt/docker/offline/wheels; fi \
+ && python -m venv /opt/eos && /opt/eos/bin/pip install .
 
 # --- stage 3: runtime ------------------------------------------------------------------------
 FROM python:3.11.11-slim-bookworm
@@ -38,9 +55,14 @@ LABEL org.opencontainers.image.title="spark-eos-operator" \
 # The base image is pinned; Debian packages follow bookworm's security updates, so they are
 # not pinned to versions that the archive drops (hadolint DL3008).
 # The JDK's folder name carries the architecture: /usr/lib/jvm/java-17 is the same on every one.
+# The slim base has no /usr/share/man/man1 and the JRE's postinst links its man page there (debuerreotype issue 10).
+# OFFLINE: the packages and their dependencies as .deb files (docker/offline/debs), no package lists.
+ARG OFFLINE
 # hadolint ignore=DL3008
-RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini \
+RUN --mount=type=bind,source=docker,target=/mnt/docker \
+    mkdir -p /usr/share/man/man1 \
+ && if [ -n "$OFFLINE" ]; then apt-get install -y --no-install-recommends /mnt/docker/offline/debs/*.deb; \
+    else apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini; fi \
  && rm -rf /var/lib/apt/lists/* \
  && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
  && groupadd --gid 10001 eos && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin eos

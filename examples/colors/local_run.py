@@ -74,8 +74,13 @@ class ColorsRun:
         return f"{self.counts}.eos-ledger.local.colors-{self.run_id}"
 
     def start(self, extra_args: list[str] | None = None) -> subprocess.Popen:
+        # Spark's local dir (a copy of every jar per session) under the run's folder, not /tmp: a SIGKILLed JVM
+        # never removes it, and the test's folder goes with the test.
+        tmp = self.workdir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'jobs'}:{os.environ.get('PYTHONPATH', '')}",
-               "EOS_TERMINATION_MESSAGE_PATH": str(self.workdir / "termination.json"), **(self.extra_env or {})}
+               "EOS_TERMINATION_MESSAGE_PATH": str(self.workdir / "termination.json"), "TMPDIR": str(tmp),
+               **(self.extra_env or {})}
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "eos_job", "run", "--config", str(self.config_path),
                                       *(extra_args or [])], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,

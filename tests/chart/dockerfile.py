@@ -21,6 +21,14 @@ class Instruction:
             return None
         return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
 
+    def flags_and_command(self) -> tuple[list[str], str]:
+        """A RUN's leading flags (``--mount=...``) and its command, whitespace collapsed."""
+        words = self.args.split()
+        flags = []
+        while words and words[0].startswith("--"):
+            flags.append(words.pop(0))
+        return flags, " ".join(words)
+
 
 @dataclass
 class Stage:

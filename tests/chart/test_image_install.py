@@ -42,8 +42,13 @@ def test_dockerfile_install_steps_work_in_a_clean_venv(tmp_path):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(origin, target)
     (run,) = stage.all("RUN")
-    assert run.args == "python -m venv /opt/eos && /opt/eos/bin/pip install .", (
-        f"the build stage's install changed ({run.args}): replay the new steps here")
+    flags, command = run.flags_and_command()
+    # OFFLINE set (`make image`): pip takes the bind-mounted wheels and no index; tests/stack/test_image.py
+    # checks the image that path builds. Replayed here: the default, OFFLINE empty, as users build it.
+    assert flags == ["--mount=type=bind,source=docker,target=/mnt/docker"], flags
+    assert command == ('if [ -n "$OFFLINE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/mnt/docker/offline/wheels; '
+                       'fi && python -m venv /opt/eos && /opt/eos/bin/pip install .'), (
+        f"the build stage's install changed ({command}): replay the new steps here")
 
     venv = tmp_path / "opt" / "eos"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_NO_CACHE_DIR")}
