@@ -91,8 +91,10 @@ def stamp(*, bootstrap: str, sec: dict[str, str], ledger_topic: str, tx_prefix: 
     def one(slot: int) -> None:
         txid = protocol.transactional_id(tx_prefix, generation, slot)
         key = protocol.slot_key(stream_uid, checkpoint_id, generation, slot)
+        # Dense connections: the fence does not wait on librdkafka's sparse-connection timer (up to 500 ms
+        # before the coordinator lookup; see eos_job.fencing), once per slot per driver start.
         producer = Producer({**base_config(bootstrap, sec), "transactional.id": faults.transactional_id(txid),
-                             "enable.idempotence": True,
+                             "enable.idempotence": True, "enable.sparse.connections": False,
                              "acks": "all", "transaction.timeout.ms": transaction_timeout_ms})
         consumer = ledger_consumer(bootstrap, sec)
         try:

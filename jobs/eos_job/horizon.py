@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Mapping
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from .clients import FRESH, SOURCE, FreshClients, SharedClients
 from .kafka_security import KafkaSecrets
-from .ledger import admin_client, base_config, list_offsets, source_security
+from .ledger import base_config, list_offsets, source_security
 from .resolution import last_batch_record
 from .spec import RunConfig
 from .status import MAX_LAG_PARTITIONS, PartitionLag, ReplayHorizon
@@ -138,15 +139,12 @@ def _retention(admin, topics: list[str], timeout_s: float) -> dict[str, int | No
 
 
 def _oldest_timestamps(bootstrap: str, wanted: dict[tuple[str, int], int], timeout_s: float,
-                       sec: dict[str, str]) -> dict:
+                       sec: dict[str, str], clients: FreshClients | SharedClients = FRESH) -> dict:
     """The timestamp (ms) of the record at each wanted (topic, partition) -> offset."""
     if not wanted:
         return {}
-    consumer = Consumer({**base_config(bootstrap, sec), "group.id": f"eos-horizon-{time.monotonic_ns()}",
-                         "enable.auto.commit": False, "enable.partition.eof": False,
-                         "isolation.level": "read_uncommitted"})
     found: dict[tuple[str, int], int] = {}
-    try:
+    with clients.consumer(base_config(bootstrap, sec), SOURCE) as consumer:
         consumer.assign([TopicPartition(t, p, o) for (t, p), o in wanted.items()])
         deadline = time.monotonic() + timeout_s
         while len(found) < len(wanted) and time.monotonic() < deadline:
@@ -158,24 +156,30 @@ def _oldest_timestamps(bootstrap: str, wanted: dict[tuple[str, int], int], timeo
                 found[key] = msg.timestamp()[1]
                 consumer.pause([TopicPartition(*key)])
         return found
-    finally:
-        consumer.close()
 
 
 def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = None,
             kafka: Mapping[str, KafkaSecrets] | None = None,
-            on_error: Callable[[Exception], None] | None = None) -> ReplayHorizon | None:
+            on_error: Callable[[Exception], None] | None = None,
+            clients: FreshClients | SharedClients = FRESH) -> ReplayHorizon | None:
     """The stream's replay horizon now; None when no batch with source positions is in the ledger yet.
     ``kafka``: Secret values of both ends' security (the operator's); else the environment's. ``on_error``
-    sees a ledger read that failed (answered None; see last_batch_record); other failures raise."""
-    from confluent_kafka.admin import OffsetSpec
-
-    record = last_batch_record(config, timeout_s=timeout_s, kafka=kafka, on_error=on_error)
+    sees a ledger read that failed (answered None; see last_batch_record); other failures raise.
+    ``clients``: the operator's, shared per cluster (eos_job.clients)."""
+    record = last_batch_record(config, timeout_s=timeout_s, kafka=kafka, on_error=on_error, clients=clients)
     if record is None or not record.source_offsets:
         return None
     src = config.spec.source
     sec = source_security(src, (kafka or {}).get("source"))
-    admin = admin_client(base_config(src.bootstrap_servers, sec))
+    with clients.admin(base_config(src.bootstrap_servers, sec)) as admin:
+        return _observe(config, record, admin, sec, timeout_s, now, clients)
+
+
+def _observe(config: RunConfig, record, admin, sec: dict[str, str], timeout_s: float, now: float | None,
+             clients: FreshClients | SharedClients) -> ReplayHorizon | None:
+    from confluent_kafka.admin import OffsetSpec
+
+    src = config.spec.source
     meta = admin.list_topics(timeout=timeout_s)
     tps = [TopicPartition(t, p) for t in src.topics if t in meta.topics and meta.topics[t].error is None
            for p in sorted(meta.topics[t].partitions)]
@@ -188,7 +192,7 @@ def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = N
     positions = {(t, int(p)): o for t, parts in record.source_offsets.items() for p, o in parts.items()}
     behind = {k: o for k, o in positions.items()
               if k in latest and latest[k] > o >= earliest[k] and retention.get(k[0]) is not None}
-    stamps = _oldest_timestamps(src.bootstrap_servers, behind, timeout_s, sec)
+    stamps = _oldest_timestamps(src.bootstrap_servers, behind, timeout_s, sec, clients)
     views = [PartitionView(topic=t, partition=p, earliest=earliest[(t, p)], latest=latest[(t, p)],
                            checkpointed=positions.get((t, p)), oldest_unprocessed_ms=stamps.get((t, p)),
                            retention_ms=retention.get(t)) for t, p in sorted(earliest)]

@@ -21,6 +21,7 @@ from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics
                      records, watermarks, read_latest, sink_security, topic_denied)
 from .ledger_scan import read_latest_many
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
+from .clients import FRESH, LEDGER, FreshClients, SharedClients
 from .epoch import read_generations
 from .fencing import DENSE_MAX_BROKERS, fence_all
 from .kafka_security import KafkaSecrets
@@ -199,19 +200,20 @@ def _summarise(r: ResolutionReport) -> str:
 
 def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0,
                       kafka: Mapping[str, KafkaSecrets] | None = None,
-                      on_error: Callable[[Exception], None] | None = None) -> BatchCompleteRecord | None:
+                      on_error: Callable[[Exception], None] | None = None,
+                      clients: FreshClients | SharedClients = FRESH) -> BatchCompleteRecord | None:
     """The newest batch-complete record of the stream's ledger, whatever its checkpoint: the driver writes
     it last of a batch's records in partition 0, so it is among the partition's last few (batch history
     records and tombstones come before it). Cheap, no fencing; None if there is none or Kafka fails
     (``on_error`` sees that failure: the operator counts it). The operator polls it for
-    ``status.lastCommittedBatch``."""
+    ``status.lastCommittedBatch``, with its clients shared per cluster (``clients``)."""
     import json
 
     from confluent_kafka import TopicPartition
 
     sink = config.spec.sink
-    consumer = ledger_consumer(sink.bootstrap_servers, sink_security(sink, (kafka or {}).get("sink")))
-    try:
+    conf = base_config(sink.bootstrap_servers, sink_security(sink, (kafka or {}).get("sink")))
+    with clients.consumer(conf, LEDGER) as consumer:
         tp = TopicPartition(config.ledger_topic(), protocol.BATCH_PARTITION)
         try:
             low, high = watermarks(consumer, tp.topic, tp.partition, timeout_s)
@@ -228,5 +230,3 @@ def last_batch_record(config: RunConfig, *, timeout_s: float = 10.0,
             if on_error is not None:
                 on_error(exc)
             return None
-    finally:
-        consumer.close()

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from eos_job import checkpoint
+from eos_job.clients import SharedClients
 from eos_job.kafka_security import KafkaSecretMissing, KafkaSecrets, secret_refs
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
 from eos_job.status import CheckpointFacts, ReplayHorizon, ResolutionReport
@@ -264,9 +265,12 @@ class LedgerProgress:
     """
 
     def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0, horizon_interval: float = 30.0,
-                 metrics: OperatorMetrics | None = None, pools: Pools | None = None):
+                 metrics: OperatorMetrics | None = None, pools: Pools | None = None,
+                 clients: SharedClients | None = None):
         self.timeout_s = timeout_s
         pools = pools or Pools()
+        # Long-lived clients per cluster and credentials, not one per read (eos_job.clients).
+        self.clients = clients or SharedClients()
         self._tip_failed = _KafkaErrors(metrics, "ledger-read")
         self._horizon_failed = _KafkaErrors(metrics, "replay-horizon")
         self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0, self._tip_failed,
@@ -282,7 +286,8 @@ class LedgerProgress:
         from eos_job.resolution import last_batch_record
 
         def read() -> LedgerTip | None:
-            record = last_batch_record(config, timeout_s=self.timeout_s, kafka=kafka, on_error=self._tip_failed)
+            record = last_batch_record(config, timeout_s=self.timeout_s, kafka=kafka, on_error=self._tip_failed,
+                                       clients=self.clients)
             return None if record is None else LedgerTip(record.batch, record.nondeterministic_slots_total)
 
         return await self._tip(config, read, cluster_of(config.spec.sink.bootstrap_servers))
@@ -292,7 +297,7 @@ class LedgerProgress:
         from eos_job.horizon import observe
 
         return await self._horizon(config, lambda: observe(config, timeout_s=self.timeout_s, kafka=kafka,
-                                                           on_error=self._horizon_failed),
+                                                           on_error=self._horizon_failed, clients=self.clients),
                                    cluster_of(config.spec.sink.bootstrap_servers, config.spec.source.bootstrap_servers))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -27,3 +28,24 @@ def namespace(api, request):
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+KAFKA_TIMEOUT = 60.0
+
+
+@pytest.fixture
+def bootstrap(stack_env) -> str:
+    return stack_env["KAFKA_BOOTSTRAP"]
+
+
+@pytest.fixture
+def topic(bootstrap):
+    """A fresh single-partition topic (the broker does not auto-create topics), deleted afterwards."""
+    name = f"test-txn-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)],
+                                   operation_timeout=30).values():
+        fut.result(timeout=KAFKA_TIMEOUT)
+    yield name
+    for fut in admin.delete_topics([name], operation_timeout=30).values():
+        fut.result(timeout=KAFKA_TIMEOUT)

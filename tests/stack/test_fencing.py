@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from eos_job.fencing import release
+from eos_job.verify import read_committed
 from eos_job.resolution import resolve
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig, StreamIdentity
 
@@ -42,23 +43,6 @@ def librdkafka_threads() -> int:
         except OSError:   # the thread ended meanwhile
             pass
     return n
-
-
-@pytest.fixture
-def bootstrap(stack_env) -> str:
-    return stack_env["KAFKA_BOOTSTRAP"]
-
-
-@pytest.fixture
-def sink_topic(bootstrap):
-    name = f"test-fence-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
-    yield name
-    for fut in admin.delete_topics([name], operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
 
 
 def stream_config(bootstrap: str, topic: str, workdir: Path) -> RunConfig:
@@ -91,38 +75,21 @@ def stable_and_end(bootstrap: str, topic: str) -> tuple[int, int]:
 
 
 def committed_records(bootstrap: str, topic: str) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"fence-{uuid.uuid4().hex[:8]}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        seen: list[bytes] = []
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return seen
-                raise KafkaException(msg.error())
-            seen.append(msg.value())
-        pytest.fail(f"did not reach the end of {topic} within {TIMEOUT}s")
-    finally:
-        c.close()
+    return [m.value() for m in read_committed(bootstrap, topic, TIMEOUT)]
 
 
 @pytest.mark.parametrize("dense", [True, False], ids=["dense-connections", "sparse-connections"])
-def test_resolution_fences_every_id_of_256_slots_and_leaves_no_client_thread(bootstrap, sink_topic, tmp_path,
+def test_resolution_fences_every_id_of_256_slots_and_leaves_no_client_thread(bootstrap, topic, tmp_path,
                                                                               dense):
-    config = stream_config(bootstrap, sink_topic, tmp_path)
+    config = stream_config(bootstrap, topic, tmp_path)
     prefix = config.stream.transactional_prefix
     txids = [f"{prefix}-{g}-{s}" for g in (0, 1) for s in range(SLOTS)]
     kept = [txids[0], txids[SLOTS - 1], txids[SLOTS], txids[-1]]   # first and last slot of each generation
     with ThreadPoolExecutor(16) as pool:
         # Each producer but the kept ones goes away with its transaction open: the broker keeps it.
-        holders = {t: p for t, p in zip(txids, pool.map(lambda t: open_transaction(bootstrap, t, sink_topic),
+        holders = {t: p for t, p in zip(txids, pool.map(lambda t: open_transaction(bootstrap, t, topic),
                                                          txids)) if t in kept}
-    stable, end = stable_and_end(bootstrap, sink_topic)
+    stable, end = stable_and_end(bootstrap, topic)
     assert (stable, end) == (0, 2 * SLOTS), "each id should hold one record in an open transaction"
 
     threads, rdk = threading.active_count(), librdkafka_threads()
@@ -135,10 +102,10 @@ def test_resolution_fences_every_id_of_256_slots_and_leaves_no_client_thread(boo
     # Every id's transaction was aborted by its fence (nothing else ends it within 15 minutes): no open
     # transaction is left on the partition and none of the 512 records is visible.
     deadline = time.monotonic() + TIMEOUT
-    while (now := stable_and_end(bootstrap, sink_topic))[0] < now[1] and time.monotonic() < deadline:
+    while (now := stable_and_end(bootstrap, topic))[0] < now[1] and time.monotonic() < deadline:
         time.sleep(0.2)   # abort markers may trail the fence by a moment
     assert now[0] == now[1] >= 2 * SLOTS + 1, f"transactions still open after resolution: {now}"
-    assert committed_records(bootstrap, sink_topic) == []
+    assert committed_records(bootstrap, topic) == []
 
     # A producer that still holds an old epoch of an id is fenced: it cannot commit.
     for txid, p in holders.items():

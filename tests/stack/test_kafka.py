@@ -10,27 +10,8 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 TIMEOUT = 60.0
-
-
-@pytest.fixture
-def bootstrap(stack_env) -> str:
-    return stack_env["KAFKA_BOOTSTRAP"]
-
-
-@pytest.fixture
-def topic(bootstrap):
-    """A fresh single-partition topic (the broker does not auto-create topics)."""
-    name = f"test-txn-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
-    yield name
-    for fut in admin.delete_topics([name], operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
 
 
 def txn_producer(bootstrap: str, transactional_id: str) -> Producer:
