@@ -92,7 +92,7 @@ def recipe_for(base: str, suite: str) -> Recipe:
             f'stand-in for {base}" >&2; exit 1; }}' + (' && chroot "$1" mvn -v >/dev/null' if repo == "maven" else ""),
             f"Debian {suite}'s openjdk-{jdk}-jdk-headless" + (" and maven" if repo == "maven" else ""))
     raise StackError(f"FROM {base}: it cannot be pulled and there is no stand-in recipe for it in "
-                     f"stack/eos_stack/image.py (python:3.X-* and maven/eclipse-temurin Java bases only)")
+                     f"stack/eos_stack/image_bases.py (python:3.X-* and maven/eclipse-temurin Java bases only)")
 
 
 def mirror_lines(suite: str) -> list[str]:
