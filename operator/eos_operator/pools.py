@@ -54,11 +54,12 @@ class Pools:
         loop = asyncio.get_running_loop()
         return await asyncio.wait_for(loop.run_in_executor(self.pool(purpose, cluster), fn), timeout=timeout)
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
         with self._lock:
-            for pool, _ in self._pools.values():
-                pool.shutdown(wait=False, cancel_futures=True)
+            pools = [pool for pool, _ in self._pools.values()]
             self._pools.clear()
+        for pool in pools:
+            pool.shutdown(wait=wait, cancel_futures=True)
 
 
 def cluster_of(*bootstraps: str) -> str:

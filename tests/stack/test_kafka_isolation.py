@@ -60,6 +60,14 @@ def config(name: str, bootstrap: str) -> RunConfig:
 
 def finish_times(pools: Pools, good_bootstrap: str, bad_bootstrap: str) -> tuple[list[float], list[float]]:
     progress = LedgerProgress(min_interval=0, timeout_s=10.0, pools=pools)
+    try:
+        return _finish_times(progress, good_bootstrap, bad_bootstrap)
+    finally:
+        progress.clients.close()   # no client of this test lives on into the next one
+        pools.close(wait=True)
+
+
+def _finish_times(progress: LedgerProgress, good_bootstrap: str, bad_bootstrap: str) -> tuple[list[float], list[float]]:
 
     async def read(cfg: RunConfig) -> float:
         await progress.ledger_tip(cfg)
