@@ -75,6 +75,11 @@ class SharedClients:
         finally:
             if ok:
                 try:
+                    # A borrower's pause() outlives unassign() in librdkafka: resume first, or the next reader
+                    # of that partition waits out its whole timeout for records that never come.
+                    assigned = c.assignment()
+                    if assigned:
+                        c.resume(assigned)
                     c.unassign()
                 except Exception:  # noqa: BLE001 - a broken client is not given back
                     ok = False
