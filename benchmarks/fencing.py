@@ -16,7 +16,7 @@ sequential baseline up to ``--sequential-max-slots`` (256: at 1,024 it would
 take minutes a run), estimated above from its time per id, and marked so.
 
 Per run: resolution's wall time, of which the fencing (``fence_all``), the
-ledger reads (``read_latest``) and the rest; CPU seconds of this process and
+ledger reads (``read_latest_many``) and the rest; CPU seconds of this process and
 of the broker (/proc); peak threads and ``rdk:*`` threads before and after
 (equal when every client was closed). Resolution's timeout is ``--timeout``
 (900 s) so that the baseline can finish. Results:
@@ -110,7 +110,7 @@ def broker_cpu(pid: int | None) -> float:
 
 class Timed:
     """``resolution.<name>`` with the wall time of its calls summed (since ``reset``): the fencing
-    (``fence_all``) and the ledger reads (``read_latest_many``, ``read_latest``) of a resolution."""
+    (``fence_all``) and the ledger reads (``read_latest_many``) of a resolution."""
 
     def __init__(self, name: str):
         self.real, self.seconds, self.calls = getattr(resolution, name), 0.0, 0
@@ -186,9 +186,8 @@ def run_once(config: RunConfig, mode: str, timers: dict[str, Timed], timeout_s: 
                            f"{len(r.last_committed_batch_per_slot)} slots, not {2 * slots} and {slots}: {r.summary}")
     return {"slots": slots, "ids": r.fenced_transactional_ids, "mode": mode, "pool": m["pool"], "dense": m["dense"],
             "total_s": round(total, 3), "fence_s": round(timers["fence"].seconds, 3),
-            "ledger_reads_s": round(timers["ledger"].seconds + timers["many"].seconds, 3),
-            "ledger_reads": timers["ledger"].calls + timers["many"].calls,
-            "rest_s": round(total - timers["fence"].seconds - timers["ledger"].seconds - timers["many"].seconds, 3),
+            "ledger_reads_s": round(timers["ledger"].seconds, 3), "ledger_reads": timers["ledger"].calls,
+            "rest_s": round(total - timers["fence"].seconds - timers["ledger"].seconds, 3),
             "cpu_self_s": round(cpu_self, 2), "cpu_broker_s": round(cpu_broker, 2), "threads_peak": peak,
             "threads_before_after": [threads0, count_threads()], "rdk_threads_before_after": [rdk0, librdkafka_threads()],
             "load_before": round(load[0], 2), "load_after": round(os.getloadavg()[0], 2)}
@@ -287,8 +286,8 @@ def markdown(res: dict) -> str:
             (f"~{fence[k]:.0f} (est.)" if k in est else f"{fence[k]:.2f}") if k in fence else "-"
             for k in s["modes"]) + f" | {ratios[0]} | {ratios[1]} |")
     lines += ["", "`vs sequential`, `vs pool-8`: how many times faster than that mode's median resolution. "
-              "`ledger reads`: the P + 1 latest-record reads (all slots in one pass, `read_latest_many`, and the batch "
-              "partition's `read_latest`); `rest`: the "
+              "`ledger reads`: the P + 1 latest-record reads (every slot and the batch partition in one pass, "
+              "`read_latest_many`); `rest`: the "
               "remainder (metadata, generation history, end offsets before and after the fences).", "",
               "Targets of the issue (resolution, the mode resolution uses here: parallel-dense; parallel: the same "
               "on a cluster of more than 3 brokers):", "", "| slots | target s | parallel-dense s | met | "
@@ -357,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                               "pool_default": fencing.DEFAULT_POOL, "dense_max_brokers": fencing.DENSE_MAX_BROKERS}}
     runs: list[dict] = res.setdefault("runs", [])
     topics = Topics(bootstrap)
-    timers = {"fence": Timed("fence_all"), "ledger": Timed("read_latest"), "many": Timed("read_latest_many")}
+    timers = {"fence": Timed("fence_all"), "ledger": Timed("read_latest_many")}
     broker_pid = stack.running_pid("kafka")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-fencing-") as tmp:

@@ -25,7 +25,7 @@ LEDGER = {"isolation.level": "read_committed", "enable.partition.eof": True, "fe
 SOURCE = {"isolation.level": "read_uncommitted", "enable.partition.eof": False}
 
 
-def _consumer_conf(conf: dict[str, str], kind: dict) -> dict:
+def consumer_conf(conf: dict[str, str], kind: dict) -> dict:
     # Never commits offsets: the group id only satisfies the client.
     return {**conf, **kind, "group.id": f"eos-reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
             "auto.offset.reset": "earliest"}
@@ -36,7 +36,7 @@ class FreshClients:
 
     @contextlib.contextmanager
     def consumer(self, conf: dict[str, str], kind: dict) -> Iterator[Consumer]:
-        c = Consumer(_consumer_conf(conf, kind))
+        c = Consumer(consumer_conf(conf, kind))
         try:
             yield c
         finally:
@@ -66,7 +66,7 @@ class SharedClients:
             idle = self._idle.get(key) or []
             c = idle.pop()[0] if idle else None
         if c is None:
-            c = Consumer(_consumer_conf(conf, kind))
+            c = Consumer(consumer_conf(conf, kind))
             self.created += 1
         ok = False
         try:

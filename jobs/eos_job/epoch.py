@@ -37,7 +37,8 @@ from confluent_kafka import Producer
 
 from . import faults, protocol
 from .contract import DriverSuperseded
-from .ledger import base_config, idempotent_producer, ledger_consumer, produce_sync, read_latest
+from .fencing import fence_config
+from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_latest
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +92,9 @@ def stamp(*, bootstrap: str, sec: dict[str, str], ledger_topic: str, tx_prefix: 
     def one(slot: int) -> None:
         txid = protocol.transactional_id(tx_prefix, generation, slot)
         key = protocol.slot_key(stream_uid, checkpoint_id, generation, slot)
-        # Dense connections: the fence does not wait on librdkafka's sparse-connection timer (up to 500 ms
-        # before the coordinator lookup; see eos_job.fencing), once per slot per driver start.
-        producer = Producer({**base_config(bootstrap, sec), "transactional.id": faults.transactional_id(txid),
-                             "enable.idempotence": True, "enable.sparse.connections": False,
-                             "acks": "all", "transaction.timeout.ms": transaction_timeout_ms})
+        # A fencing producer (dense: no wait on librdkafka's sparse-connection timer; see eos_job.fencing).
+        producer = Producer({**fence_config(bootstrap, faults.transactional_id(txid), sec, dense=True),
+                             "transaction.timeout.ms": transaction_timeout_ms})
         consumer = ledger_consumer(bootstrap, sec)
         try:
             producer.init_transactions(transaction_timeout_ms / 1000)      # fence first, then read

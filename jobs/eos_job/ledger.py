@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from . import protocol
+from .clients import LEDGER, consumer_conf
 from .kafka_security import KafkaSecretMissing, KafkaSecrets, librdkafka_config
 
 log = logging.getLogger(__name__)
@@ -183,17 +183,8 @@ def ledger_partition_count(admin: AdminClient, topic: str, timeout_s: float = 15
 
 
 def ledger_consumer(bootstrap: str, extra: dict[str, str] | None = None) -> Consumer:
-    conf = base_config(bootstrap, extra)
-    conf.update({
-        # Never commits offsets: the group id only satisfies the client.
-        "group.id": f"eos-ledger-reader-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 10,
-    })
-    return Consumer(conf)
+    """A read_committed reader of the ledger (eos_job.clients.LEDGER), never committing offsets."""
+    return Consumer(consumer_conf(base_config(bootstrap, extra), LEDGER))
 
 
 def watermarks(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException
 
 from . import checkpoint, protocol
 from .ledger import (SinkUnavailable, admin_client, base_config, describe_topics, ledger_consumer, list_offsets,
-                     records, watermarks, read_latest, sink_security, topic_denied)
+                     records, watermarks, sink_security, topic_denied)
 from .ledger_scan import read_latest_many
 from .protocol import BatchCompleteRecord, SlotLedgerRecord
 from .clients import FRESH, LEDGER, FreshClients, SharedClients
@@ -148,15 +148,17 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
         consumer = ledger_consumer(sink.bootstrap_servers, sec)
         try:
             per_slot: dict[str, int] = {}
+            # Every slot's record and the batch-complete record, in one pass over the ledger's partitions.
             wants = {protocol.ledger_partition(slot): protocol.slot_key(stream.uid, ckpt_id, gen, slot)
                      for slot in range(min(slots, ledger_parts - 1))}
-            for part, raw in read_latest_many(admin, consumer, ledger, wants, timeout_s=timeout_s).items():
+            wants[protocol.BATCH_PARTITION] = protocol.batch_key(stream.uid, ckpt_id, gen)
+            latest = read_latest_many(admin, consumer, ledger, wants, timeout_s=timeout_s)
+            raw = latest.pop(protocol.BATCH_PARTITION)
+            report.last_complete_batch = BatchCompleteRecord.decode(raw).batch if raw is not None else None
+            for part, raw in latest.items():
                 batch = SlotLedgerRecord.decode(raw).batch if raw is not None else -1
                 if batch >= 0:   # -1: only a driver epoch's stamp, no batch yet
                     per_slot[str(part - protocol.ledger_partition(0))] = batch
-            raw = read_latest(consumer, ledger, protocol.BATCH_PARTITION,
-                              protocol.batch_key(stream.uid, ckpt_id, gen), timeout_s=timeout_s)
-            report.last_complete_batch = BatchCompleteRecord.decode(raw).batch if raw is not None else None
             report.last_committed_batch_per_slot = per_slot
         finally:
             consumer.close()

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from . import audit, protocol
+from .ledger import ledger_consumer
 
 
 def read_committed(bootstrap: str, topic: str, timeout_s: float = 60.0, extra: dict[str, str] | None = None) -> list:
     """Every committed record of ``topic``, in offset order per partition (``extra``: client security)."""
-    c = Consumer({**(extra or {}), "bootstrap.servers": bootstrap, "group.id": f"eos-verify-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "isolation.level": "read_committed",
-                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    c = ledger_consumer(bootstrap, extra)   # read_committed, to each partition's end, committing nothing
     try:
         md = c.list_topics(topic, timeout=timeout_s).topics[topic]
         if md.error is not None:

@@ -103,7 +103,12 @@ class CheckpointStore(Protocol):
 async def secret_value(kube: Kube, namespace: str, ref, field: str) -> str:
     """The value of one Secret key a stream references, read by name in its own namespace and kept in
     memory only. Raises LookupError naming the field, the Secret and the key (never a value)."""
-    secret = await kube.read_secret(namespace, ref.name)
+    return key_value(await kube.read_secret(namespace, ref.name), namespace, ref, field)
+
+
+def key_value(secret: dict | None, namespace: str, ref, field: str) -> str:
+    """The decoded value of ``ref``'s key in ``secret`` (as read, None if there is none); LookupError
+    naming the field, the Secret and the key (never a value) when it is not there."""
     data = (secret or {}).get("data") or {}
     if ref.key not in data:
         raise LookupError(f"{field}: Secret {namespace}/{ref.name} "

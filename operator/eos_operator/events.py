@@ -4,7 +4,7 @@ Like client-go's event correlator (simplified): an event with the same involved 
 message as one this operator posted within ``WINDOW`` seconds increments that Event's ``count`` and
 ``lastTimestamp`` (a merge patch) instead of creating another Event. A restart storm of one stream is
 then one Event with a count, not hundreds of objects in etcd. The cache is bounded (least recently used
-entries go first) and forgets a deleted stream's entries.
+entries go first, 4096 at most): a deleted stream's entries stay only until newer ones push them out.
 """
 from __future__ import annotations
 

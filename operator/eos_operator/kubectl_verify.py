@@ -10,7 +10,6 @@ does not re-read the source.
 from __future__ import annotations
 
 import argparse
-import base64
 import sys
 from typing import Any
 
@@ -30,15 +29,10 @@ def add_parser(sub) -> None:
 
 def _secret_values(api, ns: str, sink) -> dict[str, str]:
     from eos_job.kafka_security import secret_refs
-    values: dict[str, str] = {}
-    for value, ref in secret_refs(sink.credentials, sink.tls).items():
-        secret = api.secret(ns, ref.name)
-        data = (secret.get("data") or {}) if secret else {}
-        if ref.key not in data:
-            raise LookupError(f"sink credentials: Secret {ns}/{ref.name} "
-                              + ("does not exist" if not secret else f"has no key {ref.key!r}"))
-        values[value] = base64.b64decode(data[ref.key]).decode()
-    return values
+
+    from .adapters import key_value
+    return {value: key_value(api.secret(ns, ref.name), ns, ref, f"sink ({value})")
+            for value, ref in secret_refs(sink.credentials, sink.tls).items()}
 
 
 def verify(args: argparse.Namespace, api, ns: str, stream: dict[str, Any], emit) -> int:

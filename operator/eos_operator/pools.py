@@ -46,10 +46,6 @@ class Pools:
                 del self._pools[key]
                 pool.shutdown(wait=False)
 
-    def clusters(self) -> list[tuple[str, str]]:
-        with self._lock:
-            return sorted(self._pools)
-
     async def run(self, purpose: str, cluster: str, fn: Callable[[], Any], timeout: float) -> Any:
         loop = asyncio.get_running_loop()
         return await asyncio.wait_for(loop.run_in_executor(self.pool(purpose, cluster), fn), timeout=timeout)

@@ -29,6 +29,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from typing import Callable
 from pathlib import Path
 
 from .common import REPO, Stack, StackError, free_port, log, port_open, require_tool, run, wait_for
@@ -155,17 +156,23 @@ def binaries_present(st: Stack) -> bool:
 def ensure_binaries(st: Stack) -> None:
     if binaries_present(st):
         return
-    out = bin_dir(st)
     go = require_go()
+    build_once(bin_dir(st), "kube: another `up` is building the binaries; waiting for it",
+               lambda: binaries_present(st), lambda: _build(st, go, bin_dir(st)))
+
+
+def build_once(out: Path, waiting: str, present: Callable[[], bool], build: Callable[[], None]) -> None:
+    """Run ``build`` into ``out`` unless ``present()``, one `up` at a time (a lock file beside ``out``): a
+    second `up` says ``waiting`` and finds the binaries the first one built."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out.with_name(out.name + ".lock"), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log("kube: another `up` is building the binaries; waiting for it")
+            log(waiting)
             fcntl.flock(lock, fcntl.LOCK_EX)
-        if not binaries_present(st):
-            _build(st, go, out)
+        if not present():
+            build()
 
 
 def _build(st: Stack, go: str, out: Path) -> None:

@@ -28,7 +28,6 @@ How it is built (found out the hard way, so written down):
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import REPO, Stack, StackError, free_port, log
-from .kube import go_env, require_go, run_logged_build
+from .kube import build_once, go_env, require_go, run_logged_build
 
 MODULE = "github.com/prometheus/prometheus"
 VERSION = "v0.316.0"  # Prometheus 3.16.0
@@ -102,17 +101,9 @@ def require_go_for_prometheus() -> str:
 def ensure_binaries(st: Stack) -> None:
     if binaries_present(st):
         return
-    out = bin_dir(st)
     go = require_go_for_prometheus()
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out.with_name(out.name + ".lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log("prometheus: another `up` is building promtool and prometheus; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if not binaries_present(st):
-            _build(st, go, out)
+    build_once(bin_dir(st), "prometheus: another `up` is building promtool and prometheus; waiting for it",
+               lambda: binaries_present(st), lambda: _build(st, go, bin_dir(st)))
 
 
 def _build(st: Stack, go: str, out: Path) -> None:
