@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-local-store", action="store_true",
                      help="accept checkpoint.store local (a directory on the driver's node): tests and single-node "
                           "labs only, where every Pod runs on one machine")
+    run.add_argument("--no-informers", action="store_true",
+                     help="read Pods, streams and snapshots with a request per reconcile instead of from watches "
+                          "(needs no list/watch on Pods; costs a few API requests per stream every interval)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     crd = sub.add_parser("crd", help="write (or --check) crds/exactlyoncestreams.streaming.eos.dev.yaml")
     crd.add_argument("--check", action="store_true")
@@ -112,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
     config = OperatorConfig(interval=args.interval, resolution_timeout=args.resolution_timeout,
                             progress_interval=args.progress_interval, horizon_interval=args.horizon_interval,
                             metrics_port=args.metrics_port, metrics_address=args.metrics_address,
-                            kubeconfig=args.kubeconfig,
+                            kubeconfig=args.kubeconfig, namespaces=tuple(args.namespace),
+                            informers=not args.no_informers,
                             exact_namespaces=bool(args.namespace) and all(
                                 re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) for ns in args.namespace))
     registry = build_registry(config)

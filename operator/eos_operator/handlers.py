@@ -1,8 +1,9 @@
 """Thin kopf registrations: every trigger calls the same level-based reconcile.
 
-create, update (spec changes), resume (operator start) and a timer all run
-:func:`eos_operator.reconciler.reconcile`; the timer is what notices driver Pods
-failing and restart delays running out. A per-stream lock keeps the timer and
+create, update (spec changes), resume (operator start), a change to one of the
+stream's Pods (seen by the operator's Pod watch, informer.py) and a timer all run
+:func:`eos_operator.reconciler.reconcile`; the timer is what notices restart
+delays and deadlines running out (and catches anything a watch missed). A per-stream lock keeps the timer and
 the event handlers from planning on top of each other (loop.serialized, which
 also measures each reconcile for op_metrics). Deletion stops the
 driver gracefully behind a finalizer and retries with ``TemporaryError`` until
@@ -17,6 +18,7 @@ disposed (or left, with an event saying where).
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -27,6 +29,7 @@ from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
 from .adapters import JobResolver, KubernetesApi, LedgerProgress, StoreReader, SystemClock
+from .informer import WatchedKube
 from .loop import serialized
 from .metrics import StreamMetrics
 from .op_metrics import OperatorMetrics
@@ -34,6 +37,9 @@ from .pools import Pools
 from .reconciler import Deps, StatusUnreadable, reconcile
 from .snapshot_reconciler import reconcile_snapshot
 from .snapshots import TERMINAL_STATES, SnapshotStatusUnreadable
+
+log = logging.getLogger(__name__)
+POKE_DELAY_S = 0.2   # a burst of one stream's Pod events makes one reconcile
 
 RESOURCE = {"group": API_GROUP, "version": API_VERSION, "plural": PLURAL}
 SNAPSHOT_RESOURCE = {"group": API_GROUP, "version": API_VERSION, "plural": SNAPSHOT_PLURAL}
@@ -54,6 +60,8 @@ class OperatorConfig:
     metrics_address: str = "0.0.0.0"
     kubeconfig: str | None = None
     exact_namespaces: bool = False    # every watched namespace named exactly: no cluster-wide scanning
+    namespaces: tuple[str, ...] = ()  # --namespace patterns (empty: every namespace)
+    informers: bool = True            # reads from watches (informer.py); False: a LIST/GET per pass
 
 
 def default_deps(config: OperatorConfig) -> Deps:
@@ -63,7 +71,12 @@ def default_deps(config: OperatorConfig) -> Deps:
         op = OperatorMetrics(metrics.registry)   # one registry, one endpoint
         metrics.serve(config.metrics_port, config.metrics_address)
     pools = Pools()   # blocking I/O: bounded threads per Kafka cluster and purpose (pools.py)
-    return Deps(kube=KubernetesApi.from_kubeconfig(config.kubeconfig, metrics=op),
+    if config.informers:
+        kube = WatchedKube.from_kubeconfig(config.kubeconfig, metrics=op, namespaces=config.namespaces,
+                                           exact=config.exact_namespaces).start()
+    else:
+        kube = KubernetesApi.from_kubeconfig(config.kubeconfig, metrics=op)
+    return Deps(kube=kube,
                 resolver=JobResolver(timeout_s=config.resolution_timeout, metrics=op, pools=pools),
                 clock=SystemClock(),
                 progress=LedgerProgress(min_interval=config.progress_interval,
@@ -81,7 +94,7 @@ def build_registry(config: OperatorConfig,
         return kopf.login_via_client(**kwargs)
 
     @kopf.on.startup(id="configure", registry=registry)
-    def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         # Keep kopf's bookkeeping in annotations under our group: the status is ours alone.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -97,8 +110,24 @@ def build_registry(config: OperatorConfig,
             settings.scanning.disabled = True
         memo.deps = deps_factory(config)
         memo.locks = {}
+        listen = getattr(memo.deps.kube, "listen", None)
+        if listen is not None:   # a stream's Pod changed: reconcile it now, not at the next tick
+            loop = asyncio.get_running_loop()
+            listen(lambda ns, name: loop.call_soon_threadsafe(poke, memo, ns, name))
 
-    async def run(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any):
+    def poke(memo: kopf.Memo, namespace: str, name: str) -> None:
+        uid = memo.deps.kube.stream_uid(namespace, name)
+        if uid is not None:
+            schedule(namespace, name, uid, memo, log, POKE_DELAY_S)
+
+    def offer(memo: kopf.Memo, body: Any) -> None:
+        """kopf's latest body of the object, for watch-driven reads (informer.WatchedKube.offer)."""
+        take = getattr(memo.deps.kube, "offer", None)
+        if take is not None and body is not None:
+            take(dict(body))
+
+    async def run(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any, body: Any = None):
+        offer(memo, body)
         outcome = await serialized(memo.locks.setdefault(uid, asyncio.Lock()), "stream",
                                    lambda: reconcile(namespace, name, memo.deps), memo.deps.operator_metrics)
         requeue(namespace, name, uid, memo, logger, outcome)
@@ -108,8 +137,13 @@ def build_registry(config: OperatorConfig,
         """Honour a plan's requeue_after shorter than the timer's interval (waiting for a Pod to come or go:
         look again in 2 s, not 5): one follow-up per stream at a time, with a little jitter."""
         delay = getattr(outcome, "requeue_after", None)
+        if delay and delay < config.interval and getattr(outcome, "exists", True):
+            schedule(namespace, name, uid, memo, logger, delay)
+
+    def schedule(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any, delay: float) -> None:
+        """One follow-up reconcile per stream at a time, ``delay`` seconds from now with a little jitter."""
         pending = memo.setdefault("requeues", {})
-        if not delay or delay >= config.interval or not getattr(outcome, "exists", True) or uid in pending:
+        if uid in pending:
             return
 
         async def follow_up() -> None:
@@ -125,9 +159,9 @@ def build_registry(config: OperatorConfig,
     @kopf.on.update(**RESOURCE, id="reconcile-on-update", field="spec", registry=registry)
     @kopf.on.resume(**RESOURCE, id="reconcile-on-resume", registry=registry)
     async def reconcile_stream(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
-                               **_: Any) -> None:
+                               body: Any = None, **_: Any) -> None:
         try:
-            await run(namespace, name, uid, memo, logger)
+            await run(namespace, name, uid, memo, logger, body)
         except StatusUnreadable as exc:
             raise kopf.PermanentError(str(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - the timer or a retry picks it up again
@@ -137,15 +171,16 @@ def build_registry(config: OperatorConfig,
     @kopf.timer(**RESOURCE, id="reconcile-periodically", interval=config.interval,
                 initial_delay=config.interval, registry=registry)
     async def reconcile_periodically(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
-                                     **_: Any) -> None:
+                                     body: Any = None, **_: Any) -> None:
         try:
-            await run(namespace, name, uid, memo, logger)
+            await run(namespace, name, uid, memo, logger, body)
         except Exception as exc:  # noqa: BLE001 - next tick tries again
             logger.warning("periodic reconcile failed: %s", exc)
 
     @kopf.on.delete(**RESOURCE, id="stop", registry=registry)
-    async def stop_stream(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any, **_: Any) -> None:
-        outcome = await run(namespace, name, uid, memo, logger)
+    async def stop_stream(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any, body: Any = None,
+                          **_: Any) -> None:
+        outcome = await run(namespace, name, uid, memo, logger, body)
         if outcome.exists and not outcome.finished:
             raise kopf.TemporaryError(f"{namespace}/{name} is being deleted: waiting for its driver to stop "
                                       "at a clean batch boundary (not an error)", delay=2)

@@ -10,7 +10,7 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 from urllib.parse import quote as _url_quote
 
 from eos_job.spec import API_GROUP, API_VERSION, KIND, PLURAL
@@ -18,6 +18,8 @@ from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
 from .events import EventCache
 from .children import LABEL_STREAM, selector_string, stream_selector
+from .kube_errors import (Conflict, KubeError, NameTaken, error_for, message_of, owner_uids,  # noqa: F401
+                          owners_text, refuse_unless_ours)
 from .op_metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
@@ -42,47 +44,6 @@ class ObjectRef(Protocol):
     uid: str
 
 
-class KubeError(Exception):
-    """A Kubernetes API call failed; ``status`` is the HTTP status (0 if no response)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class Conflict(KubeError):
-    """The object changed since it was read (optimistic concurrency): observe again."""
-
-
-class NameTaken(KubeError):
-    """An object the operator would create or replace is named like one it does not own."""
-
-    def __init__(self, kind: str, namespace: str, name: str, current: dict[str, Any], owner_uid: str):
-        super().__init__(409, f"{kind} {namespace}/{name} already exists and belongs to {owners_text(current)}, "
-                              f"not to uid {owner_uid}: delete or rename it; the operator never replaces an "
-                              "object it does not own")
-        self.kind, self.namespace, self.name = kind, namespace, name
-
-
-def owner_uids(obj: dict[str, Any]) -> set[str]:
-    return {o.get("uid") for o in (obj.get("metadata") or {}).get("ownerReferences") or [] if o.get("uid")}
-
-
-def owners_text(obj: dict[str, Any]) -> str:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return ", ".join(f"{o.get('kind', '?')} {o.get('name', '?')} (uid {o.get('uid')})" for o in refs) or "no owner"
-
-
-def refuse_unless_ours(kind: str, namespace: str, body: dict[str, Any], current: dict[str, Any]) -> None:
-    """Raise NameTaken if ``body`` names an owner and the existing ``current`` has none of its owners.
-    A body without owner references has nothing to check against (snapshot dispose Pods): no check."""
-    wanted = owner_uids(body)
-    if wanted and not wanted & owner_uids(current):
-        raise NameTaken(kind, namespace, body["metadata"]["name"], current, sorted(wanted)[0])
-
-
-
 class KubernetesApi:
     """The real cluster, through the kubernetes client's transport (sync, in threads of its own).
 
@@ -101,7 +62,7 @@ class KubernetesApi:
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None, *,
-                        metrics: OperatorMetrics | None = None) -> "KubernetesApi":
+                        metrics: OperatorMetrics | None = None, **kwargs: Any) -> "KubernetesApi":
         from kubernetes import client, config
 
         try:
@@ -111,14 +72,17 @@ class KubernetesApi:
             configuration = client.Configuration()
             config.load_kube_config(config_file=kubeconfig, context=context,
                                     client_configuration=configuration)
-        return cls(client.ApiClient(configuration), metrics=metrics)
+        # Room for every API thread plus the informers' long-lived watches, so no connection is discarded.
+        configuration.connection_pool_maxsize = 32
+        return cls(client.ApiClient(configuration), metrics=metrics, **kwargs)
 
     # -- transport ------------------------------------------------------------
-    def _request_sync(self, method: str, path: str, body: Any = None,
-                      query: dict[str, str] | None = None,
-                      content_type: str = "application/json") -> dict[str, Any] | None:
+    def _call(self, method: str, path: str, body: Any, query: dict[str, str] | None, content_type: str,
+              read_timeout: float) -> Any:
         from kubernetes.client.exceptions import ApiException
 
+        if self.metrics is not None:
+            self.metrics.kube_request(*verb_and_resource(method, path, query))
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -126,20 +90,49 @@ class KubernetesApi:
             method=method, resource_path=path, query_params=list((query or {}).items()),
             header_params=headers, body=body, auth_settings=["BearerToken"])
         try:
-            resp = self.api.call_api(method_, url, header_params=headers, body=body_, post_params=post,
-                                     _request_timeout=(self.CONNECT_TIMEOUT_S, self.READ_TIMEOUT_S))
-            resp.read()
+            return self.api.call_api(method_, url, header_params=headers, body=body_, post_params=post,
+                                     _request_timeout=(self.CONNECT_TIMEOUT_S, read_timeout))
         except ApiException as exc:  # transport-level failure with a status
             self._failed(method, path, exc.status or 0)
-            raise _error(exc.status or 0, exc.body or str(exc)) from exc
+            raise error_for(exc.status or 0, exc.body or str(exc)) from exc
         except Exception:  # no answer at all: refused, reset, timed out
+            self._failed(method, path, 0)
+            raise
+
+    def watch_sync(self, path: str, query: dict[str, str], read_timeout: float) -> Iterator[dict[str, Any]]:
+        """The events of one watch request (``query`` has watch=true), as they come; blocks its thread."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        resp = self._call("GET", path, None, query, "application/json", read_timeout)
+        raw = getattr(resp, "response", resp)
+        try:
+            if resp.status >= 400:
+                data = resp.read()
+                text = data.decode("utf-8") if data else ""
+                self._failed("GET", path, resp.status)
+                raise error_for(resp.status, message_of(text))
+            for line in iter_resp_lines(raw):
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            release = getattr(raw, "release_conn", None)
+            if release is not None:
+                release()
+
+    def request_sync(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
+                     content_type: str = "application/json") -> dict[str, Any] | None:
+        """One request, in the calling thread (an informer's own; the adapters use ``_request``)."""
+        resp = self._call(method, path, body, query, content_type, self.READ_TIMEOUT_S)
+        try:
+            resp.read()
+        except Exception:  # no answer at all: reset while reading
             self._failed(method, path, 0)
             raise
         status = resp.status
         text = resp.data.decode("utf-8") if resp.data else ""
         if status >= 400:
             self._failed(method, path, status)
-            raise _error(status, _message(text))
+            raise error_for(status, message_of(text))
         return json.loads(text) if text else None
 
     def _failed(self, method: str, path: str, status: int) -> None:
@@ -148,7 +141,7 @@ class KubernetesApi:
 
     async def _request(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
                        content_type: str = "application/json") -> dict[str, Any] | None:
-        call = functools.partial(self._request_sync, method, path, body, query, content_type)
+        call = functools.partial(self.request_sync, method, path, body, query, content_type)
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     # -- the stream -----------------------------------------------------------
@@ -201,12 +194,15 @@ class KubernetesApi:
     async def get_snapshot(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._get(f"{self._snapshots_path(namespace)}/{quote(name)}")
 
-    async def create_snapshot(self, namespace: str, body: dict[str, Any]) -> None:
+    async def create_snapshot(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The created snapshot (None: it was there already, which a deterministic name makes success)."""
         try:
-            await self._request("POST", self._snapshots_path(namespace), body, {"fieldManager": FIELD_MANAGER})
+            return await self._request("POST", self._snapshots_path(namespace), body,
+                                       {"fieldManager": FIELD_MANAGER})
         except KubeError as exc:
-            if exc.status != 409:  # already there: a deterministic name makes this success
+            if exc.status != 409:
                 raise
+            return None
 
     async def delete_snapshot(self, namespace: str, name: str) -> None:
         # Background: the snapshot goes first (after its finalizer disposed the files), its Pods after it.
@@ -233,12 +229,12 @@ class KubernetesApi:
                                      query={"fieldSelector": f"metadata.name={name}"})
         return next(iter((result or {}).get("items") or []), None)
 
-    async def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
-        """Create; a 409 is success (the deterministic name: a repeated create) when the Pod there is ours,
-        NameTaken when it is someone else's."""
+    async def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Create and return the Pod; a 409 is success (the deterministic name: a repeated create; None) when
+        the Pod there is ours, NameTaken when it is someone else's."""
         try:
-            await self._request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body,
-                                {"fieldManager": FIELD_MANAGER})
+            return await self._request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body,
+                                       {"fieldManager": FIELD_MANAGER})
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -246,6 +242,7 @@ class KubernetesApi:
                 current = await self._find_pod(namespace, body["metadata"]["name"])
                 if current is not None:  # gone meanwhile: the next pass observes and decides again
                     refuse_unless_ours("Pod", namespace, body, current)
+            return None
 
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int, owner_uid: str | None = None) -> None:
         """Delete a Pod; with ``owner_uid`` only if that uid owns it (see _delete_owned)."""
@@ -356,29 +353,22 @@ class KubernetesApi:
             log.warning("could not post event %s for %s/%s: %s", reason, ref.namespace, ref.name, exc)
 
 
-def verb_and_resource(method: str, path: str) -> tuple[str, str]:
+def verb_and_resource(method: str, path: str, query: dict[str, str] | None = None) -> tuple[str, str]:
     """The Kubernetes verb and resource of a request (``GET .../pods`` -> ``("list", "pods")``, ``PATCH
-    .../exactlyoncestreams/<name>/status`` -> ``("patch", "exactlyoncestreams/status")``): metric labels,
-    never a namespace or a name."""
+    .../exactlyoncestreams/<name>/status`` -> ``("patch", "exactlyoncestreams/status")``, ``GET /api/v1/pods``
+    with watch=true -> ``("watch", "pods")``): metric labels, never a namespace or a name."""
     parts = path.split("?")[0].strip("/").split("/")
-    rest = parts[parts.index("namespaces") + 2:] if "namespaces" in parts else []   # plural[/name[/sub]]
-    resource = "/".join(rest[:1] + rest[2:3]) or "other"    # the operator calls namespaced paths only
+    if "namespaces" in parts:
+        rest = parts[parts.index("namespaces") + 2:]        # plural[/name[/sub]]
+    else:                                                   # cluster-wide: /api/v1/<plural>, /apis/<g>/<v>/<plural>
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    resource = "/".join(rest[:1] + rest[2:3]) or "other"
+    listing = "watch" if (query or {}).get("watch") == "true" else "list"
     verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
-        method.upper(), "list" if len(rest) == 1 else "get")
+        method.upper(), listing if len(rest) == 1 else "get")
     return verb, resource
 
 
 def event_kind(ref: Any, kind: str | None = None) -> str:
     """The involvedObject kind of an event about ``ref``: explicit, else the ref's own, else a stream."""
     return kind or getattr(ref, "kind", None) or KIND
-
-
-def _message(text: str) -> str:
-    try:
-        return json.loads(text).get("message") or text
-    except (ValueError, AttributeError):
-        return text
-
-
-def _error(status: int, message: str) -> KubeError:
-    return Conflict(status, message) if status == 409 else KubeError(status, message)

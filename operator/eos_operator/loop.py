@@ -1,8 +1,8 @@
 """The one reconcile loop: observe -> plan -> write status -> post events -> act, for streams and snapshots.
 
-Level-based: each pass reads the object and its children afresh from the API server (never a cached
-body), so the create, update, resume and timer triggers, and a second operator start, all converge
-on the same decisions. The status is written *before* the plan's actions run (it is the write-ahead
+Level-based: each pass reads the object and its children as they are now (from the operator's watches,
+informer.py, which hold its own writes at once and never forget an object early), so the create, update,
+resume, Pod-change and timer triggers, and a second operator start, all converge on the same decisions. The status is written *before* the plan's actions run (it is the write-ahead
 log) and with the resourceVersion that was observed, so a stale view is refused with a 409 and simply
 observed again. Each resource supplies one pass (reconciler.py, snapshot_reconciler.py); this module
 runs the passes and carries out what the planners decide.

@@ -6,6 +6,8 @@
 * ``eos_operator_reconciles_in_flight{kind,state}``: reconciles inside the operator now, ``running`` or
   ``waiting`` behind another reconcile of the same object. kopf owns the watch-event queue; what it has not
   yet handed to a handler is not counted;
+* ``eos_operator_kube_requests_total{verb,resource}``: Kubernetes API requests the operator's adapters and
+  informers made (kopf's own watches and patches are not counted); a watch counts once, when it starts;
 * ``eos_operator_kube_api_errors_total{verb,resource,code}``: failed Kubernetes API calls of the operator's
   adapters (kube_api.py), by HTTP status or ``network`` (no answer);
 * ``eos_operator_kafka_errors_total{operation}``: failed Kafka calls the operator makes (adapters.py).
@@ -44,6 +46,11 @@ class OperatorMetrics:
             "Reconciles in the operator now: running, or waiting behind another reconcile of the same object "
             "(kopf owns the watch-event queue: events it has not handed to a handler yet are not counted)",
             ("kind", "state"), registry=r)
+        self.kube_requests = Counter(
+            "eos_operator_kube_requests",
+            "Kubernetes API requests of the operator's adapters and informers, by verb and resource (a watch "
+            "counts when it starts; kopf's own watch and finalizer calls are not counted)", ("verb", "resource"),
+            registry=r)
         self.kube_errors = Counter(
             "eos_operator_kube_api_errors",
             "Failed Kubernetes API calls of the operator's adapters, by verb, resource and HTTP status (network: "
@@ -58,6 +65,9 @@ class OperatorMetrics:
                 self.in_flight.labels(kind, state)
         for operation in KAFKA_OPERATIONS:
             self.kafka_errors.labels(operation)
+
+    def kube_request(self, verb: str, resource: str) -> None:
+        self.kube_requests.labels(verb, resource).inc()
 
     def kube_api_error(self, verb: str, resource: str, status: int) -> None:
         """One failed API call; ``status`` 0: no HTTP answer (refused, reset, timed out)."""

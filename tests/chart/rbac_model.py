@@ -37,10 +37,12 @@ class Call:
 
 # (call, who makes it). Namespaced unless cluster_scoped.
 ADAPTER_CALLS: dict[Call, str] = {
-    Call("get", GROUP, PLURAL): "adapters.get_stream: the reconciler reads the stream afresh on every pass",
-    Call("list", GROUP, PLURAL): "adapters.list_streams: retention keeps snapshots other streams restore from",
+    Call("get", GROUP, PLURAL): "informer.get_stream: a stream the watch has not shown yet, or after a stale patch",
+    Call("list", GROUP, PLURAL): "informer: the streams' watch starts with a list (retention, every pass)",
+    Call("watch", GROUP, PLURAL): "informer: every pass reads its stream from the operator's own watch",
     Call("patch", GROUP, PLURAL, "status"): "adapters.patch_stream_status: the status is the write-ahead log",
-    Call("list", "", "pods"): "adapters.list_driver_pods: observe the stream's driver Pods by label",
+    Call("list", "", "pods"): "informer: the operator's Pods' watch starts with a list (and a Pod by name on 409)",
+    Call("watch", "", "pods"): "informer: the operator's Pods (label managed-by), watched instead of listed per pass",
     Call("create", "", "pods"): "adapters.create_pod: start a driver",
     Call("delete", "", "pods"): "adapters.delete_pod: stop a driver (graceful)",
     Call("create", "", "configmaps"): "adapters.apply_config_map: the run ConfigMap",
@@ -53,8 +55,9 @@ ADAPTER_CALLS: dict[Call, str] = {
     Call("delete", "", "services"): "adapters.delete_service",
     Call("create", "", "events"): "adapters.post_event",
     Call("patch", "", "events"): "adapters.post_event: the same event again counts on the first (events.py)",
-    Call("list", GROUP, SNAPSHOTS): "adapters.list_snapshots: a stream's snapshots by label (retention)",
-    Call("get", GROUP, SNAPSHOTS): "adapters.get_snapshot: the snapshot reconciler reads it afresh on every pass",
+    Call("list", GROUP, SNAPSHOTS): "informer: the snapshots' watch starts with a list (a stream's, by label)",
+    Call("watch", GROUP, SNAPSHOTS): "informer: snapshots read from the operator's own watch",
+    Call("get", GROUP, SNAPSHOTS): "informer.get_snapshot: one the watch has not shown yet, or after a stale patch",
     Call("create", GROUP, SNAPSHOTS): "adapters.create_snapshot: periodic, nonce and upgrade snapshots",
     Call("delete", GROUP, SNAPSHOTS): "adapters.delete_snapshot: retention (maxCount, maxAgeSeconds)",
     Call("patch", GROUP, SNAPSHOTS, "status"): "adapters.patch_snapshot_status: the snapshot's write-ahead log",
@@ -93,7 +96,7 @@ ALL_CALLS = NAMESPACED_CALLS + CLUSTER_CALLS
 # Things the operator never does: its identity must be refused each of them.
 FORBIDDEN = [
     Call("list", "", "secrets"), Call("watch", "", "secrets"), Call("create", "", "secrets"),
-    Call("get", "", "pods"), Call("watch", "", "pods"), Call("patch", "", "pods"), Call("update", "", "pods"),
+    Call("get", "", "pods"), Call("patch", "", "pods"), Call("update", "", "pods"),
     Call("create", "", "pods", "exec"), Call("get", "", "pods", "log"), Call("deletecollection", "", "pods"),
     Call("list", "", "configmaps"), Call("patch", "", "configmaps"),
     Call("list", "", "services"), Call("patch", "", "services"),

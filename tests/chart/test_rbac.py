@@ -60,7 +60,13 @@ class _Response:
         self.status = status
         self.data = json.dumps(payload).encode()
 
-    def read(self) -> None:
+    def read(self) -> bytes:
+        return self.data
+
+    def stream(self, *_, **__):   # a watch that ends at once
+        return iter(())
+
+    def release_conn(self) -> None:
         pass
 
 
@@ -89,6 +95,7 @@ class RecordingApiClient:
 def test_the_adapter_makes_exactly_the_listed_requests():
     from eos_operator.adapters import Kube, KubernetesApi
     from eos_operator.children import StreamRef
+    from eos_operator.informer import WatchedKube
     from eos_operator.snapshots import SnapshotRef, snapshot_resource, snapshot_selector
 
     exercised = {"get_stream", "list_streams", "patch_stream_status", "list_driver_pods", "create_pod", "delete_pod",
@@ -130,6 +137,13 @@ def test_the_adapter_makes_exactly_the_listed_requests():
 
         asyncio.run(drive())
         requests += client.requests
+    # The informers (WatchedKube): one list and one watch per collection, here for one exact namespace.
+    watched = WatchedKube(RecordingApiClient(), namespaces=("ns",), exact=True)
+    for by_scope in watched.informers.values():
+        for informer in by_scope.values():
+            informer._list()
+            informer._watch()
+    requests += watched.api.requests
     made = {call_of_request(method, url) for method, url in requests}
     assert made == set(ADAPTER_CALLS), (
         f"requests not in rbac_model.ADAPTER_CALLS: {sorted(map(str, made - set(ADAPTER_CALLS)))}; "

@@ -205,7 +205,7 @@ def test_no_metrics_no_counting():
     ("PUT", "/api/v1/namespaces/ns/services/c-driver", ("update", "services")),
     ("DELETE", "/api/v1/namespaces/ns/configmaps/c-run", ("delete", "configmaps")),
     ("POST", "/api/v1/namespaces/ns/events", ("create", "events")),
-    ("GET", "/api/v1/nodes/some-node", ("get", "other")),                # never a name as a label
+    ("GET", "/api/v1/nodes/some-node", ("get", "nodes")),                # never a name as a label
 ])
 def test_verb_and_resource_are_labels_without_names(method, path, expected):
     assert verb_and_resource(method, path) == expected
@@ -285,19 +285,22 @@ def test_kafka_failure_looks_at_the_cause():
 # ------------------------------------------------------------ wiring: one registry, one endpoint
 def test_default_deps_share_one_registry_and_serve_both(monkeypatch):
     monkeypatch.setattr(handlers.KubernetesApi, "from_kubeconfig",
-                        classmethod(lambda cls, kubeconfig=None, context=None, *, metrics=None:
-                                    cls(None, threads=1, metrics=metrics)))
+                        classmethod(lambda cls, kubeconfig=None, context=None, *, metrics=None, **kw:
+                                    cls(None, threads=1, metrics=metrics, **kw)))
+    monkeypatch.setattr(handlers.WatchedKube, "start", lambda self: self)   # no server: no watches
     port = free_port()
     deps = default_deps(OperatorConfig(metrics_port=port, metrics_address="127.0.0.1"))
+    assert isinstance(deps.kube, handlers.WatchedKube)
     op = deps.operator_metrics
     assert op is not None and op.registry is deps.metrics.registry
     assert deps.kube.metrics is op and deps.resolver._failed.metrics is op
     assert deps.progress._tip_failed.metrics is op and deps.progress._horizon_failed.metrics is op
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     for family in ("eos_operator_reconcile_duration_seconds", "eos_operator_reconciles_in_flight",
-                   "eos_operator_kube_api_errors_total", "eos_operator_kafka_errors_total"):
+                   "eos_operator_kube_api_errors_total", "eos_operator_kube_requests_total", "eos_operator_kafka_errors_total"):
         assert f"# HELP {family}" in body
     assert 'eos_operator_kafka_errors_total{operation="resolve"} 0.0' in body
 
-    off = default_deps(OperatorConfig())
+    off = default_deps(OperatorConfig(informers=False))
     assert off.operator_metrics is None and off.kube.metrics is None
+    assert not isinstance(off.kube, handlers.WatchedKube)

@@ -40,3 +40,32 @@ def test_no_follow_up_once_the_stream_is_gone():
         return dict(call["memo"]["requeues"])
 
     assert asyncio.run(asyncio.wait_for(scenario(), 20)) == {}
+
+
+def test_a_change_to_a_streams_pod_reconciles_it_without_a_timer_tick():
+    """The Pod watch (informer.WatchedKube.listen) pokes a stream from its own thread: one reconcile follows
+    within the poke delay, however many pokes; a Pod of no known stream pokes nothing."""
+    import threading
+
+    import kopf
+
+    kube, m, registry, call = operator_over_fakes()
+    listeners: list = []
+    kube.listen = listeners.append
+    kube.stream_uid = lambda ns, name: call["uid"] if (ns, name) == ("default", "colors") else None
+    configure = next(h.fn for h in registry._activities.get_all_handlers() if h.id == "configure")
+
+    async def scenario():
+        await configure(settings=kopf.OperatorSettings(), memo=call["memo"])
+        assert len(listeners) == 1, "configure did not subscribe to the Pod watch"
+        pokes = [threading.Thread(target=listeners[0], args=("default", "colors")) for _ in range(5)]
+        pokes.append(threading.Thread(target=listeners[0], args=("default", "unknown")))
+        for t in pokes:
+            t.start()
+        for t in pokes:
+            t.join()
+        await asyncio.sleep(1.0)            # poke delay 0.2 s; the timer (5 s) never ran here
+        return reconciles(m, "stream", "ok")
+
+    assert asyncio.run(scenario()) == 1
+    assert kube.created_pods == ["colors-driver-0"]

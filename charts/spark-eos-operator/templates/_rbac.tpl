@@ -12,9 +12,8 @@ Not granted, on purpose:
     the exact names when it may not list them).
   - kopfpeerings/clusterkopfpeerings: the operator runs standalone, never with
     --peering; replicas elect a leader through a Lease (leader-rbac.yaml).
-  - pods get/watch/patch/update: the observer lists a stream's driver Pods (and a
-    snapshot's Pods) by label on every pass (reconciler.observe,
-    snapshot_reconciler.observe) and never watches or changes them.
+  - pods get/patch/update: the operator's Pods are read from a watch of the label
+    app.kubernetes.io/managed-by=eos-operator (informer.py) and never changed.
   - exactlyoncesnapshots update, exactlyoncesnapshots/finalizers: a snapshot's Pods
     reference it with blockOwnerDeletion: false (snapshots.SnapshotRef), and only
     its status is ever written.
@@ -22,9 +21,10 @@ Not granted, on purpose:
 */}}
 {{- define "eos.operatorRules" -}}
 # The ExactlyOnceStream resource:
-#   list, watch: kopf's watch stream of the resource (handlers.RESOURCE).
-#   get:   the reconciler reads the stream afresh on every pass, never a cached body
-#          (adapters.get_stream).
+#   list, watch: kopf's watch stream of the resource (handlers.RESOURCE), and the
+#          operator's own (informer.py: every pass reads the stream from it).
+#   get:   a stream its watch has not shown yet (just created), or after a status patch
+#          refused as stale (informer.WatchedKube.get_stream); passes read the watch.
 #   patch: kopf adds/removes its finalizer (streaming.eos.dev/finalizer) and keeps its
 #          progress and last-handled-configuration in annotations (handlers.configure).
 - apiGroups: ["streaming.eos.dev"]
@@ -43,9 +43,10 @@ Not granted, on purpose:
   resources: ["exactlyoncestreams/finalizers"]
   verbs: ["update"]
 # The ExactlyOnceSnapshot resource (snapshot_planner.py, snapshot_reconciler.py):
-#   list, watch: kopf's watch stream of snapshots (handlers.SNAPSHOT_RESOURCE); list also
-#          finds a stream's snapshots by label (adapters.list_snapshots).
-#   get:   the snapshot reconciler reads the snapshot afresh on every pass (adapters.get_snapshot).
+#   list, watch: kopf's watch stream of snapshots (handlers.SNAPSHOT_RESOURCE), and the
+#          operator's own (informer.py), which answers a stream's snapshots by label.
+#   get:   a snapshot its watch has not shown yet, or after a stale status patch
+#          (informer.WatchedKube.get_snapshot); passes read the watch.
 #   create, delete: snapshots the operator takes for a stream (periodic, snapshotNonce,
 #          upgrade) and their retention (adapters.create_snapshot, delete_snapshot).
 #   patch: kopf's finalizer, which holds a deleted snapshot until its files are
@@ -57,12 +58,13 @@ Not granted, on purpose:
 - apiGroups: ["streaming.eos.dev"]
   resources: ["exactlyoncesnapshots/status"]
   verbs: ["patch"]
-# Driver Pods: list by label (reconciler.observe), create with a deterministic name
-# (409 = already there), delete with a grace period (stop, restart, upgrade). The same
-# for a snapshot's Pods: take, inspect and dispose (snapshot_reconciler, kube_api.list_pods).
+# Driver Pods: list and watch by label (informer.py: the operator's Pods, one watch;
+# a Pod by name on a 409 with a list), create with a deterministic name (409 = already
+# there), delete with a grace period (stop, restart, upgrade). The same for a snapshot's
+# Pods: take, inspect and dispose (snapshot_reconciler).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "create", "delete"]
+  verbs: ["list", "watch", "create", "delete"]
 # The run ConfigMap (<stream>-run) and, in cluster deploy mode, the headless driver
 # Service (<stream>-driver): create; on 409 get the current object and update
 # (replace) it; delete when the stream stops or is deleted (adapters._apply, _delete).
