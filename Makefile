@@ -7,7 +7,7 @@ export EOS_CACHE ?= $(HOME)/.cache/eos
 export PIP_CACHE_DIR ?= $(EOS_CACHE)/pip
 export PYTHONPATH := $(CURDIR)/stack:$(CURDIR)
 
-.PHONY: venv stack-up stack-down stack-status image image-test test test-unit demo soak bench bench-upgrade bench-executors bench-fencing crds clean
+.PHONY: venv stack-up stack-down stack-status image image-test test test-unit demo soak bench bench-upgrade bench-executors bench-fencing bench-scale crds clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install python3.11 (or set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -86,6 +86,14 @@ bench-executors: venv
 bench-fencing: venv
 	$(PY) -m eos_stack up
 	$(PY) benchmarks/fencing.py --repeats $${REPEATS:-3}
+
+# The operator with 50, 200 and 500 streams (STREAMS=...), drivers stood in by the process kubelet's stand-in:
+# first action, crash to restart, API requests, Kafka connections, CPU, memory, takeover (results and a plot in
+# benchmarks/results/).
+bench-scale: venv
+	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m eos_stack up
+	PYTHONPATH=$(CURDIR)/stack:$(CURDIR):$(CURDIR)/jobs:$(CURDIR)/operator $(PY) benchmarks/scale.py --streams $${STREAMS:-50,200,500}
 
 clean:
 	rm -rf $(VENV) .pytest_cache

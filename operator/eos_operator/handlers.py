@@ -172,6 +172,13 @@ def build_registry(config: OperatorConfig,
                 initial_delay=config.interval, registry=registry)
     async def reconcile_periodically(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
                                      body: Any = None, **_: Any) -> None:
+        phased = memo.setdefault("phased", set())
+        if uid not in phased:
+            # kopf starts every stream's timer when it first sees it (at an operator start: all at once) and
+            # counts the interval from the end of the previous run: a one-off random offset spreads the
+            # streams' ticks over the interval for good.
+            phased.add(uid)
+            await asyncio.sleep(random.uniform(0, config.interval))
         try:
             await run(namespace, name, uid, memo, logger, body)
         except Exception as exc:  # noqa: BLE001 - next tick tries again
@@ -185,6 +192,7 @@ def build_registry(config: OperatorConfig,
             raise kopf.TemporaryError(f"{namespace}/{name} is being deleted: waiting for its driver to stop "
                                       "at a clean batch boundary (not an error)", delay=2)
         memo.locks.pop(uid, None)
+        memo.setdefault("phased", set()).discard(uid)
         handle = memo.setdefault("requeues", {}).pop(uid, None)
         if handle is not None:
             handle.cancel()

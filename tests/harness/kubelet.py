@@ -111,6 +111,10 @@ kubelet of that namespace like any other Pod):
   outright (force deletion) gets the same signals, without a status.
 * **Chaos.** ``kill9(namespace, name)`` SIGKILLs the process group; the Pod then
   ends ``Failed`` with exit code 137.
+* **Driver stand-ins** (``standin_image``, a glob): a Pod whose container image matches runs
+  ``tests/harness/standin.py`` with its command as arguments, set up as above: a driver's command is stood
+  in (Kafka and the operator see a driver; no Spark), any other is exec'd. Without volumes it is forked from
+  one process that imported the stand-in once (``tests/harness/zygote.py``), so hundreds share its memory.
 * **Restarts of the harness.** A Pod bound to this node whose container ran
   (state ``running``) but has no process here (the harness was restarted) is
   marked Failed with reason ``ProcessLost`` and exit code 137: its process
@@ -120,7 +124,7 @@ kubelet of that namespace like any other Pod):
 
 Use it in-process as a context manager (``with ProcessKubelet(kubeconfig) as k:``)
 or as a program: ``python -m tests.harness.kubelet --kubeconfig .stack/kube/admin.kubeconfig``
-(``--node-label KEY=VALUE`` and ``--unpullable GLOB`` repeatable).
+(``--node-label KEY=VALUE`` and ``--unpullable GLOB`` repeatable, ``--standin-image GLOB``).
 """
 from __future__ import annotations
 
@@ -145,6 +149,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from . import scheduling
+from .zygote import Zygote
 from .pod_setup import MOUNT_POINTS, ApiServer, ImagePullError, NotYet, PodSetup, container_of, \
     host_mount_points, namespaced_argv, pod_ip, remove_pod_dir
 
@@ -154,6 +159,7 @@ DEFAULT_SCHEDULER = "default-scheduler"
 MERGE_PATCH = "application/merge-patch+json"
 MAX_MESSAGE = 4096
 CLAIM_RETRY = 1.0   # seconds between checks of the unbound Pods that have claims
+STANDIN = "tests.harness.standin"   # the driver stand-in's module (standin_image)
 
 log = logging.getLogger("eos.kubelet")
 
@@ -193,7 +199,8 @@ class ProcessKubelet:
                  log_dir: str | os.PathLike | None = None, workdir: str | os.PathLike | None = None,
                  inherit_env: bool = True, extra_env: dict[str, str] | None = None,
                  env_for: "Callable[[str], dict[str, str]] | None" = None,
-                 pullable: "Callable[[str], bool] | None" = None, node_labels: dict[str, str] | None = None):
+                 pullable: "Callable[[str], bool] | None" = None, node_labels: dict[str, str] | None = None,
+                 standin_image: str | None = None):
         self.kubeconfig = str(kubeconfig or os.environ.get("KUBECONFIG") or "")
         if not self.kubeconfig:
             raise ValueError("no kubeconfig given and KUBECONFIG is not set")
@@ -212,6 +219,8 @@ class ProcessKubelet:
         self.env_for = env_for   # per-Pod extra environment by Pod name (fault injection into one Pod)
         self.pullable = pullable   # which images "pull" (None: all); the others wait in ImagePullBackOff
         self.node_labels = scheduling.node_labels(node_name, node_labels)
+        self.standin_image = standin_image   # a glob: such Pods run the driver stand-in
+        self._zygote: Zygote | None = None
         self._api_client = None
         self.v1: client.CoreV1Api | None = None
         self._setup: PodSetup | None = None
@@ -233,6 +242,8 @@ class ProcessKubelet:
         self._setup = PodSetup(self.v1, ApiServer.of(self._api_client.configuration), node_name=self.node_name,
                                workdir=self.workdir, inherit_env=self.inherit_env, extra_env=self.extra_env,
                                env_for=self.env_for, pullable=self.pullable)
+        if self.standin_image and self._zygote is None:
+            self._zygote = Zygote(STANDIN, {**os.environ, **self.extra_env})
         self._stop.clear()
         self._thread = threading.Thread(target=self._watch_loop, name=f"kubelet-{self.node_name}", daemon=True)
         self._thread.start()
@@ -270,6 +281,9 @@ class ProcessKubelet:
                 self._signal(r, signal.SIGKILL)
         for r in runs:
             r.done.wait(10)
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
         if self._api_client is not None:
             try:
                 self._api_client.close()
@@ -526,6 +540,9 @@ class ProcessKubelet:
                 self._finish(run, exit_code=128, reason="CreateContainerError", message=str(exc)[:MAX_MESSAGE])
                 return
         argv, env, cwd = spec.argv, spec.env, spec.cwd
+        standin = self.standin_image and fnmatch.fnmatchcase(self._container(pod).get("image", ""), self.standin_image)
+        if standin:
+            argv = [sys.executable, "-m", STANDIN, *argv]
         run.message_path.write_text("")
         with open(run.log_path, "ab") as out:
             for note in spec.notes:
@@ -546,8 +563,11 @@ class ProcessKubelet:
                             argv = namespaced_argv(argv, spec.mounts, cwd=cwd, read_only_root=spec.read_only_root,
                                                    writable=(str(self.state_dir),))
                             cwd = str(run.pod_dir)   # the process enters the Pod's own cwd inside its namespace
-                        run.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                        if standin and not spec.in_namespace():
+                            run.proc = self._zygote.spawn(argv[3:], env, cwd, run.log_path)
+                        else:
+                            run.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                        stdin=subprocess.DEVNULL, start_new_session=True)
                     except OSError as exc:
                         error = exc
                         started = None
@@ -747,6 +767,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a label of the node, for nodeSelectors (repeatable)")
     ap.add_argument("--unpullable", action="append", default=[], metavar="GLOB",
                     help="images matching this pattern fail to pull: ImagePullBackOff (repeatable)")
+    ap.add_argument("--standin-image", metavar="GLOB",
+                    help="Pods of images matching this pattern run the driver stand-in (tests/harness/standin.py)")
     args = ap.parse_args(argv)
     bad = [x for x in args.node_label if "=" not in x]
     if bad:
@@ -757,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     kubelet = ProcessKubelet(args.kubeconfig, namespace=args.namespace, label_selector=args.selector,
                              node_name=args.node_name, log_dir=args.log_dir, pullable=pullable,
-                             node_labels=labels)
+                             node_labels=labels, standin_image=args.standin_image)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())

@@ -53,7 +53,8 @@ def operator_over_fakes():
     obj = kube.add_stream("colors", base_spec())
     m = OperatorMetrics()
     memo = kopf.Memo(deps=Deps(kube=kube, resolver=FakeResolver(kube=kube), clock=FakeClock(),
-                               operator_metrics=m), locks={})
+                               operator_metrics=m), locks={},
+                     phased={obj["metadata"]["uid"]})   # the timer's one-off random offset: taken already
     call = dict(namespace="default", name="colors", uid=obj["metadata"]["uid"], memo=memo, logger=LOG)
     return kube, m, build_registry(OperatorConfig(), deps_factory=lambda _: memo.deps), call
 

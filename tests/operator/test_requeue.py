@@ -69,3 +69,30 @@ def test_a_change_to_a_streams_pod_reconciles_it_without_a_timer_tick():
 
     assert asyncio.run(scenario()) == 1
     assert kube.created_pods == ["colors-driver-0"]
+
+
+def test_the_timer_offsets_each_stream_once(monkeypatch):
+    """kopf starts all streams' timers together; each stream's first tick waits a random part of the
+    interval, once, so the ticks spread out for good."""
+    import time
+
+    from eos_operator import handlers as handlers_module
+
+    from .test_op_metrics import handler
+
+    offsets: list[tuple[float, float]] = []
+    monkeypatch.setattr(handlers_module.random, "uniform", lambda a, b: offsets.append((a, b)) or 0.4)
+    kube, m, registry, call = operator_over_fakes()
+    call["memo"]["phased"] = set()
+    tick = handler(registry, "reconcile-periodically")
+
+    async def scenario():
+        t0 = time.monotonic()
+        await tick(**call)
+        first = time.monotonic() - t0
+        t1 = time.monotonic()
+        await tick(**call)
+        return first, time.monotonic() - t1
+
+    first, second = asyncio.run(scenario())
+    assert offsets.count((0, 5.0)) == 1 and first >= 0.4 and second < 0.4
