@@ -172,8 +172,9 @@ class Informer:
         query = self._query(watch="true", allowWatchBookmarks="true", timeoutSeconds=str(self.watch_seconds))
         if self.version:
             query["resourceVersion"] = self.version
-        for event in self.api.watch_sync(self.path, query, read_timeout=self.watch_seconds + 30):
-            self.healthy = True
+        events = self.api.watch_sync(self.path, query, read_timeout=self.watch_seconds + 30)
+        self.healthy = True   # the server took the watch: the cache follows it again
+        for event in events:
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
                 if obj.get("code") == 410:   # too old: list again

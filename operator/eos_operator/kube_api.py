@@ -100,24 +100,27 @@ class KubernetesApi:
             raise
 
     def watch_sync(self, path: str, query: dict[str, str], read_timeout: float) -> Iterator[dict[str, Any]]:
-        """The events of one watch request (``query`` has watch=true), as they come; blocks its thread."""
+        """Start one watch request (``query`` has watch=true); raises at once if the server refuses it, else
+        returns its events as they come (iterating blocks the thread)."""
         from kubernetes.watch.watch import iter_resp_lines
 
         resp = self._call("GET", path, None, query, "application/json", read_timeout)
         raw = getattr(resp, "response", resp)
-        try:
-            if resp.status >= 400:
-                data = resp.read()
-                text = data.decode("utf-8") if data else ""
-                self._failed("GET", path, resp.status)
-                raise error_for(resp.status, message_of(text))
-            for line in iter_resp_lines(raw):
-                if line.strip():
-                    yield json.loads(line)
-        finally:
-            release = getattr(raw, "release_conn", None)
-            if release is not None:
-                release()
+        if resp.status >= 400:
+            data = resp.read()
+            self._failed("GET", path, resp.status)
+            raise error_for(resp.status, message_of(data.decode("utf-8") if data else ""))
+
+        def events() -> Iterator[dict[str, Any]]:
+            try:
+                for line in iter_resp_lines(raw):
+                    if line.strip():
+                        yield json.loads(line)
+            finally:
+                release = getattr(raw, "release_conn", None)
+                if release is not None:
+                    release()
+        return events()
 
     def request_sync(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
                      content_type: str = "application/json") -> dict[str, Any] | None:

@@ -134,10 +134,13 @@ class FakeKube(WatchedKube):
         plural, ns, _, _ = s.parse(path)
         if s.expire_next_watch:
             s.expire_next_watch = False
-            yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
-            return
+            return iter([{"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}])
         q: queue.Queue = queue.Queue()
         s.watches.append((plural, q))
+        return self._events(plural, ns, q)
+
+    def _events(self, plural, ns, q):
+        s = self.server
         try:
             while True:
                 event = q.get()
