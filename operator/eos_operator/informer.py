@@ -247,7 +247,7 @@ class WatchedKube(KubernetesApi):
 
     def _informer(self, collection: str, namespace: str) -> Informer | None:
         by_scope = self.informers[collection]
-        informer = by_scope.get(namespace) or by_scope.get(None)
+        informer = by_scope[namespace] if namespace in by_scope else by_scope.get(None)   # (an empty one is falsy)
         return informer if informer is not None and informer.accept(namespace) else None
 
     async def _ready(self, collection: str, namespace: str) -> Informer | None:

@@ -557,15 +557,19 @@ class ProcessKubelet:
                 else:
                     started = True
                     try:
+                        mounts = None   # the shell steps that make the Pod's mounts, for a forked stand-in
                         if spec.in_namespace():
                             run.mount_points = host_mount_points(spec.mounts)
                             MOUNT_POINTS.acquire(run.mount_points, uid)
+                            mounts = namespaced_argv(["true"], spec.mounts, read_only_root=spec.read_only_root,
+                                                     writable=(str(self.state_dir),))
+                            mounts = mounts[mounts.index("-c") - 1:]
                             argv = namespaced_argv(argv, spec.mounts, cwd=cwd, read_only_root=spec.read_only_root,
                                                    writable=(str(self.state_dir),))
-                            cwd = str(run.pod_dir)   # the process enters the Pod's own cwd inside its namespace
-                        if standin and not spec.in_namespace():
-                            run.proc = self._zygote.spawn(argv[3:], env, cwd, run.log_path)
+                        if standin and (mounts is None or os.geteuid() == 0):
+                            run.proc = self._zygote.spawn(spec.argv, env, cwd, run.log_path, mounts=mounts)
                         else:
+                            cwd = str(run.pod_dir) if mounts else cwd   # the namespace's shell enters the Pod's cwd
                             run.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                         stdin=subprocess.DEVNULL, start_new_session=True)
                     except OSError as exc:

@@ -280,9 +280,12 @@ def test_exact_namespaces_watch_each_namespace_and_nothing_wider(server):
     server.store("pods", pod("other", "x-driver-1", stream="x"))
     k = FakeKube(server, namespaces=("ns",), exact=True).start()
     try:
-        assert len(asyncio.run(k.list_driver_pods("ns", "s"))) == 1
-        paths = {p for _, p, _ in server.requests}
-        assert "/api/v1/namespaces/ns/pods" in paths and "/api/v1/pods" not in paths
+        for _ in range(3):
+            assert len(asyncio.run(k.list_driver_pods("ns", "s"))) == 1
+            assert asyncio.run(k.list_snapshots("ns", "s")) == []     # an empty collection is still watched
+        assert sorted(p for _, p, w in server.requests if not w) == sorted([
+            "/api/v1/namespaces/ns/pods", f"{G}/namespaces/ns/exactlyoncestreams",
+            f"{G}/namespaces/ns/exactlyoncesnapshots"])
         # a namespace it does not serve is asked directly, never answered from a wider watch
         asyncio.run(k.list_driver_pods("other", "x"))
         assert ("GET", "/api/v1/namespaces/other/pods", "") in server.requests
