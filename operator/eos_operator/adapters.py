@@ -208,11 +208,15 @@ class JobResolver:
 
 
 class _ThrottledRead:
-    """A blocking Kafka read, run in a worker thread at most every ``interval`` seconds per stream.
+    """A blocking Kafka read, run in a worker thread at most every ``interval`` seconds per stream, off the
+    reconcile's path.
 
-    Between reads, and when a read fails, the last answer stands (None until there is one): the
-    reads are informative, never an error of the reconcile. A failure is logged at WARNING the
-    first time in a row, then at DEBUG, and counted by ``failed`` (if it is Kafka's).
+    The first read of a stream is awaited (bounded by ``timeout``); after that a reconcile gets the last answer
+    at once and, when it is due, starts the next read in the background, so a reconcile (and a spec change
+    waiting for the stream's lock behind it) never waits on Kafka: answers are at most one read behind. When
+    a read fails the last answer stands (None until there is one): the reads are informative, never an error of
+    the reconcile. A failure is logged at WARNING the first time in a row, then at DEBUG, and counted by
+    ``failed`` (if it is Kafka's). One read per stream at a time: none piles up behind a slow one.
     """
 
     def __init__(self, what: str, interval: float, timeout: float,
@@ -223,37 +227,46 @@ class _ThrottledRead:
         self.pools, self.purpose = pools or Pools(), purpose
         self._cache: dict[str, tuple[float, Any]] = {}
         self._failing: set[str] = set()
-        self._reading: set[str] = set()
+        self._reading: dict[str, asyncio.Future] = {}
 
     async def __call__(self, config: RunConfig, read: Callable[[], Any], cluster: str) -> Any:
         key = f"{config.stream.namespace}/{config.stream.name}/{config.stream.uid}"
         now = time.monotonic()
         cached = self._cache.get(key)
-        if (cached is not None and now - cached[0] < self.interval) or key in self._reading:
-            # A read of this stream still runs (a slow cluster): no second one piles up behind it.
-            return cached[1] if cached is not None else None
-        self._reading.add(key)
+        if (cached is None or now - cached[0] >= self.interval) and key not in self._reading:
+            task = asyncio.ensure_future(self._read(key, read, cluster, now))
+            self._reading[key] = task
+            if cached is None:
+                await asyncio.shield(task)   # the first answer (bounded by the read's own timeout)
+        cached = self._cache.get(key)
+        return cached[1] if cached is not None else None
+
+    async def _read(self, key: str, read: Callable[[], Any], cluster: str, started: float) -> None:
+        previous = self._cache.get(key)
         try:
             value = await self.pools.run(self.purpose, cluster, read, timeout=self.timeout)
+        except asyncio.CancelledError:
+            raise   # forgotten meanwhile: nothing to keep
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             log.log(logging.DEBUG if key in self._failing else logging.WARNING,
                     "cannot read the %s of %s (is Kafka reachable?): %s", self.what, key, exc)
             if self.failed is not None:
                 self.failed(exc)
             self._failing.add(key)
-            value = cached[1] if cached is not None else None
+            value = previous[1] if previous is not None else None
         else:
             self._failing.discard(key)
         finally:
-            self._reading.discard(key)
-        self._cache[key] = (now, value)
-        return value
+            self._reading.pop(key, None)
+        self._cache[key] = (started, value)
 
     def forget(self, namespace: str, name: str) -> None:
-        """A deleted stream's cached answers go (any incarnation)."""
+        """A deleted stream's cached answers go (any incarnation), and a read still running is dropped."""
         prefix = f"{namespace}/{name}/"
         for key in [k for k in self._cache if k.startswith(prefix)]:
             del self._cache[key]
+        for key in [k for k in self._reading if k.startswith(prefix)]:
+            self._reading.pop(key).cancel()
         self._failing = {k for k in self._failing if not k.startswith(prefix)}
 
 
