@@ -136,6 +136,8 @@ class Run:
             own = scrape(fetch(f"http://127.0.0.1:{leader.metrics_port}/metrics"), "eos_operator_kube_requests_total")
             if own:
                 out["operator"] = sum(v for _labels, v in own)
+                for labels, v in own:   # what costs it: each verb and resource on its own
+                    out[f"operator {labels.get('verb')} {labels.get('resource')}"] = v
         return out
 
     def window(self, seconds: float, what: str) -> dict:
@@ -157,8 +159,10 @@ class Run:
                "cpu_pct": round(100 * (cpu1 - cpu0) / elapsed, 1), "rss_peak_mib": round(peak / 1024, 1),
                "kafka_connections_max": max(conns), "kafka_connections_median": sorted(conns)[len(conns) // 2]}
         for k in a:
-            if k in b:
+            if k in b and not k.startswith("operator "):
                 out[f"{k}_requests_per_s"] = round((b[k] - a[k]) / elapsed, 3)
+        out["operator_requests_per_s_by_call"] = {k[len("operator "):]: round((b[k] - a.get(k, 0.0)) / elapsed, 3)
+                                                  for k in b if k.startswith("operator ") and b[k] > a.get(k, 0.0)}
         return out
 
     def create_streams(self) -> None:

@@ -198,7 +198,8 @@ def build_registry(config: OperatorConfig,
             handle.cancel()
 
     # ------------------------------------------------------------ snapshots
-    async def run_snapshot(namespace: str, name: str, uid: str, memo: kopf.Memo):
+    async def run_snapshot(namespace: str, name: str, uid: str, memo: kopf.Memo, body: Any = None):
+        offer(memo, body)   # kopf may know of a deletion before the operator's own watch does
         return await serialized(memo.locks.setdefault(uid, asyncio.Lock()), "snapshot",
                                 lambda: reconcile_snapshot(namespace, name, memo.deps), memo.deps.operator_metrics)
 
@@ -206,9 +207,9 @@ def build_registry(config: OperatorConfig,
     @kopf.on.update(**SNAPSHOT_RESOURCE, id="snapshot-on-update", field="spec", registry=registry)
     @kopf.on.resume(**SNAPSHOT_RESOURCE, id="snapshot-on-resume", registry=registry)
     async def reconcile_snapshot_now(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
-                                     **_: Any) -> None:
+                                     body: Any = None, **_: Any) -> None:
         try:
-            await run_snapshot(namespace, name, uid, memo)
+            await run_snapshot(namespace, name, uid, memo, body)
         except SnapshotStatusUnreadable as exc:
             raise kopf.PermanentError(str(exc)) from exc
         except Exception as exc:  # noqa: BLE001 - the timer or a retry picks it up again
@@ -218,17 +219,17 @@ def build_registry(config: OperatorConfig,
     @kopf.timer(**SNAPSHOT_RESOURCE, id="snapshot-periodically", interval=config.interval,
                 initial_delay=config.interval, when=snapshot_unfinished, registry=registry)
     async def reconcile_snapshot_periodically(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
-                                              **_: Any) -> None:
+                                              body: Any = None, **_: Any) -> None:
         try:
-            await run_snapshot(namespace, name, uid, memo)
+            await run_snapshot(namespace, name, uid, memo, body)
         except Exception as exc:  # noqa: BLE001 - next tick tries again
             logger.warning("periodic snapshot reconcile failed: %s", exc)
 
     @kopf.on.delete(**SNAPSHOT_RESOURCE, id="dispose", registry=registry)
     async def dispose_snapshot(namespace: str, name: str, uid: str, memo: kopf.Memo, logger: Any,
-                               **_: Any) -> None:
+                               body: Any = None, **_: Any) -> None:
         try:
-            outcome = await run_snapshot(namespace, name, uid, memo)
+            outcome = await run_snapshot(namespace, name, uid, memo, body)
         except SnapshotStatusUnreadable as exc:
             # Never guess which files to remove: keep them and let the resource go.
             logger.warning("snapshot %s/%s: %s; its files are kept", namespace, name, exc)

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from eos_job.snapshot_resource import SNAPSHOT_PLURAL
+from eos_job.snapshot_resource import SNAPSHOT_KIND, SNAPSHOT_PLURAL
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 
 from .children import LABEL_MANAGED_BY, LABEL_STREAM, MANAGED_BY, selector_string
@@ -278,8 +278,10 @@ class WatchedKube(KubernetesApi):
 
     # -- streams ------------------------------------------------------------------
     def offer(self, obj: dict[str, Any]) -> None:
-        """A stream's body as kopf just saw it (handlers): kept if newer than the cached one."""
-        informer = self._informer(PLURAL, _key(obj)[0])
+        """A stream's or a snapshot's body as kopf just saw it (handlers): kept if newer than the cached one.
+        kopf may see a change first (a deletion: the handler must not read the object as it was before)."""
+        collection = SNAPSHOT_PLURAL if obj.get("kind") == SNAPSHOT_KIND else PLURAL
+        informer = self._informer(collection, _key(obj)[0])
         if informer is not None:
             informer.put(json.loads(json.dumps(obj)))
 

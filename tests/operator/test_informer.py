@@ -323,3 +323,17 @@ def test_a_change_to_a_streams_pod_pokes_that_stream(kube, server):
     server.store("pods", pod("ns", "s-driver-1", phase="Failed"), kind="MODIFIED")
     eventually(lambda: poked == [("ns", "s")])
     assert kube.stream_uid("ns", "s") == "uid-s" and kube.stream_uid("ns", "nope") is None
+
+
+def test_kopfs_body_of_a_snapshot_being_deleted_is_taken(kube, server):
+    """kopf may see a deletion before the operator's own watch: the dispose handler offers kopf's body, and
+    the snapshot reconciler must read it as deleting, or it would let the snapshot go with its files kept."""
+    snap = server.store("exactlyoncesnapshots", {"kind": "ExactlyOnceSnapshot",
+                                                 "metadata": {"name": "s-p1", "namespace": "ns",
+                                                              "labels": {"streaming.eos.dev/stream": "s"}}})
+    eventually(lambda: asyncio.run(kube.get_snapshot("ns", "s-p1")) is not None)
+    deleting = server.store("exactlyoncesnapshots", {**snap, "metadata": {
+        **snap["metadata"], "deletionTimestamp": "2026-11-25T07:45:40Z"}}, kind="MODIFIED", notify=False)
+    kube.offer(deleting)
+    assert asyncio.run(kube.get_snapshot("ns", "s-p1"))["metadata"].get("deletionTimestamp")
+    assert asyncio.run(kube.get_stream("ns", "s"))["metadata"].get("deletionTimestamp") is None
