@@ -59,6 +59,8 @@ from eos_stack.common import Stack, free_port  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
 
+NO_INFORMERS = "no informers"
+
 GROUP, VERSION, PLURAL = "streaming.eos.dev", "v1alpha1", "exactlyoncestreams"
 IMAGE = "eos-standin:bench"
 LEASE = "spark-eos-operator"
@@ -67,8 +69,8 @@ LEASE = "spark-eos-operator"
 class Run:
     """One N: its namespace, topics, kubelet, two operator replicas and measurements."""
 
-    def __init__(self, a, env: dict[str, str], n: int, work: Path):
-        self.a, self.env, self.n = a, env, n
+    def __init__(self, a, env: dict[str, str], n: int, work: Path, variant: str = ""):
+        self.a, self.env, self.n, self.variant = a, env, n, variant
         self.rid = uuid.uuid4().hex[:6]
         self.ns = f"eos-scale-{n}-{self.rid}"
         self.work = work / self.ns
@@ -81,7 +83,7 @@ class Run:
         self.ops: list[cluster.OperatorProcess] = []
         self.kubelet: ProcessKubelet | None = None
         self.rec: Recorder | None = None
-        self.res: dict = {"streams": n}
+        self.res: dict = {"streams": n, **({"variant": variant} if variant else {})}
 
     # -------------------------------------------------------------- set-up
     def start(self) -> None:
@@ -98,7 +100,8 @@ class Run:
             op = cluster.OperatorProcess(self.env["KUBECONFIG"], self.ns, self.work / f"operator-{i}.log",
                                          interval=d.interval, resolution_timeout=d.resolution_timeout,
                                          progress_interval=d.progress_interval, horizon_interval=d.horizon_interval,
-                                         metrics_port=free_port(), leader_election=True)
+                                         metrics_port=free_port(), leader_election=True,
+                                         extra_args=("--no-informers",) if self.variant == NO_INFORMERS else ())
             self.ops.append(op.start())
             if i == 0:
                 wait_until(lambda: self.leader() is op, "the first replica to take the Lease", 60)
@@ -309,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-gap", type=float, default=1.0, help="seconds between two bumps, and two crashes")
     ap.add_argument("--crashes", type=int, default=5)
     ap.add_argument("--start-timeout", type=float, default=1800.0)
+    ap.add_argument("--baseline-no-informers", action="store_true",
+                    help="first, the smallest count once more with the operator's --no-informers (a LIST/GET per "
+                         "reconcile pass, as before the watches): the baseline of the same run")
     report.add_results_args(ap, "scale")
     a = ap.parse_args(argv)
     if a.render:
@@ -328,9 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                  "runs": []}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=Stack().state) as tmp:
-        for n in [int(x) for x in a.streams.split(",") if x]:
-            say(f"{n} streams")
-            run = Run(a, env, n, Path(tmp))
+        counts = [int(x) for x in a.streams.split(",") if x]
+        plan = ([(counts[0], NO_INFORMERS)] if a.baseline_no_informers else []) + [(n, "") for n in counts]
+        for n, variant in plan:
+            say(f"{n} streams" + (f" ({variant})" if variant else ""))
+            run = Run(a, env, n, Path(tmp), variant)
             try:
                 res["runs"].append(run.measure())
             except Exception as exc:  # noqa: BLE001 - what stopped this N is a result too

@@ -41,8 +41,13 @@ def figures(run: dict) -> dict:
     }
 
 
+def label(run: dict) -> str:
+    """A run's column: its stream count, and the operator variant if it is not the product's default."""
+    return f"{run['streams']}" + (f", {run['variant']}" if run.get("variant") else "")
+
+
 def summarize(res: dict) -> None:
-    res["summary"] = {str(r["streams"]): figures(r) for r in res["runs"]}
+    res["summary"] = {label(r): figures(r) for r in res["runs"]}
 
 
 ROWS = [("startup: create → all Running with a batch, s", "startup_all_running_s"),
@@ -83,14 +88,15 @@ def markdown(res: dict) -> str:
         lines.append(f"| {label} | " + " | ".join(_cell(summ[n].get(key)) for n in ns) + " |")
     lines += ["", "Targets (issue 14, at 500 streams; here for the largest N run):", "",
               "| target | limit | measured | met |", "| --- | ---: | ---: | --- |"]
-    if ns:
-        big = summ[ns[-1]]
+    default = [n for n in ns if n.isdigit()]
+    if default:
+        big = summ[default[-1]]
         for key, limit in TARGETS.items():
             v = big.get(key)
             verdict = "not measured" if v is None else "yes" if v <= limit else f"no: {v - limit:.3g} over (x{v / limit:.2f})"
-            lines.append(f"| {key} ({ns[-1]} streams) | {limit:g} | {_cell(v)} | {verdict} |")
+            lines.append(f"| {key} ({default[-1]} streams) | {limit:g} | {_cell(v)} | {verdict} |")
     for r in res["runs"]:
-        lines += ["", f"## {r['streams']} streams", ""]
+        lines += ["", f"## {label(r)} streams", ""]
         if r.get("error"):
             lines += [f"**Stopped by:** `{r['error'][:1500]}`", ""]
         foreign = sorted({f for w in ("baseline", "steady") for f in (r.get(w) or {}).get("foreign_processes", [])})
@@ -114,7 +120,7 @@ def plot(res: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summ = res.get("summary") or {}
+    summ = {n: v for n, v in (res.get("summary") or {}).items() if n.isdigit()}   # the product's default only
     ns = [int(n) for n in summ]
     panels = [("first action, s", [("p50", "first_action_p50_s"), ("p99", "first_action_p99_s"),
                                    ("crash → restart Pod p50", "crash_restart_p50_s")], 1.0),

@@ -29,9 +29,10 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"seconds between periodic reconciles of each stream (default 5, or ${ENV_INTERVAL})")
     run.add_argument("--resolution-timeout", type=float, default=60.0,
                      help="seconds resolution may take before the start counts as failed (default 60)")
-    run.add_argument("--progress-interval", type=float, default=10.0,
+    run.add_argument("--progress-interval", type=float, default=15.0,
                      help="seconds between reads of a running stream's last committed batch from its ledger "
-                          "(default 10)")
+                          "(default 15; each new batch seen is one status write, the operator's main steady "
+                          "API traffic)")
     run.add_argument("--horizon-interval", type=float, default=30.0,
                      help="seconds between checks of a stream's replay horizon: its checkpointed source "
                           "positions versus what the source still retains (default 30)")

@@ -54,7 +54,7 @@ def snapshot_unfinished(status: Any, **_: Any) -> bool:
 class OperatorConfig:
     interval: float = 5.0             # seconds between periodic reconciles of each stream
     resolution_timeout: float = 60.0
-    progress_interval: float = 10.0   # seconds between reads of a stream's last committed batch
+    progress_interval: float = 15.0   # seconds between reads of a stream's last committed batch
     horizon_interval: float = 30.0    # seconds between replay-horizon checks of a stream
     metrics_port: int | None = None   # serve Prometheus metrics on this port (None: not at all)
     metrics_address: str = "0.0.0.0"

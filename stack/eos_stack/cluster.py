@@ -117,13 +117,14 @@ class OperatorProcess:
     def __init__(self, kubeconfig: str, namespace: str, log_path: Path, *, liveness_port: int | None = None,
                  interval: float = 1, resolution_timeout: float = 30, progress_interval: float = 2,
                  horizon_interval: float = 2, metrics_port: int | None = None, leader_election: bool = False,
-                 **switches: str):
+                 extra_args: tuple[str, ...] = (), **switches: str):
         self.kubeconfig, self.namespace, self.log_path, self.switches = kubeconfig, namespace, log_path, switches
         self.leader_election = leader_election   # a Lease in the watched namespace; identity <host>-<pid>
         self.liveness_port = liveness_port
         self.interval, self.resolution_timeout, self.progress_interval = (interval, resolution_timeout,
                                                                           progress_interval)
         self.horizon_interval, self.metrics_port = horizon_interval, metrics_port
+        self.extra_args = tuple(extra_args)   # further `run` options (e.g. --no-informers)
         self.proc: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
@@ -137,7 +138,8 @@ class OperatorProcess:
                 *(["--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz"] if self.liveness_port else []),
                 *(["--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"]
                   if self.metrics_port else []),
-                *(["--leader-election", "--leader-election-namespace", self.namespace] if self.leader_election else [])]
+                *(["--leader-election", "--leader-election-namespace", self.namespace] if self.leader_election else []),
+                *self.extra_args]
 
     @property
     def identity(self) -> str:
