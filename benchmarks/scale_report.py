@@ -41,13 +41,13 @@ def figures(run: dict) -> dict:
     }
 
 
-def label(run: dict) -> str:
+def run_label(run: dict) -> str:
     """A run's column: its stream count, and the operator variant if it is not the product's default."""
-    return f"{run['streams']}" + (f", {run['variant']}" if run.get("variant") else "")
+    return f"{run['streams']} streams" + (f", {run['variant']}" if run.get("variant") else "")
 
 
 def summarize(res: dict) -> None:
-    res["summary"] = {label(r): figures(r) for r in res["runs"]}
+    res["summary"] = {run_label(r): figures(r) for r in res["runs"]}
 
 
 ROWS = [("startup: create → all Running with a batch, s", "startup_all_running_s"),
@@ -82,21 +82,21 @@ def markdown(res: dict) -> str:
              "Kafka, resolution. Stood in: Spark (the process kubelet's driver stand-in, one batch every "
              f"{res['settings']['batch_seconds']:g} s, {res['settings']['parallelism']} slot(s) per stream). "
              "One run per stream count.", "",
-             "| figure | " + " | ".join(f"{n} streams" for n in ns) + " |",
+             "| figure | " + " | ".join(ns) + " |",
              "| --- | " + " | ".join("---:" for _ in ns) + " |"]
     for label, key in ROWS:
         lines.append(f"| {label} | " + " | ".join(_cell(summ[n].get(key)) for n in ns) + " |")
     lines += ["", "Targets (issue 14, at 500 streams; here for the largest N run):", "",
               "| target | limit | measured | met |", "| --- | ---: | ---: | --- |"]
-    default = [n for n in ns if n.isdigit()]
+    default = [run_label(r) for r in res["runs"] if not r.get("variant")]
     if default:
         big = summ[default[-1]]
         for key, limit in TARGETS.items():
             v = big.get(key)
             verdict = "not measured" if v is None else "yes" if v <= limit else f"no: {v - limit:.3g} over (x{v / limit:.2f})"
-            lines.append(f"| {key} ({default[-1]} streams) | {limit:g} | {_cell(v)} | {verdict} |")
+            lines.append(f"| {key} ({default[-1]}) | {limit:g} | {_cell(v)} | {verdict} |")
     for r in res["runs"]:
-        lines += ["", f"## {label(r)} streams", ""]
+        lines += ["", f"## {run_label(r)}", ""]
         if r.get("error"):
             lines += [f"**Stopped by:** `{r['error'][:1500]}`", ""]
         foreign = sorted({f for w in ("baseline", "steady") for f in (r.get(w) or {}).get("foreign_processes", [])})
@@ -120,8 +120,9 @@ def plot(res: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summ = {n: v for n, v in (res.get("summary") or {}).items() if n.isdigit()}   # the product's default only
-    ns = [int(n) for n in summ]
+    runs = [r for r in res["runs"] if not r.get("variant")]   # the product's default only
+    summ = {r["streams"]: (res.get("summary") or {}).get(run_label(r), {}) for r in runs}
+    ns = list(summ)
     panels = [("first action, s", [("p50", "first_action_p50_s"), ("p99", "first_action_p99_s"),
                                    ("crash → restart Pod p50", "crash_restart_p50_s")], 1.0),
               ("API requests /s per stream", [("operator", "api_per_stream_per_s"),
@@ -133,7 +134,7 @@ def plot(res: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, 3, figsize=(14, 8))
     for ax, (title, series, target) in zip(axes.flat, panels):
         for label, key in series:
-            pts = [(n, summ[str(n)].get(key)) for n in ns if summ[str(n)].get(key) is not None]
+            pts = [(n, summ[n].get(key)) for n in ns if summ[n].get(key) is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         if target is not None:
