@@ -180,9 +180,13 @@ def _observe(config: RunConfig, record, admin, sec: dict[str, str], timeout_s: f
     from confluent_kafka.admin import OffsetSpec
 
     src = config.spec.source
-    meta = admin.list_topics(timeout=timeout_s)
-    tps = [TopicPartition(t, p) for t in src.topics if t in meta.topics and meta.topics[t].error is None
-           for p in sorted(meta.topics[t].partitions)]
+    tps = []
+    for t in src.topics:
+        # The source topics' metadata only: the whole cluster's (every stream's sink and ledger topics) would be
+        # fetched and parsed for each check, a cost that grows with the number of streams.
+        info = admin.list_topics(topic=t, timeout=timeout_s).topics.get(t)
+        if info is not None and info.error is None:
+            tps += [TopicPartition(t, p) for p in sorted(info.partitions)]
     if not tps:
         return None
 
