@@ -19,9 +19,10 @@ def pct(values: list[float], q: float) -> float | None:
 
 def per_stream(run: dict, key: str) -> float | None:
     steady, base = run.get("steady") or {}, run.get("baseline") or {}
-    if key not in steady or key not in base:
+    if key not in steady:
         return None
-    return round((steady[key] - base[key]) / run["streams"], 4)
+    # A counter missing from the baseline had counted nothing yet (the operator exports it at its first request).
+    return round((steady[key] - base.get(key, 0.0)) / run["streams"], 4)
 
 
 def figures(run: dict) -> dict:

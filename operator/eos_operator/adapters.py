@@ -211,8 +211,9 @@ class _ThrottledRead:
     """A blocking Kafka read, run in a worker thread at most every ``interval`` seconds per stream, off the
     reconcile's path.
 
-    The first read of a stream is awaited (bounded by ``timeout``); after that a reconcile gets the last answer
-    at once and, when it is due, starts the next read in the background, so a reconcile (and a spec change
+    The first read of a stream is awaited for at most ``first_wait`` seconds (after an operator start every
+    stream's first read queues in the cluster's pool); after that a reconcile gets the last answer at once and,
+    when it is due, starts the next read in the background, so a reconcile (and a spec change
     waiting for the stream's lock behind it) never waits on Kafka: answers are at most one read behind. When
     a read fails the last answer stands (None until there is one): the reads are informative, never an error of
     the reconcile. A failure is logged at WARNING the first time in a row, then at DEBUG, and counted by
@@ -221,8 +222,8 @@ class _ThrottledRead:
 
     def __init__(self, what: str, interval: float, timeout: float,
                  failed: Callable[[BaseException], None] | None = None, *, pools: Pools | None = None,
-                 purpose: str = "progress"):
-        self.what, self.interval, self.timeout = what, interval, timeout
+                 purpose: str = "progress", first_wait: float = 1.0):
+        self.what, self.interval, self.timeout, self.first_wait = what, interval, timeout, first_wait
         self.failed = failed
         self.pools, self.purpose = pools or Pools(), purpose
         self._cache: dict[str, tuple[float, Any]] = {}
@@ -236,8 +237,8 @@ class _ThrottledRead:
         if (cached is None or now - cached[0] >= self.interval) and key not in self._reading:
             task = asyncio.ensure_future(self._read(key, read, cluster, now))
             self._reading[key] = task
-            if cached is None:
-                await asyncio.shield(task)   # the first answer (bounded by the read's own timeout)
+            if cached is None:   # the first answer, if it comes soon (an operator start reads every stream at once)
+                await asyncio.wait({task}, timeout=self.first_wait)
         cached = self._cache.get(key)
         return cached[1] if cached is not None else None
 

@@ -247,8 +247,13 @@ def test_a_ledger_read_the_job_runtime_answers_with_none_is_counted(monkeypatch)
     monkeypatch.setattr(resolution, "ledger_consumer", lambda *_, **__: _DownConsumer())
     m = OperatorMetrics()
     progress = LedgerProgress(min_interval=0, horizon_interval=0, timeout_s=1, metrics=m)
-    assert asyncio.run(progress.ledger_tip(config("a"))) is None
-    assert asyncio.run(progress.replay_horizon(config("a"))) is None
+
+    async def both():
+        answers = (await progress.ledger_tip(config("a")), await progress.replay_horizon(config("a")))
+        while progress._tip._reading or progress._horizon._reading:   # the reads past the first wait end
+            await asyncio.sleep(0.05)
+        return answers
+    assert asyncio.run(both()) == (None, None)
     assert (kafka_errors(m, "ledger-read"), kafka_errors(m, "replay-horizon"), kafka_errors(m, "resolve")) == (1, 1, 0)
 
 

@@ -90,3 +90,24 @@ def test_forgetting_a_stream_drops_its_read_in_flight():
         return dict(t._cache), dict(t._reading)
 
     assert asyncio.run(scenario()) == ({}, {})
+
+
+def test_the_first_read_is_awaited_only_briefly():
+    import threading
+    import time
+
+    release = threading.Event()
+
+    async def scenario():
+        t = _ThrottledRead("thing", interval=0.0, timeout=10, first_wait=0.2)
+        a = config("a")
+        t0 = time.monotonic()
+        first = await t(a, lambda: (release.wait(5), "slow")[1], "k")   # a queue of first reads at a start
+        waited = time.monotonic() - t0
+        release.set()
+        while t._reading:
+            await asyncio.sleep(0.01)
+        return first, waited, await t(a, lambda: "next", "k")
+
+    first, waited, later = asyncio.run(scenario())
+    assert first is None and waited < 1.0 and later == "slow"
