@@ -23,6 +23,7 @@ class Recorder:
         self.status: dict[str, dict] = {}
         self.stream_events: dict[str, list[tuple[float, int | None]]] = {}   # (time, status.observedGeneration)
         self.pod_events: dict[str, list[tuple[float, str, str, bool]]] = {}  # (time, type, pod, deleting)
+        self.versions: dict[str, str | None] = {}   # where each watch resumes
         for target in (self._streams, self._pods):
             threading.Thread(target=self._loop, args=(target,), daemon=True, name=target.__name__).start()
 
@@ -56,14 +57,13 @@ class Recorder:
                 self.halt.wait(0.5)
 
     def _streams(self) -> None:
-        listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)
-        for obj in listed["items"]:
-            self._stream("ADDED", obj)
-        for ev in watch.Watch().stream(self.custom.list_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL,
-                                       resource_version=listed["metadata"]["resourceVersion"], timeout_seconds=60):
-            self._stream(ev["type"], ev["object"])
-            if self.halt.is_set():
-                return
+        def listed() -> str:
+            items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)
+            for obj in items["items"]:
+                self._stream("ADDED", obj)
+            return items["metadata"]["resourceVersion"]
+        self._watch("streams", listed, self.custom.list_namespaced_custom_object, (GROUP, VERSION, self.ns, PLURAL),
+                    lambda kind, obj: self._stream(kind, obj))
 
     def _stream(self, kind: str, obj: dict) -> None:
         now, name, status = time.time(), obj["metadata"]["name"], obj.get("status") or {}
@@ -74,17 +74,44 @@ class Recorder:
                 events.append((now, status.get("observedGeneration")))
 
     def _pods(self) -> None:
-        listed = self.core.list_namespaced_pod(self.ns)
-        for ev in watch.Watch().stream(self.core.list_namespaced_pod, self.ns,
-                                       resource_version=listed.metadata.resource_version, timeout_seconds=60):
-            pod = ev["object"]
-            stream = (pod.metadata.labels or {}).get(LABEL_STREAM)
-            if stream:
-                with self.lock:
-                    self.pod_events.setdefault(stream, []).append(
-                        (time.time(), ev["type"], pod.metadata.name, pod.metadata.deletion_timestamp is not None))
-            if self.halt.is_set():
+        def listed() -> str:
+            items = self.core.list_namespaced_pod(self.ns)
+            for pod in items.items:   # after an expired watch: Pods it had not reported count as added now
+                self._pod("ADDED", pod, only_new=True)
+            return items.metadata.resource_version
+        self._watch("pods", listed, self.core.list_namespaced_pod, (self.ns,), self._pod)
+
+    def _pod(self, kind: str, pod, only_new: bool = False) -> None:
+        stream = (pod.metadata.labels or {}).get(LABEL_STREAM)
+        if not stream:
+            return
+        with self.lock:
+            events = self.pod_events.setdefault(stream, [])
+            if only_new and any(p == pod.metadata.name for _, _, p, _ in events):
                 return
+            events.append((time.time(), kind, pod.metadata.name, pod.metadata.deletion_timestamp is not None))
+
+    def _watch(self, what: str, listed, func, args: tuple, handle) -> None:
+        """Watch from where the last watch ended (a watch the server closes every 60 s must not lose what
+        happened in between); list again only when that version expired (410)."""
+        if self.versions.get(what) is None:
+            self.versions[what] = listed()
+        w = watch.Watch()
+        try:
+            for ev in w.stream(func, *args, resource_version=self.versions[what], timeout_seconds=60):
+                obj = ev["object"]
+                if ev["type"] == "ERROR":
+                    self.versions[what] = None
+                    return
+                handle(ev["type"], obj)
+                meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
+                self.versions[what] = meta["resourceVersion"] if isinstance(meta, dict) else meta.resource_version
+                if self.halt.is_set():
+                    return
+        except client.ApiException as exc:
+            if exc.status == 410:
+                self.versions[what] = None
+            raise
 
 
 def scrape(text: str, metric: str) -> list[tuple[dict, float]]:
