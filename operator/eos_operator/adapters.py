@@ -249,8 +249,9 @@ class _ThrottledRead:
         except asyncio.CancelledError:
             raise   # forgotten meanwhile: nothing to keep
         except Exception as exc:  # noqa: BLE001 - see the class docstring
+            why = str(exc) or f"{type(exc).__name__} after {self.timeout:g} s (reads of its cluster queue in its pool)"
             log.log(logging.DEBUG if key in self._failing else logging.WARNING,
-                    "cannot read the %s of %s (is Kafka reachable?): %s", self.what, key, exc)
+                    "cannot read the %s of %s (is Kafka reachable?): %s", self.what, key, why)
             if self.failed is not None:
                 self.failed(exc)
             self._failing.add(key)
