@@ -7,7 +7,7 @@ export EOS_CACHE ?= $(HOME)/.cache/eos
 export PIP_CACHE_DIR ?= $(EOS_CACHE)/pip
 export PYTHONPATH := $(CURDIR)/stack:$(CURDIR)
 
-.PHONY: venv stack-up stack-down stack-status image image-test test test-unit demo soak bench bench-upgrade bench-executors bench-fencing bench-scale crds clean
+.PHONY: venv stack-up stack-down stack-status image image-test test test-unit demo soak bench bench-upgrade bench-recovery bench-executors bench-fencing bench-scale crds clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install python3.11 (or set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -75,6 +75,14 @@ bench-upgrade: venv
 	$(PY) -m eos_stack up
 	$(PY) benchmarks/upgrade_gap.py --rounds $${ROUNDS:-2}
 
+# Recovery from a driver SIGKILL to the first new committed output, in parts (detection, restart wait, resolution,
+# Pod start, Python and JVM start, first batch), through the operator; VARIANT='spark.k=v' tries a job.sparkConf
+# entry in the same run (results in benchmarks/results/).
+bench-recovery: venv
+	$(PY) -m eos_stack up
+	PYTHONPATH=$(CURDIR)/stack:$(CURDIR):$(CURDIR)/jobs:$(CURDIR)/operator $(PY) benchmarks/recovery.py \
+	  --rounds $${ROUNDS:-5} $${VARIANT:+--variant "$$VARIANT"}
+
 # The exactly-once sink job in Spark local mode vs deployMode cluster with 2 executor Pods, same input,
 # through the operator and the process kubelet (results in benchmarks/results/).
 bench-executors: venv
@@ -93,7 +101,7 @@ bench-fencing: venv
 bench-scale: venv
 	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[test,bench]'
 	$(PY) -m eos_stack up
-	PYTHONPATH=$(CURDIR)/stack:$(CURDIR):$(CURDIR)/jobs:$(CURDIR)/operator $(PY) benchmarks/scale.py --streams $${STREAMS:-50,200,500}
+	PYTHONPATH=$(CURDIR)/stack:$(CURDIR):$(CURDIR)/jobs:$(CURDIR)/operator $(PY) benchmarks/scale.py --streams $${STREAMS:-50,200,500} --baseline-no-informers
 
 clean:
 	rm -rf $(VENV) .pytest_cache
