@@ -36,7 +36,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,8 +49,8 @@ from confluent_kafka import OFFSET_END, TopicPartition  # noqa: E402
 
 from eos_job.ledger import ledger_consumer  # noqa: E402
 from benchmarks.report import add_findings, add_results_args, machine_info, render, say, tail  # noqa: E402
-from eos_stack.cluster import RESTRICTED, Kubectl, wait_until  # noqa: E402
-from eos_stack.common import Stack  # noqa: E402
+from eos_stack.cluster import wait_until  # noqa: E402
+from benchmarks.upgrade_gap import bench_namespace  # noqa: E402
 from tests.e2e.streams import NAME, finish_exact, rig  # noqa: E402
 
 # (part, from mark, to mark, what it is), in the order they happen.
@@ -398,17 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or REPO / "benchmarks" / "results" / f"{time.strftime('%Y-%m-%d')}-recovery.md")
     if args.render:
         return render(args.render, args.findings, markdown, recompute)
-    env = Stack().read_env()
-    if not env.get("KUBECONFIG"):
+    bench = bench_namespace()
+    if bench is None:
         print("the local stack is not up: run `make stack-up` first", file=sys.stderr)
         return 2
-    os.environ.update(env)
-    kubectl = Kubectl(env)
-    kubectl.apply_crds()
-    namespace = f"eos-bench-{uuid.uuid4().hex[:6]}"
-    kubectl.run("create", "namespace", namespace)
-    kubectl.run("label", "namespace", namespace, *RESTRICTED)
-    workdir = Stack().dir("bench", namespace)   # the stack's state folder: writable for the Pods
+    env, kubectl, namespace, workdir = bench
     variant = settings_arg(args.variant)
     res: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": machine_info(),
                            "command": f"python benchmarks/recovery.py --rounds {args.rounds}"

@@ -43,25 +43,34 @@ def longest_pause(timestamps: list[float], start: float, end: float) -> float:
     return max((b - a for a, b in zip(inside, inside[1:])), default=float("nan"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=2, help="restarts and upgrades each (alternating)")
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / f"{time.strftime('%Y-%m-%d')}-upgrade-gap.md"))
-    args = ap.parse_args(argv)
+def bench_namespace() -> tuple[dict, Kubectl, str, Path] | None:
+    """The running stack's environment (also put in os.environ), its kubectl with the CRDs applied, a fresh
+    namespace enforcing restricted Pod Security, and a work folder under the stack's state folder: the process
+    kubelet keeps only that (the node's disks) writable for Pods whose root filesystem is read-only, as every Pod
+    of the operator's is. None when the stack is not up. Shared by the benchmarks that run streams."""
+    import os
     env = Stack().read_env()
     if not env.get("KUBECONFIG"):
-        print("the local stack is not up: run `make stack-up` first", file=sys.stderr)
-        return 2
-    import os
+        return None
     os.environ.update(env)
     kubectl = Kubectl(env)
     kubectl.apply_crds()
     namespace = f"eos-bench-{uuid.uuid4().hex[:6]}"
     kubectl.run("create", "namespace", namespace)
     kubectl.run("label", "namespace", namespace, *RESTRICTED)
-    # Under the stack's state folder: the process kubelet keeps only that (the node's disks) writable for Pods
-    # whose root filesystem is read-only, as every Pod of the operator's is.
-    workdir = Stack().dir("bench", namespace)
+    return env, kubectl, namespace, Stack().dir("bench", namespace)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2, help="restarts and upgrades each (alternating)")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / f"{time.strftime('%Y-%m-%d')}-upgrade-gap.md"))
+    args = ap.parse_args(argv)
+    bench = bench_namespace()
+    if bench is None:
+        print("the local stack is not up: run `make stack-up` first", file=sys.stderr)
+        return 2
+    env, kubectl, namespace, workdir = bench
     results: dict[str, list[float]] = {"restart": [], "upgrade": []}
     try:
         with rig(env, kubectl, namespace, workdir) as r:
