@@ -47,7 +47,7 @@ class FreshClients:
         yield AdminClient(conf)
 
 
-def _key(conf: dict[str, str], kind: dict | None) -> str:
+def settings_key(conf: dict[str, str], kind: dict | None) -> str:
     return hashlib.sha256(json.dumps([sorted(conf.items()), sorted((kind or {}).items())]).encode()).hexdigest()
 
 
@@ -61,7 +61,7 @@ class SharedClients:
 
     @contextlib.contextmanager
     def consumer(self, conf: dict[str, str], kind: dict) -> Iterator[Consumer]:
-        key = _key(conf, kind)
+        key = settings_key(conf, kind)
         with self._lock:
             idle = self._idle.get(key) or []
             c = idle.pop()[0] if idle else None
@@ -92,7 +92,7 @@ class SharedClients:
 
     @contextlib.contextmanager
     def admin(self, conf: dict[str, str]) -> Iterator[AdminClient]:
-        key = _key(conf, None)
+        key = settings_key(conf, None)
         with self._lock:
             held = self._admins.get(key)
             if held is None:

@@ -27,6 +27,7 @@ from confluent_kafka import TopicPartition
 from .clients import FRESH, SOURCE, FreshClients, SharedClients
 from .kafka_security import KafkaSecrets
 from .ledger import base_config, list_offsets, source_security
+from .protocol import BatchCompleteRecord
 from .resolution import last_batch_record
 from .spec import RunConfig
 from .status import MAX_LAG_PARTITIONS, PartitionLag, ReplayHorizon
@@ -138,24 +139,38 @@ def _retention(admin, topics: list[str], timeout_s: float) -> dict[str, int | No
     return out
 
 
-def _oldest_timestamps(bootstrap: str, wanted: dict[tuple[str, int], int], timeout_s: float,
-                       sec: dict[str, str], clients: FreshClients | SharedClients = FRESH) -> dict:
-    """The timestamp (ms) of the record at each wanted (topic, partition) -> offset."""
-    if not wanted:
-        return {}
-    found: dict[tuple[str, int], int] = {}
-    with clients.consumer(base_config(bootstrap, sec), SOURCE) as consumer:
-        consumer.assign([TopicPartition(t, p, o) for (t, p), o in wanted.items()])
-        deadline = time.monotonic() + timeout_s
-        while len(found) < len(wanted) and time.monotonic() < deadline:
-            msg = consumer.poll(min(1.0, max(0.01, deadline - time.monotonic())))
-            if msg is None or msg.error():
-                continue
-            key = (msg.topic(), msg.partition())
-            if key in wanted and key not in found:
-                found[key] = msg.timestamp()[1]
-                consumer.pause([TopicPartition(*key)])
+def _oldest_timestamps(conf: dict[str, str], wanted: set[tuple[str, int, int]], timeout_s: float,
+                       clients: FreshClients | SharedClients = FRESH) -> dict[tuple[str, int, int], int]:
+    """The timestamp (ms) of the record at each wanted (topic, partition, offset): one consumer, each partition
+    assigned once per round (streams behind on the same partition at different offsets take several rounds)."""
+    found: dict[tuple[str, int, int], int] = {}
+    rounds: list[dict[tuple[str, int], int]] = []
+    for t, p, o in sorted(wanted):
+        free = next((r for r in rounds if (t, p) not in r), None)
+        if free is None:
+            rounds.append(free := {})
+        free[(t, p)] = o
+    if not rounds:
         return found
+    deadline = time.monotonic() + timeout_s
+    with clients.consumer(conf, SOURCE) as consumer:
+        for at in rounds:
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in at.items()])
+            left = set(at)
+            while left and time.monotonic() < deadline:
+                msg = consumer.poll(min(1.0, max(0.01, deadline - time.monotonic())))
+                if msg is None or msg.error():
+                    continue
+                key = (msg.topic(), msg.partition())
+                if key in left:
+                    left.discard(key)
+                    found[(*key, at[key])] = msg.timestamp()[1]
+                    consumer.pause([TopicPartition(*key)])
+            assigned = consumer.assignment()
+            if assigned:
+                consumer.resume(assigned)   # a pause outlives unassign() in librdkafka
+            consumer.unassign()
+    return found
 
 
 def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = None,
@@ -164,41 +179,67 @@ def observe(config: RunConfig, *, timeout_s: float = 10.0, now: float | None = N
             clients: FreshClients | SharedClients = FRESH) -> ReplayHorizon | None:
     """The stream's replay horizon now; None when no batch with source positions is in the ledger yet.
     ``kafka``: Secret values of both ends' security (the operator's); else the environment's. ``on_error``
-    sees a ledger read that failed (answered None; see last_batch_record); other failures raise.
-    ``clients``: the operator's, shared per cluster (eos_job.clients)."""
+    sees a ledger read that failed (answered None; see last_batch_record); other failures raise."""
     record = last_batch_record(config, timeout_s=timeout_s, kafka=kafka, on_error=on_error, clients=clients)
-    if record is None or not record.source_offsets:
-        return None
     src = config.spec.source
-    sec = source_security(src, (kafka or {}).get("source"))
-    with clients.admin(base_config(src.bootstrap_servers, sec)) as admin:
-        return _observe(config, record, admin, sec, timeout_s, now, clients)
+    conf = base_config(src.bootstrap_servers, source_security(src, (kafka or {}).get("source")))
+    answer = observe_many(conf, {"stream": (config, record)}, timeout_s=timeout_s, now=now, clients=clients)["stream"]
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
 
 
-def _observe(config: RunConfig, record, admin, sec: dict[str, str], timeout_s: float, now: float | None,
-             clients: FreshClients | SharedClients) -> ReplayHorizon | None:
+def observe_many(conf: dict[str, str], streams: Mapping[str, tuple[RunConfig, BatchCompleteRecord | None]], *,
+                 timeout_s: float = 10.0, now: float | None = None,
+                 clients: FreshClients | SharedClients = FRESH) -> dict[str, ReplayHorizon | None | Exception]:
+    """The replay horizons of streams whose source is one cluster (``conf``: its client settings, credentials
+    included), each from the ledger's last batch-complete record given with it (None: no batch yet, so no
+    horizon). The source topics' partitions, earliest and latest offsets and retention are read once for all of
+    them (the operator's horizon checks, batched per cluster); a failed read is every stream's answer."""
+    out: dict[str, ReplayHorizon | None | Exception] = {
+        key: None for key, (_, record) in streams.items() if record is None or not record.source_offsets}
+    todo = {key: item for key, item in streams.items() if key not in out}
+    if not todo:
+        return out
+    try:
+        with clients.admin(conf) as admin:
+            cluster = _read_cluster(admin, sorted({t for cfg, _ in todo.values() for t in cfg.spec.source.topics}),
+                                    timeout_s)
+        earliest, latest, retention = cluster
+        positions = {key: {(t, int(p)): o for t, parts in record.source_offsets.items() for p, o in parts.items()}
+                     for key, (_, record) in todo.items()}
+        behind = {key: {k: o for k, o in pos.items()
+                        if k in latest and latest[k] > o >= earliest[k] and retention.get(k[0]) is not None}
+                  for key, pos in positions.items()}
+        stamps = _oldest_timestamps(conf, {(t, p, o) for b in behind.values() for (t, p), o in b.items()},
+                                    timeout_s, clients)
+    except Exception as exc:  # noqa: BLE001 - the cluster's answer for each of its streams
+        return {**out, **{key: exc for key in todo}}
+    at = time.time() if now is None else now
+    for key, (config, record) in todo.items():
+        topics = set(config.spec.source.topics)
+        views = [PartitionView(topic=t, partition=p, earliest=earliest[(t, p)], latest=latest[(t, p)],
+                               checkpointed=positions[key].get((t, p)),
+                               oldest_unprocessed_ms=stamps.get((t, p, positions[key].get((t, p)))),
+                               retention_ms=retention.get(t)) for t, p in sorted(earliest) if t in topics]
+        out[key] = assess(record.batch, views, at,
+                          warn_seconds=config.spec.source.replay_horizon_warning_seconds) if views else None
+    return out
+
+
+def _read_cluster(admin, topics: list[str], timeout_s: float):
+    """Earliest and latest offsets of every partition of ``topics``, and their retention."""
     from confluent_kafka.admin import OffsetSpec
 
-    src = config.spec.source
     tps = []
-    for t in src.topics:
+    for t in topics:
         # The source topics' metadata only: the whole cluster's (every stream's sink and ledger topics) would be
         # fetched and parsed for each check, a cost that grows with the number of streams.
         info = admin.list_topics(topic=t, timeout=timeout_s).topics.get(t)
         if info is not None and info.error is None:
             tps += [TopicPartition(t, p) for p in sorted(info.partitions)]
     if not tps:
-        return None
-
+        return {}, {}, {}
     earliest = list_offsets(admin, tps, OffsetSpec.earliest(), timeout_s)
     latest = list_offsets(admin, tps, OffsetSpec.latest(), timeout_s)
-    retention = _retention(admin, sorted({tp.topic for tp in tps}), timeout_s)
-    positions = {(t, int(p)): o for t, parts in record.source_offsets.items() for p, o in parts.items()}
-    behind = {k: o for k, o in positions.items()
-              if k in latest and latest[k] > o >= earliest[k] and retention.get(k[0]) is not None}
-    stamps = _oldest_timestamps(src.bootstrap_servers, behind, timeout_s, sec, clients)
-    views = [PartitionView(topic=t, partition=p, earliest=earliest[(t, p)], latest=latest[(t, p)],
-                           checkpointed=positions.get((t, p)), oldest_unprocessed_ms=stamps.get((t, p)),
-                           retention_ms=retention.get(t)) for t, p in sorted(earliest)]
-    return assess(record.batch, views, time.time() if now is None else now,
-                  warn_seconds=src.replay_horizon_warning_seconds)
+    return earliest, latest, _retention(admin, sorted({tp.topic for tp in tps}), timeout_s)

@@ -28,7 +28,8 @@ import kopf
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 from eos_job.snapshot_resource import SNAPSHOT_PLURAL
 
-from .adapters import JobResolver, KubernetesApi, LedgerProgress, StoreReader, SystemClock
+from .adapters import JobResolver, KubernetesApi, StoreReader, SystemClock
+from .progress import LedgerProgress
 from .informer import WatchedKube
 from .loop import serialized
 from .metrics import StreamMetrics

@@ -15,8 +15,8 @@ import eos_job.resolution as resolution
 from eos_job.ledger import SinkUnavailable
 from eos_stack.common import free_port
 from eos_operator import handlers
-from eos_operator.adapters import (JobResolver, KubeError, KubernetesApi, LedgerProgress, StoreUnreadable,
-                                   _ThrottledRead, kafka_failure)
+from eos_operator.adapters import JobResolver, KubeError, KubernetesApi, StoreUnreadable, kafka_failure
+from eos_operator.progress import LedgerProgress, _ThrottledRead
 from eos_operator.handlers import OperatorConfig, build_registry, default_deps
 from eos_operator.kube_api import Conflict, verb_and_resource
 from eos_operator.loop import serialized
@@ -234,17 +234,12 @@ def test_a_failed_resolution_is_counted_when_kafka_failed(monkeypatch):
         assert kafka_errors(m, "resolve") == counted
 
 
-class _DownConsumer:
-    def get_watermark_offsets(self, *_, **__):
-        raise broker_down()
+def test_failed_ledger_and_horizon_reads_are_counted(monkeypatch):
+    # The batched tip read answers this stream's ledger with the broker's error; the horizon, which starts from
+    # the tip, fails with it. Each is counted once under its own operation.
+    from eos_job import tips
 
-    def close(self) -> None:
-        pass
-
-
-def test_a_ledger_read_the_job_runtime_answers_with_none_is_counted(monkeypatch):
-    # last_batch_record swallows the broker's error (None: "no batch yet"); the operator still counts it.
-    monkeypatch.setattr(resolution, "ledger_consumer", lambda *_, **__: _DownConsumer())
+    monkeypatch.setattr(tips, "read_tips", lambda conf, topics, known, **_: {t: broker_down() for t in topics})
     m = OperatorMetrics()
     progress = LedgerProgress(min_interval=0, horizon_interval=0, timeout_s=1, metrics=m)
 
@@ -261,7 +256,6 @@ def test_a_throttled_read_that_times_out_or_raises_is_counted():
     import time
     m = OperatorMetrics()
     progress = LedgerProgress(metrics=m)
-    slow = _ThrottledRead("thing", interval=0, timeout=0.05, failed=progress._tip_failed)
 
     def stuck():
         time.sleep(0.3)
@@ -272,8 +266,9 @@ def test_a_throttled_read_that_times_out_or_raises_is_counted():
     def bug():
         raise TypeError("not Kafka")
 
-    for read in (stuck, broken, bug):
-        assert asyncio.run(slow(config("a"), read, "k")) is None
+    for read in (stuck, broken, bug):   # each a stream's first read, which the reconcile awaits
+        slow = _ThrottledRead("thing", interval=0, timeout=0.05, failed=progress._tip_failed)
+        assert asyncio.run(slow(config("a"), lambda: asyncio.to_thread(read))) is None
     assert kafka_errors(m, "ledger-read") == 2
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from eos_job.spec import RunConfig, StreamIdentity
-from eos_operator.adapters import _ThrottledRead
+from eos_operator.progress import _ThrottledRead
 
 from .test_planner import spec
 
@@ -15,8 +15,13 @@ def config(name: str) -> RunConfig:
                      spec=spec(), checkpoint_dir="/tmp/ckpt")
 
 
+async def call(t: _ThrottledRead, cfg: RunConfig, fn):
+    """A reconcile's read of ``fn`` (blocking, as a Kafka read is) through ``t``."""
+    return await t(cfg, lambda: asyncio.to_thread(fn))
+
+
 def test_reads_are_throttled_per_stream_and_failures_keep_the_last_answer():
-    answers = iter([1, 2, RuntimeError("broker down"), 4])
+    answers = iter([1, 2, RuntimeError("broker down"), 4, 5])
 
     def read():
         a = next(answers)
@@ -26,7 +31,7 @@ def test_reads_are_throttled_per_stream_and_failures_keep_the_last_answer():
 
     async def settled(t, cfg, fn):
         """One reconcile's read, then the background read it started runs to its end."""
-        got = await t(cfg, fn, "k")
+        got = await call(t, cfg, fn)
         while t._reading:
             await asyncio.sleep(0.01)
         return got
@@ -38,7 +43,7 @@ def test_reads_are_throttled_per_stream_and_failures_keep_the_last_answer():
         # The first read is awaited; each later call answers at once with the last value and reads the next in
         # the background (at most one read behind); a failed read keeps the last answer.
         got = [await settled(t, a, read) for _ in range(5)]
-        cached = [await slow(a, lambda: "x", "k"), await slow(a, lambda: "y", "k"), await slow(b, lambda: "z", "k")]
+        cached = [await call(slow, a, lambda: "x"), await call(slow, a, lambda: "y"), await call(slow, b, lambda: "z")]
         return got, cached
 
     got, cached = asyncio.run(scenario())
@@ -59,15 +64,15 @@ def test_a_slow_read_never_holds_a_reconcile_after_the_first_answer():
     async def scenario():
         t = _ThrottledRead("thing", interval=0.0, timeout=10)
         a = config("a")
-        first = await t(a, lambda: "first", "k")
+        first = await call(t, a, lambda: "first")
         t0 = time.monotonic()
-        second = await t(a, slow_read, "k")          # starts the slow read, answers at once
-        third = await t(a, lambda: "never", "k")     # that read still runs: no second one piles up
+        second = await call(t, a, slow_read)          # starts the slow read, answers at once
+        third = await call(t, a, lambda: "never")     # that read still runs: no second one piles up
         waited = time.monotonic() - t0
         release.set()
         while t._reading:
             await asyncio.sleep(0.01)
-        return first, second, third, waited, await t(a, lambda: "next", "k")
+        return first, second, third, waited, await call(t, a, lambda: "next")
 
     first, second, third, waited, fourth = asyncio.run(scenario())
     assert (first, second, third, fourth) == ("first", "first", "first", "late")
@@ -82,8 +87,8 @@ def test_forgetting_a_stream_drops_its_read_in_flight():
     async def scenario():
         t = _ThrottledRead("thing", interval=0.0, timeout=10)
         a = config("a")
-        await t(a, lambda: 1, "k")
-        await t(a, lambda: release.wait(5) or 2, "k")
+        await call(t, a, lambda: 1)
+        await call(t, a, lambda: release.wait(5) or 2)
         t.forget("default", "a")
         release.set()
         await asyncio.sleep(0.2)
@@ -102,12 +107,77 @@ def test_the_first_read_is_awaited_only_briefly():
         t = _ThrottledRead("thing", interval=0.0, timeout=10, first_wait=0.2)
         a = config("a")
         t0 = time.monotonic()
-        first = await t(a, lambda: (release.wait(5), "slow")[1], "k")   # a queue of first reads at a start
+        first = await call(t, a, lambda: (release.wait(5), "slow")[1])   # a queue of first reads at a start
         waited = time.monotonic() - t0
         release.set()
         while t._reading:
             await asyncio.sleep(0.01)
-        return first, waited, await t(a, lambda: "next", "k")
+        return first, waited, await call(t, a, lambda: "next")
 
     first, waited, later = asyncio.run(scenario())
     assert first is None and waited < 1.0 and later == "slow"
+
+
+def test_reads_of_one_cluster_that_come_due_together_are_one_batch():
+    import threading
+
+    from eos_operator.pools import Pools
+    from eos_operator.progress import _Batches
+
+    calls: list[tuple[str, list[str]]] = []
+    release = threading.Event()
+
+    def run(conf, wants):
+        calls.append((conf["bootstrap.servers"], sorted(wants)))
+        if len(calls) == 1:
+            release.wait(5)   # the first batch is slow: requests made meanwhile wait for the next one
+        return {k: (RuntimeError(f"no {k}") if k.startswith("bad") else f"{k}@{conf['bootstrap.servers']}")
+                for k in wants}
+
+    async def scenario():
+        pools = Pools()
+        b = _Batches("progress", run, timeout=10, pools=pools, gather_s=0.05)
+        one, two = {"bootstrap.servers": "one:9092"}, {"bootstrap.servers": "two:9092"}
+        first = asyncio.ensure_future(b.get("one", one, "a"))
+        await asyncio.sleep(0.2)   # the first batch runs
+        rest = [asyncio.ensure_future(b.get("one", one, k)) for k in ("b", "c", "bad", "c")]
+        other = asyncio.ensure_future(b.get("two", two, "a"))
+        await asyncio.sleep(0.2)
+        release.set()
+        answers = await asyncio.gather(first, *rest, other, return_exceptions=True)
+        pools.close()
+        return answers, b.batches
+
+    answers, batches = asyncio.run(scenario())
+    assert answers[:3] == ["a@one:9092", "b@one:9092", "c@one:9092"]
+    assert isinstance(answers[3], RuntimeError) and answers[4] == "c@one:9092" and answers[5] == "a@two:9092"
+    # one:9092 in two batches (the second holding every request made while the first ran), two:9092 in its own
+    assert sorted(calls) == [("one:9092", ["a"]), ("one:9092", ["b", "bad", "c"]), ("two:9092", ["a"])]
+    assert batches == 3
+
+
+def test_a_batch_that_fails_or_times_out_answers_each_request_with_the_failure():
+    import time
+
+    from eos_operator.pools import Pools
+    from eos_operator.progress import _Batches
+
+    def broken(conf, wants):
+        raise ConnectionError("cluster down")
+
+    def stuck(conf, wants):
+        time.sleep(0.5)
+        return {k: "late" for k in wants}
+
+    async def scenario():
+        pools = Pools()
+        out = []
+        for run in (broken, stuck):
+            b = _Batches("progress", run, timeout=0.1, pools=pools)
+            out.append(await asyncio.gather(*(b.get("c", {"x": "1"}, k) for k in "ab"), return_exceptions=True))
+        pools.close()
+        return out
+
+    (failed, timed_out) = asyncio.run(scenario())
+    assert all(isinstance(a, ConnectionError) for a in failed)
+    assert all(isinstance(a, asyncio.TimeoutError) for a in timed_out)

@@ -1,10 +1,10 @@
 """One unreachable Kafka cluster delays only its own streams (operator/eos_operator/pools.py).
 
-Eight streams point at a black hole (a TCP listener that accepts and never answers, as a firewalled
-broker does); fifty point at the local Kafka. Through the operator's real progress reader, every healthy
-stream's ledger read must finish while the black-holed ones still wait for their timeouts. The control
-runs the same reads through one shared pool (as asyncio's default executor would): there the healthy
-reads wait behind the black hole, which the same check reports.
+Eight streams point at eight black holes (TCP listeners that accept and never answer, as firewalled
+brokers do); fifty point at the local Kafka. Through the operator's real progress reader (reads batched per
+cluster), every healthy stream's ledger read must finish while the black-holed ones still wait for their
+timeouts. The control runs the same reads through one shared pool (as asyncio's default executor would): there
+the healthy clusters' batch waits behind the black holes' batches, which the same check reports.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import threading
 import time
 
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig, StreamIdentity
-from eos_operator.adapters import LedgerProgress
+from eos_operator.progress import LedgerProgress
 from eos_operator.pools import Pools
 from examples.colors.manifest import colors_manifest
 
@@ -58,7 +58,7 @@ def config(name: str, bootstrap: str) -> RunConfig:
                      checkpoint_dir="/tmp/unused")
 
 
-def finish_times(pools: Pools, good_bootstrap: str, bad_bootstrap: str) -> tuple[list[float], list[float]]:
+def finish_times(pools: Pools, good_bootstrap: str, bad_bootstrap: list[str]) -> tuple[list[float], list[float]]:
     progress = LedgerProgress(min_interval=0, timeout_s=10.0, pools=pools)
     try:
         return _finish_times(progress, good_bootstrap, bad_bootstrap)
@@ -67,14 +67,15 @@ def finish_times(pools: Pools, good_bootstrap: str, bad_bootstrap: str) -> tuple
         pools.close(wait=True)
 
 
-def _finish_times(progress: LedgerProgress, good_bootstrap: str, bad_bootstrap: str) -> tuple[list[float], list[float]]:
+def _finish_times(progress: LedgerProgress, good_bootstrap: str,
+                  bad_bootstrap: list[str]) -> tuple[list[float], list[float]]:
 
     async def read(cfg: RunConfig) -> float:
         await progress.ledger_tip(cfg)
         return time.monotonic()
 
     async def scenario():
-        bad = [asyncio.create_task(read(config(f"bad-{i}", bad_bootstrap))) for i in range(BAD)]
+        bad = [asyncio.create_task(read(config(f"bad-{i}", b))) for i, b in enumerate(bad_bootstrap)]
         await asyncio.sleep(0.5)   # the black-holed reads hold their threads first
         good = [asyncio.create_task(read(config(f"good-{i}", good_bootstrap))) for i in range(GOOD)]
         return await asyncio.gather(*good), await asyncio.gather(*bad)
@@ -83,9 +84,9 @@ def _finish_times(progress: LedgerProgress, good_bootstrap: str, bad_bootstrap: 
 
 
 def test_a_black_holed_cluster_delays_only_its_own_streams(stack_env):
-    hole = BlackHole()
+    holes = [BlackHole() for _ in range(BAD)]
     try:
-        bad_bootstrap = f"127.0.0.1:{hole.port}"
+        bad_bootstrap = [f"127.0.0.1:{hole.port}" for hole in holes]
         good, bad = finish_times(Pools(), stack_env["KAFKA_BOOTSTRAP"], bad_bootstrap)
         assert max(good) < min(bad), (f"healthy reads finished up to {max(good) - min(bad):.1f}s after the first "
                                       "black-holed one: they waited behind the unreachable cluster")
@@ -93,4 +94,5 @@ def test_a_black_holed_cluster_delays_only_its_own_streams(stack_env):
         good, bad = finish_times(OnePool(default_workers=6), stack_env["KAFKA_BOOTSTRAP"], bad_bootstrap)
         assert max(good) > min(bad), "the control did not show the starvation the pools prevent"
     finally:
-        hole.close()
+        for hole in holes:
+            hole.close()
