@@ -33,15 +33,23 @@ from .storage import Loc, S3Options
 log = logging.getLogger(__name__)
 
 
-def _still_held(admin, topics: dict, names: list[str], timeout_s: float) -> set[tuple[str, int]]:
-    """Partitions an open transaction still holds after fencing; markers of the aborts may trail by a moment."""
-    held: set[tuple[str, int]] = set()
-    for _ in range(10):
+def _still_held(admin, topics: dict, names: list[str], timeout_s: float, *,
+                sleep: Callable[[float], None] = time.sleep, first_wait_s: float = 0.05, max_wait_s: float = 0.5,
+                budget_s: float = 5.0) -> set[tuple[str, int]]:
+    """Partitions an open transaction still holds after fencing; markers of the aborts may trail by a moment.
+
+    They usually land within tens of milliseconds and the restart waits for them, so the pauses between
+    looks start short (``first_wait_s``) and double up to ``max_wait_s``: the common case costs about as
+    long as the markers take, and a partition still held after ``budget_s`` of pauses is given up on."""
+    wait, waited = first_wait_s, 0.0
+    while True:
         held = open_transaction_partitions(admin, topics, names, timeout_s)
-        if not held:
+        if not held or waited >= budget_s:
             return held
-        time.sleep(0.5)
-    return held
+        pause = min(wait, budget_s - waited)
+        sleep(pause)
+        waited += pause
+        wait = min(wait * 2, max_wait_s)
 
 
 def open_transaction_partitions(admin, topics: dict, names: list[str], timeout_s: float) -> set[tuple[str, int]]:

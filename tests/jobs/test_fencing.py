@@ -1,6 +1,7 @@
 """Resolution's fencing (eos_job.fencing) over a fake producer: every id fenced, a bounded pool really fencing
 concurrently, every failure named with its transactional id, one deadline for all fences, and every producer
-closed whatever happens. No broker: tests/stack/test_fencing.py fences against the real one."""
+closed whatever happens; then the short, growing pauses while abort markers trail the fences. No broker:
+tests/stack/test_fencing.py fences against the real one."""
 from __future__ import annotations
 
 import threading
@@ -304,3 +305,35 @@ def test_resolve_fails_on_a_fence_that_fails_naming_the_id(monkeypatch):
                                               r"KafkaError\{code=_TRANSPORT"):
         _resolve(monkeypatch, made)
     assert len(made.made) == 10 and made.all_closed_once()
+
+
+# ----------------------------------------------------------------- abort markers after the fences
+def _held_for(monkeypatch, looks: int) -> list:
+    """open_transaction_partitions answers a held partition ``looks`` times, then nothing; returns its calls."""
+    calls = []
+
+    def open_partitions(admin, topics, names, timeout_s):
+        calls.append((admin, names, timeout_s))
+        return {("out", 0)} if len(calls) <= looks else set()
+
+    monkeypatch.setattr(resolution, "open_transaction_partitions", open_partitions)
+    return calls
+
+
+def test_markers_that_trail_the_fences_by_a_moment_cost_about_that_moment(monkeypatch):
+    calls, sleeps = _held_for(monkeypatch, 2), []
+    admin = _Admin(1)
+    assert resolution._still_held(admin, {}, ["out"], 7.0, sleep=sleeps.append) == set()
+    assert calls == [(admin, ["out"], 7.0)] * 3
+    assert sleeps == [pytest.approx(0.05), pytest.approx(0.1)] and sum(sleeps) < 0.5
+    # Nothing held at all: one look, no pause.
+    assert resolution._still_held(admin, {}, ["out"], 7.0, sleep=sleeps.append) == set()
+    assert len(calls) == 4 and len(sleeps) == 2
+
+
+def test_a_partition_that_stays_held_is_given_up_on_after_five_seconds_of_pauses(monkeypatch):
+    calls, sleeps = _held_for(monkeypatch, 10**6), []
+    assert resolution._still_held(_Admin(1), {}, ["out"], 7.0, sleep=sleeps.append) == {("out", 0)}
+    assert sum(sleeps) == pytest.approx(5.0)
+    assert sleeps[:5] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.5]) and max(sleeps) == pytest.approx(0.5)
+    assert len(calls) == len(sleeps) + 1   # a last look after the last pause

@@ -13,7 +13,7 @@ from eos_operator.observed import Observed, PodView
 from eos_operator.actions import (ApplyConfigMap, ApplyService, CreatePod, DeleteConfigMap, DeletePod, DeleteService,
                                   Plan, Resolve)
 from eos_operator.planner import plan, record_resolution, record_resolution_failure
-from eos_operator.timeutil import fmt
+from eos_operator.timeutil import fmt, fmt_ms_ceil, parse
 from eos_operator.upgrades import spec_json
 from eos_operator.validation import InvalidSpec, validate_spec
 
@@ -264,7 +264,7 @@ def test_failed_pod_restarts_after_the_strategy_delay():
     assert "exit code 1" in p.status.last_error and "sink unreachable" in p.status.last_error
     launch = p.status.pending_launch
     assert launch.attempt == 1 and launch.pod == "colors-driver-1" and launch.reason == "Restart"
-    assert launch.not_before == fmt(T0 + timedelta(seconds=40))
+    assert launch.not_before == "2026-01-01T12:00:40.000Z" == fmt_ms_ceil(T0 + timedelta(seconds=40))
     assert p.status.next_restart_time == launch.not_before
     assert cond(p, "Degraded").status == "True" and cond(p, "Degraded").reason == "DriverFailed"
     assert p.actions == []
@@ -278,6 +278,42 @@ def test_failed_pod_restarts_after_the_strategy_delay():
     assert go.actions == [DeletePod("colors-driver-0", 0)]
     resolve = plan(s, go.status, observed(at=42))
     assert [type(a) for a in resolve.actions] == [Resolve]
+
+
+def test_a_sub_second_restart_delay_is_kept_to_the_millisecond_and_so_is_the_wait():
+    """Whole seconds rounded up would add up to a second to every recovery."""
+    s = spec(restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 0.3}})
+    failed = pod("colors-driver-0", "Failed", exit_code=137)
+    p = plan(s, running_status(s), observed(failed, at=30.25))
+    launch = p.status.pending_launch
+    assert launch.not_before == "2026-01-01T12:00:30.550Z" == p.status.next_restart_time
+    assert (parse(launch.not_before) - observed(at=30.25).now).total_seconds() == pytest.approx(0.3)
+    wait = plan(s, p.status, observed(failed, at=30.4))
+    assert wait.actions == [] and wait.requeue_after == pytest.approx(0.15)
+    go = plan(s, p.status, observed(failed, at=30.55))
+    assert go.actions == [DeletePod("colors-driver-0", 0)]
+
+
+def test_a_zero_restart_delay_waits_for_no_second_boundary():
+    s = spec(restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 0}})
+    failed = pod("colors-driver-0", "Failed", exit_code=137)
+    p = plan(s, running_status(s), observed(failed, at=30.2504))
+    assert p.status.pending_launch.not_before == "2026-01-01T12:00:30.251Z"   # never before now: rounded up
+    go = plan(s, p.status, observed(failed, at=30.252))
+    assert go.actions == [DeletePod("colors-driver-0", 0)]
+
+
+def test_a_restart_time_an_older_operator_wrote_in_whole_seconds_is_still_honoured():
+    s = spec()
+    st = running_status(s, lifecycle_state="Restarting", driver_pod=None, running_since=None, restart_count=1,
+                        next_restart_time="2026-01-01T12:00:40Z",
+                        pending_launch=PendingLaunch(attempt=1, pod="colors-driver-1", reason="Restart",
+                                                     not_before="2026-01-01T12:00:40Z"))
+    failed = pod("colors-driver-0", "Failed", exit_code=1)
+    wait = plan(s, st, observed(failed, at=39.75))
+    assert wait.actions == [] and wait.requeue_after == pytest.approx(0.25)
+    go = plan(s, st, observed(failed, at=40))
+    assert go.actions == [DeletePod("colors-driver-0", 0)]
 
 
 def test_succeeded_pod_while_running_is_a_failure():
@@ -368,7 +404,7 @@ def test_resolution_failure_counts_as_a_failed_start():
     assert p.status.lifecycle_state == "Restarting"
     assert p.status.restart_count == 1
     assert p.status.pending_launch.pod == "colors-driver-0"     # no Pod was made: same name
-    assert p.status.pending_launch.not_before == fmt(T0 + timedelta(seconds=10))
+    assert p.status.pending_launch.not_before == fmt_ms_ceil(T0 + timedelta(seconds=10))
     assert "broker down" in p.status.last_error
     assert reasons(p) == ["ResolutionFailed", "Restarting"]
     exhausted = record_resolution_failure(s, p.status.model_copy(update={"restart_count": 2}), "down",

@@ -90,6 +90,22 @@ def test_failed_driver_restarts_after_delay_with_resolution():
     assert kube.max_alive_drivers == 1
 
 
+def test_a_sub_second_restart_delay_is_waited_to_the_millisecond_not_to_the_next_second():
+    kube, resolver, clock, deps = make(base_spec(restartStrategy={
+        "type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 0.3}}))
+    rec(deps)
+    kube.set_pod_phase("colors-driver-0", "Running")
+    rec(deps)
+    clock.advance(0.25)
+    kube.set_pod_phase("colors-driver-0", "Failed", exit_code=137, message="killed")
+    out = rec(deps)
+    assert status(kube)["nextRestartTime"] == "2026-01-01T12:00:00.550Z"
+    assert out.requeue_after == pytest.approx(0.3)
+    clock.advance(0.3)
+    rec(deps)
+    assert kube.created_pods == ["colors-driver-0", "colors-driver-1"]
+
+
 def test_exhaustion_then_restart_nonce_resumes():
     kube, resolver, clock, deps = make()
     rec(deps)

@@ -14,7 +14,7 @@ from .. import children
 from ..actions import Plan
 from ..observed import Observed
 from ..restart import RestartMemory, decide, jitter_unit_for
-from ..timeutil import fmt, fmt_ceil, parse, seconds_between, utc
+from ..timeutil import fmt, fmt_ms_ceil, parse, seconds_between, utc
 from .step import POLL_SECONDS, Cond, StreamStep
 
 
@@ -55,7 +55,7 @@ def aux_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: PendingLau
                                                 failed_reason=failed_reason)
     if not restart:
         return exhausted(step, explanation)
-    not_before = fmt_ceil(obs.now + timedelta(seconds=delay))
+    not_before = fmt_ms_ceil(obs.now + timedelta(seconds=delay))
     st.pending_launch = (st.pending_launch or launch).model_copy(update={"not_before": not_before})
     st.next_restart_time = not_before
     step.conditions(("False", ready_reason, st.last_error or f"{what} failed"),
@@ -104,7 +104,7 @@ def driver_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str) -> 
     if not restart:
         return exhausted(step, explanation)
     not_before = step.obs.now + timedelta(seconds=delay)
-    start_launch(step, "Restart", not_before=fmt_ceil(not_before))
+    start_launch(step, "Restart", not_before=fmt_ms_ceil(not_before))
     st.lifecycle_state = "Restarting"
     step.event("Normal", "Restarting", f"{explanation}, as {st.pending_launch.pod}")
     step.conditions(("False", "Restarting", error),
@@ -149,11 +149,11 @@ def record_resolution_failure(spec: ExactlyOnceStreamSpec, status: ExactlyOnceSt
                                                  failed_reason="ResolutionFailed")
     if not restart:
         return exhausted(step, explanation)
-    not_before = fmt_ceil(observed.now + timedelta(seconds=delay))
+    not_before = fmt_ms_ceil(observed.now + timedelta(seconds=delay))
     st.pending_launch = launch.model_copy(update={"not_before": not_before, "resolved_spec_hash": None})
     st.next_restart_time = not_before
     st.lifecycle_state = "Restarting"
     step.event("Normal", "Restarting", f"{explanation}, as {launch.pod}")
     step.conditions(("False", "Restarting", text), ("True", "Restarting", explanation),
                     ("True", "ResolutionFailed", text))
-    return step.done(requeue_after=delay, again=False)
+    return step.done(requeue_after=max(delay, POLL_SECONDS), again=False)
