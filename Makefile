@@ -101,7 +101,7 @@ bench-fencing: venv
 bench-scale: venv
 	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[test,bench]'
 	$(PY) -m eos_stack up
-	PYTHONPATH=$(CURDIR)/stack:$(CURDIR):$(CURDIR)/jobs:$(CURDIR)/operator $(PY) benchmarks/scale.py --streams $${STREAMS:-50,200,500} --baseline-no-informers
+	PYTHONPATH=$(CURDIR)/stack:$(CURDIR):$(CURDIR)/jobs:$(CURDIR)/operator $(PY) benchmarks/scale.py --streams $${STREAMS:-50,200,500} --baseline-no-informers $${SCALE_ARGS}
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -57,7 +57,7 @@ from tests.e2e.streams import NAME, finish_exact, rig  # noqa: E402
 PARTS = [
     ("detection", "kill", "operator_failed", "SIGKILL to the operator's DriverFailed event (its log)"),
     ("restart_wait", "operator_failed", "resolution_start",
-     "restart delay (0 s, rounded up to the whole second) and removal of the failed Pod"),
+     "restart delay (0 s; milliseconds since d61f35b, the whole second before) and removal of the failed Pod"),
     ("resolution", "resolution_start", "resolution_end", "fencing and ledger reads (operator log, ms)"),
     ("submit", "resolution_end", "pod_created", "status write, run ConfigMap and Pod create"),
     ("pod_start", "pod_created", "pod_running", "process kubelet binds, mounts, starts the process"),
@@ -69,7 +69,7 @@ PARTS = [
 ]
 SUBMARKS = [("pod_failed", "kill", "pod_failed", "SIGKILL to the old Pod's phase Failed in the API"),
             ("delay_wait", "operator_failed", "old_pod_deleting",
-             "the restart's not-before time (now + 0 s, rounded up to the second), then the delete"),
+             "the restart's not-before time (now + 0 s; to the millisecond since d61f35b), then the delete"),
             ("old_pod_removal", "old_pod_deleting", "old_pod_gone", "the failed Pod deleted to gone (API)"),
             ("to_resolution", "old_pod_gone", "resolution_start", "the Pod's absence seen, resolution started"),
             ("first_batch_whole", "first_batch_start", "first_batch_end",

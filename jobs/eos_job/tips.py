@@ -64,26 +64,35 @@ def _ends(admin, topics: list[str], deadline: float, out: dict) -> dict[str, int
     from confluent_kafka.admin import OffsetSpec
 
     ends: dict[str, int] = {}
-    pending = list(topics)
+    pending, looked_up = list(topics), False
     while pending:
         timeout = max(0.1, deadline - time.monotonic())
         futures = admin.list_offsets({TopicPartition(t, BATCH_PARTITION): OffsetSpec.latest() for t in pending},
                                      isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
-        retry = []
+        retry, missing = [], []
         for tp, fut in futures.items():
             try:
                 ends[tp.topic] = fut.result().offset
             except KafkaException as exc:
                 err = exc.args[0]
-                if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    ends[tp.topic] = 0
+                if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT):
+                    missing.append(tp.topic)
                 elif (err.retriable() or err.code() in _LEADER_ERRORS) and time.monotonic() < deadline:
                     retry.append(tp.topic)
                 else:
                     out[tp.topic] = SinkUnavailable(f"cannot read the end of ledger {tp.topic}: {err}")
+        if missing and not looked_up:
+            # A long-lived client keeps "no such topic" in its metadata cache for minutes, and a ledger is made
+            # by the driver after the operator's first read: ask for those topics' metadata, then once more.
+            looked_up = True
+            for t in missing:
+                admin.list_topics(topic=t, timeout=max(0.1, deadline - time.monotonic()))
+            retry += missing
+        else:
+            ends.update({t: 0 for t in missing})
         pending = retry
         if pending:
-            time.sleep(0.2)
+            time.sleep(0.05)
     return ends
 
 

@@ -34,7 +34,8 @@ class _ThrottledRead:
     and, when it is due, starts the next read in the background, so a reconcile (and a spec change
     waiting for the stream's lock behind it) never waits on Kafka: answers are at most one read behind. When
     a read fails the last answer stands (None until there is one): the reads are informative, never an error of
-    the reconcile. A failure is logged at WARNING the first time in a row, then at DEBUG, and counted by
+    the reconcile. A failure is logged at WARNING the first time in a row (and when its reason changes), else at
+    DEBUG, and counted by
     ``failed`` (if it is Kafka's). One read per stream at a time: none piles up behind a slow one.
     """
 
@@ -43,7 +44,7 @@ class _ThrottledRead:
         self.what, self.interval, self.timeout, self.first_wait = what, interval, timeout, first_wait
         self.failed = failed
         self._cache: dict[str, tuple[float, Any]] = {}
-        self._failing: set[str] = set()
+        self._failing: dict[str, str] = {}   # stream -> why its reads fail (logged at WARNING when it changes)
         self._reading: dict[str, asyncio.Future] = {}
 
     async def __call__(self, config: RunConfig, read: Callable[[], Awaitable[Any]]) -> Any:
@@ -66,14 +67,14 @@ class _ThrottledRead:
             raise   # forgotten meanwhile: nothing to keep
         except Exception as exc:  # noqa: BLE001 - see the class docstring
             why = str(exc) or f"{type(exc).__name__} after {self.timeout:g} s (reads of its cluster queue in its pool)"
-            log.log(logging.DEBUG if key in self._failing else logging.WARNING,
+            log.log(logging.DEBUG if self._failing.get(key) == why else logging.WARNING,
                     "cannot read the %s of %s (is Kafka reachable?): %s", self.what, key, why)
             if self.failed is not None:
                 self.failed(exc)
-            self._failing.add(key)
+            self._failing[key] = why
             value = previous[1] if previous is not None else None
         else:
-            self._failing.discard(key)
+            self._failing.pop(key, None)
         finally:
             self._reading.pop(key, None)
         self._cache[key] = (started, value)
@@ -85,7 +86,7 @@ class _ThrottledRead:
             del self._cache[key]
         for key in [k for k in self._reading if k.startswith(prefix)]:
             self._reading.pop(key).cancel()
-        self._failing = {k for k in self._failing if not k.startswith(prefix)}
+        self._failing = {k: v for k, v in self._failing.items() if not k.startswith(prefix)}
 
 
 class _Batches:

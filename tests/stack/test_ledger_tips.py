@@ -113,3 +113,23 @@ def test_horizons_of_streams_on_one_source_partition_at_different_offsets(stack_
     finally:
         clients.close()
         admin.delete_topics([source], operation_timeout=30)
+
+
+def test_a_ledger_made_after_the_first_read_is_seen_by_the_same_clients(stack_env):
+    # The operator reads a stream's tip before its driver has made the ledger; the shared admin client then
+    # caches "no such topic" (librdkafka keeps it for minutes), which must not hide the ledger once it exists.
+    bootstrap = stack_env["KAFKA_BOOTSTRAP"]
+    ledger = f"tips-late-{uuid.uuid4().hex[:8]}"
+    conf = {"bootstrap.servers": bootstrap}
+    clients = SharedClients()
+    admin = None
+    try:
+        assert read_tips(conf, [ledger], timeout_s=20, clients=clients) == {ledger: Tip(0, None)}
+        admin = _topics(bootstrap, [ledger])
+        _write_batches(bootstrap, ledger, [0, 1])
+        tips = read_tips(conf, [ledger], timeout_s=20, clients=clients)
+        assert tips[ledger].record is not None and tips[ledger].record.batch == 1, tips
+    finally:
+        clients.close()
+        if admin is not None:
+            admin.delete_topics([ledger], operation_timeout=30)
