@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -28,7 +28,8 @@ from . import faults, protocol
 from .audit import audit_headers
 from .contract import BatchRefused, DriverSuperseded
 from .ledger import ledger_consumer, read_latest
-from .protocol import HASH_COL, SlotAction, SlotCommit, SlotLedgerRecord
+from .protocol import SlotAction, SlotCommit, SlotLedgerRecord
+from .slot_rows import SlotRows
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +132,26 @@ def _discard(cfg: SlotWriterConfig, slot: int) -> None:
         held.close()
 
 
-def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.RecordBatch]) -> SlotCommit:
-    """Write one slot of one batch exactly once. Raises when the outcome cannot be made certain."""
+def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: Iterable[pa.RecordBatch]) -> SlotCommit:
+    """Write one slot of one batch exactly once. Raises when the outcome cannot be made certain.
+
+    ``batches`` is read once, as Spark delivers it: the decision (fence, ledger read) comes first, then
+    every batch is produced as it arrives (``SlotRows`` counts and digests it on the way and keeps it for
+    a second round), and the ledger record, which carries the slot's count and digest, goes last.
+    """
+    rows = SlotRows(batches)
+    try:
+        return _write_slot(cfg, slot, attempt, rows)
+    finally:
+        rows.close()
+
+
+def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) -> SlotCommit:
     from confluent_kafka import KafkaException
 
-    count, digest, rows = _count_and_digest(batches)
     if cfg.skip_all:
-        # The rows were computed (a stateful plan updated its state for this batch), none is written.
+        # The rows are computed (a stateful plan updates its state for this batch), none is written.
+        count, digest = rows.drain()
         return SlotCommit(slot, cfg.batch, count, digest, skipped=True, attempt=attempt)
     key = protocol.slot_key(cfg.stream_uid, cfg.checkpoint_id, cfg.generation, slot)
     last_exc: Exception | None = None
@@ -164,6 +178,7 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
                 raise RuntimeError(f"slot {slot}: {decision.reason}; nothing was written, and the restart re-runs "
                                    "the ledger's batches before planning new ones")
             if decision.action is SlotAction.SKIP and not faults.unsafe("ledger-skip"):
+                count, digest = rows.drain()
                 nondet = recorded.batch == cfg.batch and (recorded.count, recorded.digest) != (count, digest)
                 if nondet:
                     log.warning("slot %d batch %d: replay differs from the committed output "
@@ -171,14 +186,15 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
                                 slot, cfg.batch, count, recorded.count, digest, recorded.digest)
                 return SlotCommit(slot, cfg.batch, recorded.count, recorded.digest, skipped=True,
                                   dead_letters=recorded.dead_letters, nondeterministic=nondet, attempt=attempt)
-            if rows == 0:
+            if not rows.any_rows():
                 # Nothing to write, and a replay of this batch has nothing either: no transaction needed.
                 return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
             faults.before_slot_commit(cfg.batch, slot)
-            dead = _transaction(cfg, clients, slot, key, batches, count, digest, round_no)
+            dead = _transaction(cfg, clients, slot, key, rows, round_no)
             clients.last_commit = (cfg.ledger_topic, key, cfg.batch)
             faults.slot_committed(cfg.batch, slot)
-            return SlotCommit(slot, cfg.batch, count, digest, skipped=False, dead_letters=dead, attempt=attempt)
+            return SlotCommit(slot, cfg.batch, rows.count, rows.digest, skipped=False, dead_letters=dead,
+                              attempt=attempt)
         except KafkaException as exc:
             err = exc.args[0]
             last_exc = exc
@@ -198,17 +214,10 @@ def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: list[pa.
                        f"attempts; last error: {last_exc}") from last_exc
 
 
-def _count_and_digest(batches: list[pa.RecordBatch]) -> tuple[int, int, int]:
-    import numpy as np
-    hashes = [b.column(b.schema.get_field_index(HASH_COL)).to_numpy(zero_copy_only=False) for b in batches if b.num_rows]
-    rows = sum(b.num_rows for b in batches)
-    digest = protocol.digest_of_hashes(np.concatenate(hashes)) if hashes else 0
-    return rows, digest, rows
-
-
-def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str,
-                 batches: list[pa.RecordBatch], count: int, digest: int, round_no: int) -> int:
-    """begin → every record of the slot (poison ones to the dead-letter topic) → ledger record → commit."""
+def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str, rows: SlotRows,
+                 round_no: int) -> int:
+    """begin → every record of the slot as it arrives (poison ones to the dead-letter topic) → ledger record
+    (the slot's count and digest, final once every batch arrived) → commit."""
     from confluent_kafka import KafkaError, KafkaException
 
     producer = clients.producer
@@ -223,10 +232,10 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
         started = time.monotonic()
         producer.begin_transaction()
         dead = 0
-        for b in batches:
+        for b in rows:
             dead += _produce_batch(cfg, producer, b, slot, on_delivery, poison)
-        record = SlotLedgerRecord(cfg.batch, count, digest, dead, cfg.spec_hash, cfg.input, cfg.output_hash,
-                                  cfg.epoch)
+        record = SlotLedgerRecord(cfg.batch, rows.count, rows.digest, dead, cfg.spec_hash, cfg.input,
+                                  cfg.output_hash, cfg.epoch)
         producer.produce(cfg.ledger_topic, value=record.encode(), key=key.encode(),
                          partition=protocol.ledger_partition(slot))
         faults.in_transaction(cfg.batch, slot, round_no)
@@ -361,7 +370,7 @@ def slot_task(cfg: SlotWriterConfig):
         from pyspark import TaskContext
         ctx = TaskContext.get()
         slot, attempt = ctx.partitionId(), ctx.attemptNumber()
-        commit = write_slot(cfg, slot, attempt, [b for b in iterator])
+        commit = write_slot(cfg, slot, attempt, iterator)
         yield pa.RecordBatch.from_pylist([commit.to_row()], schema=_commit_arrow_schema())
 
     return run
