@@ -2,8 +2,8 @@
 then the restart strategy; a Pod the API server refuses is named in status and retried, not stormed.
 
 The process kubelet plays the node: an image it may not pull waits in ErrImagePull/ImagePullBackOff, a
-nodeSelector no node matches or a checkpoint claim that does not exist leaves the Pod unscheduled
-(PodScheduled=False, Unschedulable), and a ResourceQuota of zero Pods makes the API server refuse the
+nodeSelector no node matches, a checkpoint claim that does not exist or one that never binds leaves the Pod
+unscheduled (PodScheduled=False, Unschedulable), and a ResourceQuota of zero Pods makes the API server refuse the
 create (403). No Spark starts until the quota is lifted."""
 from __future__ import annotations
 
@@ -73,12 +73,29 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, ku
                        "the restart strategy's next attempt", 60, r.diag, 1)
             _delete(r)
 
-            # 2. A nodeSelector no node matches: the scheduler's reason.
+            # 2. A nodeSelector no node matches: the scheduler's reason, then after the start timeout the
+            # restart strategy. Deleting the stream leaves an object of one of its children's names that it
+            # does not own (a drain ConfigMap someone else made) untouched.
+            foreign = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "colors-drain"},
+                       "data": {"owner": "someone else"}}
+            kubectl.apply(foreign, namespace)
+            foreign_uid = kubectl.json("get", "configmap", "colors-drain", "-n", namespace)["metadata"]["uid"]
             doc = r.stream()
             doc["spec"]["job"]["podTemplate"] = {"nodeSelector": {"pool": "gpu"}}
+            doc["spec"]["job"]["driver"] = {"startTimeoutSeconds": 10}
             kubectl.apply(doc, namespace)
             _reported_within_10s(r, "colors-driver-0", "Unschedulable")
+            wait_until(lambda: [m for m in kubectl.event_messages(namespace, NAME, "DriverFailed")
+                                if "did not start within 10s" in m and "Unschedulable" in m],
+                       "the unscheduled start to time out", 60, r.diag, 1)
+            uid = kubectl.json("get", "exactlyoncestream", NAME, "-n", namespace)["metadata"]["uid"]
+            wait_until(lambda: any(p["metadata"]["name"] == "colors-driver-1"
+                                   and uid in [o["uid"] for o in p["metadata"].get("ownerReferences") or []]
+                                   for p in kubectl.pods(namespace)),
+                       "the restart strategy's next attempt after the start timeout", 60, r.diag, 1)
             _delete(r)
+            kept = kubectl.json("get", "configmap", "colors-drain", "-n", namespace)
+            assert kept["metadata"]["uid"] == foreign_uid and kept["data"] == {"owner": "someone else"}, kept
 
             # 2b. A checkpoint claim that does not exist: the scheduler's reason names it. The first Pod that
             # mounts the claim is the probe that reads the checkpoint before resolution.
@@ -87,6 +104,16 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, ku
             missing = 'persistentvolumeclaim "missing-claim" not found'
             _reported_within_10s(r, "colors-probe-0", missing, "ProbeStartBlocked")
             assert any(missing in m for m in kubectl.event_messages(namespace, NAME, "ProbeStartBlocked"))
+            _delete(r)
+
+            # 2b'. A claim that exists but never binds (a storage class nothing provisions).
+            kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "never-binds"},
+                           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                                    "resources": {"requests": {"storage": "1Gi"}}}}, namespace)
+            doc = r.stream(checkpoint={"store": "pvc", "claimName": "never-binds", "path": str(tmp_path / "ckpt")})
+            kubectl.apply(doc, namespace)
+            _reported_within_10s(r, "colors-probe-0", "pod has unbound immediate PersistentVolumeClaims",
+                                 "ProbeStartBlocked")
             _delete(r)
 
             # 2c. A Pod template the namespace's Pod Security level (restricted) forbids: the API server's
