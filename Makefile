@@ -68,7 +68,7 @@ demo: venv
 
 bench: venv
 	$(PY) -m eos_stack up
-	$(PY) benchmarks/sink_throughput.py
+	$(PY) benchmarks/sink_throughput.py --out benchmarks/results/$$(date -u +%F)-sink-fair.md $${BENCH_ARGS}
 
 # Output gap of a snapshot upgrade vs a plain restart, same run (results in benchmarks/results/).
 bench-upgrade: venv

@@ -10,7 +10,7 @@
   subclasses it with ``GROUPS`` and ``classify`` (which process belongs to
   which component) and ``delta`` (the sums it reports).
 
-Used by ``sink_throughput.py`` and ``executors_run.py``.
+Used by the sink benchmark (``sink_meters.py``) and ``executors_run.py``.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ benchmark renders from one dict of measurements, ending with an optional
 dict itself as JSON (``## Raw results``), so that ``--render FILE`` can
 render the file again from its JSON, e.g. to add findings.
 
-Used by ``sink_throughput.py`` and ``executors.py``.
+Used by the sink benchmark (``sink_throughput.py``, ``sink_report.py``) and ``executors.py``.
 """
 from __future__ import annotations
 

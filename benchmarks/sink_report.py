@@ -1,0 +1,247 @@
+"""The sink benchmark's summaries and results file (markdown, from the dict of measurements).
+
+``summarize``: per figure of a table's runs, the median and min–max of each sink and of the per-repeat
+ratio ours / built-in (repeat i with repeat i). ``markdown``: settings and machine, the producer settings,
+a throughput table per producer setting and shape, the latency table, the breakdown if any, findings and
+the raw JSON (``report.tail``). Results files of the one-shape benchmark (before 2026-11-25) are rendered by
+``sink_report_v1``.
+"""
+from __future__ import annotations
+
+import statistics
+
+from benchmarks import report
+
+
+def _cpu(k: str):
+    def get(r):
+        cu = r.get("cpu_us_per_record") or {}
+        if k == "spark+broker":
+            return round(cu["spark"] + cu["broker"], 2) if "spark" in cu else None
+        return cu.get(k)
+    return get
+
+
+def _split(k: str, stage: str | None = None):
+    def get(r):
+        st = r.get("stages") or {}
+        if k == "batches_s":
+            return round(r["trigger_ms_total"] / 1000, 2)
+        if k == "spark_jobs_s":
+            return st.get("jobs_wall_s")
+        if k == "batch_outside_jobs_s":
+            return round(r["trigger_ms_total"] / 1000 - st["jobs_wall_s"], 2) if "jobs_wall_s" in st else None
+        return (st.get(stage) or {}).get(k)
+    return get
+
+
+# key, label, value of a run, whether the ratio ours / built-in means something
+FIGURES = (
+    ("records_per_s", "throughput, records/s", lambda r: r["records_per_s"], True),
+    ("wall_s", "wall time, s", lambda r: r["wall_s"], True),
+    ("cpu_spark_broker", "CPU µs per record: Spark (driver + JVM + Python workers) + broker", _cpu("spark+broker"),
+     True),
+    ("cpu_jvm", "CPU µs per record: JVM", _cpu("jvm"), True),
+    ("cpu_python_workers", "CPU µs per record: Python workers", _cpu("python_workers"), False),
+    ("cpu_driver", "CPU µs per record: driver Python", _cpu("driver"), False),
+    ("cpu_broker", "CPU µs per record: Kafka broker", _cpu("broker"), True),
+    ("cpu_other", "CPU µs per record: rest of the machine (noise)", _cpu("other"), False),
+    ("batch_ms_median", "median micro-batch, ms", lambda r: r.get("batch_ms_median"), True),
+    ("batches_s", "wall s: micro-batches (sum of triggerExecution)", _split("batches_s"), True),
+    ("spark_jobs_s", "wall s: Spark jobs", _split("spark_jobs_s"), True),
+    ("batch_outside_jobs_s", "wall s: batch time outside Spark jobs (planning, offsets, state and commit logs, "
+                             "foreachBatch driver work)", _split("batch_outside_jobs_s"), True),
+    ("map_stages_s", "wall s: shuffle-map stages", _split("wall_s", "map"), False),
+    ("result_stages_s", "wall s: result stages (built-in: write; ours: slot tasks)", _split("wall_s", "result"), True),
+    ("result_task_run_s", "s: result tasks' run time, summed over tasks", _split("task_run_s", "result"), True),
+)
+
+
+def spread(xs: list) -> dict | None:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)}
+
+
+def summarize(runs: dict[str, list[dict]]) -> dict:
+    out = {}
+    for key, _label, get, with_ratio in FIGURES:
+        b, o = [get(r) for r in runs["builtin"]], [get(r) for r in runs["ours"]]
+        ratios = [y / x for x, y in zip(b, o) if x and y is not None] if with_ratio else []
+        out[key] = {"builtin": spread(b), "ours": spread(o), "ratio": spread(ratios)}
+    return out
+
+
+def _fmt(v: float) -> str:
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.2f}"
+
+
+def _cell(s: dict | None, ratio: bool = False) -> str:
+    if not s:
+        return "-"
+    f = (lambda v: f"{v:.2f}") if ratio else _fmt
+    if s["min"] == s["max"]:
+        return f(s["median"])
+    return f"{f(s['median'])} ({f(s['min'])}–{f(s['max'])})"
+
+
+def _load(before: list, after: list) -> str:
+    return (f"load average (1, 5, 15 min) before {', '.join(f'{x:.1f}' for x in before)}; "
+            f"after {', '.join(f'{x:.1f}' for x in after)}")
+
+
+def _throughput_table(s: dict, shape: dict, t: dict) -> list[str]:
+    runs = t["runs"]
+    n_rep = len(runs["ours"])
+    qual = sum(1 for k in runs for r in runs[k] if r.get("qualifies", True))
+    lines = [f"### {shape['title']}", "",
+             f"{t['records']:,} records per run, {n_rep} repeats of each sink, alternating which runs first "
+             f"(order: {', '.join('b' if x == 'builtin' else 'o' for x in t['order'])}); {qual} of {2 * n_rep} runs "
+             f"met ≥ {s['records']:,} records or ≥ {s['min_seconds']:.0f} s; "
+             f"{_load(t['load_avg_before'], t['load_avg_after'])}.", "",
+             "| measure: median (min–max) | built-in (at-least-once) | exactly-once (ours) "
+             "| ours / built-in, per repeat |", "| --- | ---: | ---: | ---: |"]
+    summ = summarize(runs)
+    for key, label, _get, with_ratio in FIGURES:
+        f = summ[key]
+        if f["builtin"] is None and f["ours"] is None:
+            continue
+        lines.append(f"| {label} | {_cell(f['builtin'])} | {_cell(f['ours'])} | "
+                     f"{_cell(f['ratio'], ratio=True) if with_ratio else ''} |")
+    rf = {k: (sum(r.get("refence_warnings", 0) for r in runs[k]), sum(r.get("task_failures", 0) for r in runs[k]))
+          for k in runs}
+    lines.append(f"| slot re-fences / failed tasks, all runs | {rf['builtin'][0]} / {rf['builtin'][1]} | "
+                 f"{rf['ours'][0]} / {rf['ours'][1]} | |")
+    for k in ("builtin", "ours"):
+        t[f"_w_{k}"] = ", ".join(f"{r['wall_s']:.1f}" for r in runs[k])
+    lines.append(f"| all runs' wall time, s, in order | {t.pop('_w_builtin')} | {t.pop('_w_ours')} | |")
+    return lines
+
+
+def _summary(s: dict, th: dict) -> list[str]:
+    lines = ["## Summary", "", "Median (min–max) over the repeats; the ratio is ours / built-in of the same repeat "
+             "(issue 15's target: throughput ratio ≥ 0.9 for the map-only job).", "",
+             "| shape | producers | built-in records/s | ours records/s | throughput ratio | CPU µs/record "
+             "(Spark + broker) ratio |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for name, shp in th.items():
+        for p, t in (shp.get("tables") or {}).items():
+            f = summarize(t["runs"])
+            lines.append(f"| {s['shapes'][name]['title']} | {p} | {_cell(f['records_per_s']['builtin'])} | "
+                         f"{_cell(f['records_per_s']['ours'])} | {_cell(f['records_per_s']['ratio'], True)} | "
+                         f"{_cell(f['cpu_spark_broker']['ratio'], True)} |")
+    return lines
+
+
+def _latency_table(s: dict, lat: dict) -> list[str]:
+    target = s["trigger_ms"] + 1000
+    lines = ["## Latency", "",
+             f"Produce to read_committed visibility, {s['latency_warmup_s']:.0f} s warm-up (not counted) + "
+             f"{s['seconds']:.0f} s at each rate, processingTime trigger {s['trigger_ms']} ms, "
+             f"{lat['producer']} producers; target p99 ≤ trigger + 1 s = {target} ms. Stateful: a record is "
+             "visible with the first count update of its color that counts it. "
+             f"{_load(lat['load_avg_before'], lat['load_avg_after'])}.", "",
+             "| shape | rate, rec/s | sink | p50 ms | p99 ms | max ms | p99 ≤ "
+             f"{target} ms | median batch ms | records counted / missing / duplicates | producer lag max s "
+             "| load before → after |",
+             "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- | ---: | --- |"]
+    for shape in (k for k in lat if isinstance(lat[k], dict)):
+        for rate, pair in lat[shape].items():
+            for sink in ("builtin", "ours"):
+                r = pair.get(sink)
+                if not r:
+                    continue
+                ok = "yes" if r.get("p99_within_target") else f"no (+{r['p99_ms'] - target:.0f} ms)" \
+                    if r.get("p99_ms") is not None else "no data"
+                ge = "≥ " if r.get("lower_bound") else ""   # records still not visible when the wait ended
+                lines.append(f"| {shape} | {int(rate):,} | {'built-in' if sink == 'builtin' else 'ours'} | "
+                             f"{ge}{r.get('p50_ms', '-')} | {ge}{r.get('p99_ms', '-')} | {ge}{r.get('max_ms', '-')} | "
+                             f"{ok} | "
+                             f"{r.get('batch_ms_median')} | {r['counted']:,} / {r['missing_counted']} / "
+                             f"{r['duplicates']} | {r['producer_max_lag_s']} | "
+                             f"{pair['load_avg_before'][0]:.1f} → {pair['load_avg_after'][0]:.1f} |")
+    return lines
+
+
+def _breakdown(bd: dict) -> list[str]:
+    lines = ["## Breakdown (map-only, `--breakdown`)", "",
+             "One run per variant over the map-only warm-up topic; the probes (`benchmarks/sink_probes.py`) cut "
+             "the exactly-once write path after each step.", "",
+             "| variant | records/s | CPU µs/rec Spark+broker | of which JVM | Python workers | median batch ms "
+             "| recv (shuffle + Arrow) s | convert s | produce loop s | flush/commit s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for v, r in bd.items():
+        cu = r.get("cpu_us_per_record") or {}
+        sb = round(cu["spark"] + cu["broker"], 2) if cu else ""
+        lines.append(f"| {v} | {r['records_per_s']:,} | {sb} | {cu.get('jvm', '')} | {cu.get('python_workers', '')} "
+                     f"| {r['batch_ms_median']} | {r.get('t_recv_s', '')} | {r.get('t_convert_s', '')} | "
+                     f"{r.get('t_produce_s', '')} | {r.get('t_commit_s', '')} |")
+    dr = (bd.get("ours") or {}).get("driver_timing")
+    if dr:
+        lines += ["", f"Driver side of `ours`: {dr['foreach_batch_calls']} foreachBatch calls took "
+                  f"{dr['foreach_batch_s']} s, of which {dr['batch_complete_write_s']} s batch-complete writes."]
+    return lines
+
+
+def markdown(res: dict) -> str:
+    if res.get("format") != 2:
+        from benchmarks import sink_report_v1
+        return sink_report_v1.markdown(res)
+    m, s = res["machine"], res["settings"]
+    lines = [f"# Sink benchmark, fair comparison {res['date']}", "",
+             "Spark's built-in Kafka sink (`format(\"kafka\")`, at-least-once) against the exactly-once sink "
+             "(`BatchWriter` via foreachBatch): same job, same input, same SparkSession, same parallelism and "
+             "maxOffsetsPerTrigger, for two job shapes and two producer settings. Produced by "
+             f"`{res.get('command', 'benchmarks/sink_throughput.py')}`.", "",
+             f"Machine: {m['cores']} cores ({m['cpu']}), {m['ram_gb']} GB RAM, shared (load average "
+             f"{m['load_avg_start'][0]:.1f} at start, {m['load_avg_end'][0]:.1f} at end); Python {m['python']}, "
+             f"PySpark {m['pyspark']} (`{s['spark_master']}`), Kafka broker {m['kafka_broker']} (single node, "
+             f"same machine), Spark's kafka-clients {m['kafka_clients_jar']}, confluent-kafka "
+             f"{m['confluent_kafka']} (librdkafka {m['librdkafka']}), pyarrow {m['pyarrow']}.", "",
+             f"Settings: each measured run processes at least {s['records']:,} records or lasts at least "
+             f"{s['min_seconds']:.0f} s (input sized per shape, below); {s['input_partitions']} input partitions, "
+             f"parallelism {s['parallelism']} ({s['output_partitions']} output partitions / slots), "
+             f"maxOffsetsPerTrigger {s['max_offsets_per_trigger']:,}, {s['repeats']} alternating repeats after a "
+             f"{s['warmup_records']:,}-record warm-up of each sink under each producer setting; every output read "
+             "back read_committed (ours: exactly once; built-in: nothing lost) and deleted. Ratios are ours / "
+             "built-in of the same repeat.", "", "Job shapes:", ""]
+    for name, sh in s["shapes"].items():
+        lines.append(f"* **{name}**, {sh['title']}: {sh['describe']}.")
+    lines += ["", "Producer settings:", ""]
+    for p, conf in s["producers"].items():
+        if p == "default":
+            lines.append(f"* **default**: nothing set. Built-in: {s['producer_defaults']['builtin']}. Ours: "
+                         f"{s['producer_defaults']['ours']}.")
+        else:
+            lines.append(f"* **{p}**: linger.ms {s['linger_ms']}, batch size {s['batch_bytes']:,} bytes, "
+                         f"compression {s['compression']}, acks all. Built-in sink options: "
+                         + ", ".join(f"`{k}={v}`" for k, v in conf["builtin"].items())
+                         + "; ours, `sink.producerConfig`: " + ", ".join(f"`{k}={v}`" for k, v in conf["ours"].items())
+                         + " (the runtime adds acks all, enable.idempotence true, transactions).")
+    th = res.get("throughput") or {}
+    if th:
+        lines += [""] + _summary(s, th)
+    for p in s["producers"]:
+        if not any(p in (th[sh].get("tables") or {}) for sh in th):
+            continue
+        lines += ["", f"## Throughput, {p} producers", ""]
+        for name, shp in th.items():
+            if p in shp.get("tables", {}):
+                sz = shp["sizing"]
+                how = ("--records" if sz.get("rule") != "min_seconds" else
+                       f"{s['min_seconds']:.0f} s of the built-in sink at its batches' rate on the warm-up topic, "
+                       f"{max(sz['builtin_warm_rates'].values()):,} rec/s, × {sz['margin']}")
+                lines += _throughput_table(s, {**s["shapes"][name], "title": f"{s['shapes'][name]['title']}: "
+                                               f"{shp['records']:,} input records ({how})"}, shp["tables"][p]) + [""]
+    if res.get("latency"):
+        lines += [""] + _latency_table(s, res["latency"])
+    if res.get("breakdown"):
+        lines += [""] + _breakdown(res["breakdown"])
+    st = (res.get("stderr") or {}).get("counts")
+    if st:
+        lines += ["", "Lines on stderr over the whole run: " + ", ".join(f"{k} {v}" for k, v in st.items()) + "."]
+    return report.tail(lines, res)
