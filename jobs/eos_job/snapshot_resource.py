@@ -8,6 +8,7 @@ from pydantic import Field
 from .pod_template import PodSecurity
 from .spec import Model, S3Store
 from .spec_rules import MAX_LOCATION, SNAPSHOT_PATH_PATTERN
+from .status import Condition
 
 SNAPSHOT_KIND = "ExactlyOnceSnapshot"
 SNAPSHOT_PLURAL = "exactlyoncesnapshots"
@@ -60,4 +61,9 @@ class ExactlyOnceSnapshotStatus(Model):
     access: SnapshotAccess | None = Field(None, description=(
         "The stream's image, ServiceAccount and checkpoint volume, as the snapshot's Pods use them."))
     message: str = ""
+    conditions: list[Condition] = Field(default_factory=list, description=(
+        "Ready: True once Completed. False with reason Pending, InProgress, Failed or Deleting, or what holds "
+        "the current Pod up: SnapshotStartBlocked (it cannot start: ErrImagePull, ImagePullBackOff, "
+        "CreateContainerConfigError, Unschedulable; the cause in the message), Refused (the API server refused "
+        "its create; the server's message, retried every 30 s)."))
     observed_generation: int | None = None

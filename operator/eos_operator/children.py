@@ -210,6 +210,7 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
         vol = "spark.kubernetes.executor.volumes.persistentVolumeClaim.checkpoint"
         conf[f"{vol}.options.claimName"] = ck.claim_name
         conf[f"{vol}.mount.path"] = ck.path
+        conf[f"{vol}.mount.readOnly"] = "false"   # they write to it (Spark's default, said so)
     # The user's sparkConf wins, except for what pins this driver's identity.
     pinned = {"spark.kubernetes.driver.pod.name", "spark.kubernetes.namespace", "spark.driver.host"}
     for key, value in sorted(job.spark_conf.items()):

@@ -18,14 +18,15 @@ from eos_job.spec import ExactlyOnceStreamSpec
 from eos_job.status import ExactlyOnceStreamStatus
 
 from . import children, planner
-from .actions import ApplyConfigMap, ApplyService, CreatePod, Event, Plan, Resolve
-from .adapters import (CheckpointStore, Clock, Conflict, Kube, KubeError, NameTaken, Progress, Resolver,
-                       StoreUnreadable, kafka_secrets, s3_options)
+from .actions import Event, Plan, Resolve
+from .adapters import (CheckpointStore, Clock, Conflict, Kube, KubeError, Progress, Resolver, StoreUnreadable,
+                       kafka_secrets, s3_options)
 from .children import StreamRef
 from .loop import act, converge, dump_status, post_events, write_first
 from .metrics import StreamMetrics
 from .op_metrics import OperatorMetrics
 from .observed import Observed, RestoreSource, SnapshotView, pod_view, snapshot_info
+from .start_failures import refused_object
 from .upgrades import current_checkpoint_dir
 from .validation import InvalidSpec, validate_spec
 
@@ -249,11 +250,7 @@ async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 1
 def _refused(action: object, exc: KubeError, status: ExactlyOnceStreamStatus) -> str | None:
     """What a launch's create was refused for good (admission: 403 Pod Security, quota or RBAC, 422
     invalid, 409 a name someone else's object holds), or None for errors a retry may fix."""
-    if status.pending_launch is None or not (exc.status in (403, 422) or isinstance(exc, NameTaken)):
-        return None
-    if isinstance(action, (CreatePod, ApplyConfigMap, ApplyService)):
-        return f"{action.body.get('kind', 'object')} {action.body['metadata']['name']}"
-    return None
+    return None if status.pending_launch is None else refused_object(action, exc)
 
 
 async def _write_status(deps: Deps, ref: StreamRef, old: ExactlyOnceStreamStatus,

@@ -8,85 +8,23 @@ the test "kubelet" finishes it), finalizers holding a deleted object, label
 selection of Pods and snapshots, and the garbage collector removing the Pods an
 object owns once it is gone (``collect_garbage``). Ownership as kube_api checks it:
 a create or apply over an object of another owner raises NameTaken, a delete with
-an owner uid leaves an object that uid does not own (recorded in ``kept``).
+an owner uid leaves an object that uid does not own (recorded in ``kept``). The clock, resolver and
+progress fakes are in fake_adapters.py.
 """
 from __future__ import annotations
 
 import copy
 import itertools
 import uuid
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
-from eos_job.spec import RunConfig
-from eos_job.status import ReplayHorizon, ResolutionReport
-from eos_operator.adapters import Conflict, KubeError, LedgerTip, event_kind
+from eos_operator.adapters import Conflict, KubeError, event_kind
 from eos_operator.kube_api import owner_uids, refuse_unless_ours
+from eos_operator.timeutil import fmt
 
-T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
-
-
-class Crash(BaseException):
-    """Simulates the operator process dying at an injected point (not an Exception: nothing catches it)."""
-
-
-class FakeClock:
-    def __init__(self, start: datetime = T0):
-        self.t = start
-
-    def now(self) -> datetime:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += timedelta(seconds=seconds)
-
-
-@dataclass
-class FakeResolver:
-    calls: list[RunConfig] = field(default_factory=list)
-    fail_next: int = 0                 # the next N calls raise
-    error: str = "KafkaException: sink unreachable"
-    crash_after: bool = False          # the operator dies right after resolution returns
-    kube: "FakeKube | None" = None     # to assert invariants at resolution time
-
-    async def resolve(self, config: RunConfig, s3=None, kafka=None, facts=None) -> ResolutionReport:
-        self.calls.append(config)
-        self.s3, self.facts = s3, facts
-        if self.kube is not None:
-            alive = [p for p in self.kube.driver_pods(config.stream.namespace, config.stream.name)]
-            assert not alive, f"resolution ran while driver Pods exist: {[p['metadata']['name'] for p in alive]}"
-        if self.fail_next > 0:
-            self.fail_next -= 1
-            raise RuntimeError(self.error)
-        report = ResolutionReport(stream_uid=config.stream.uid, generation=config.stream.generation,
-                                  slots=config.spec.job.parallelism,
-                                  fenced_transactional_ids=config.spec.job.parallelism,
-                                  last_complete_batch=len(self.calls) - 1, summary=f"resolution #{len(self.calls)}")
-        if self.crash_after:
-            self.crash_after = False
-            raise Crash("operator killed after resolution")
-        return report
-
-
-@dataclass
-class FakeProgress:
-    batch: int | None = None
-    calls: int = 0
-    horizon: ReplayHorizon | None = None
-    horizon_calls: int = 0
-    nondeterministic: int = 0
-
-    async def ledger_tip(self, config: RunConfig, kafka=None) -> LedgerTip | None:
-        self.calls += 1
-        return None if self.batch is None else LedgerTip(self.batch, self.nondeterministic)
-
-    async def replay_horizon(self, config: RunConfig, kafka=None) -> ReplayHorizon | None:
-        self.horizon_calls += 1
-        return self.horizon
-
-    def forget(self, namespace: str, name: str) -> None:
-        self.forgotten = (namespace, name)
+# The other adapters' fakes, importable from here as before.
+from .fake_adapters import T0, Crash, FakeClock, FakeProgress, FakeResolver  # noqa: F401
 
 
 class FakeKube:
@@ -109,6 +47,7 @@ class FakeKube:
         self.conflict_next_snapshot_patch = 0
         self.fail_create_pod = 0
         self.fail_create_status = 500          # 403: the API server refuses the Pod (Pod Security, quota)
+        self.fail_create_message = "injected create failure"   # what the API server says (KubeError.message)
         self.crash_after_create_pod = False
         self.crash_after_status_patch_containing: str | None = None
         self.max_alive_drivers = 0
@@ -223,6 +162,21 @@ class FakeKube:
                 term["message"] = message
             status["containerStatuses"] = [{"name": "snapshot", "state": {"terminated": term}}]
         pod["status"] = status
+        self._bump(pod)
+
+    def block_pod(self, name: str, reason: str, message: str, *, created_at: datetime = T0,
+                  namespace: str = "default") -> None:
+        """The Pod (created at ``created_at``) cannot start: reason Unschedulable is the scheduler's PodScheduled
+        condition, any other (ErrImagePull, CreateContainerConfigError, ...) its container's waiting reason."""
+        pod = self.pods[(namespace, name)]
+        pod["metadata"]["creationTimestamp"] = fmt(created_at)
+        if reason == "Unschedulable":
+            pod["status"] = {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": reason, "message": message}]}
+        else:
+            container = pod["spec"]["containers"][0]["name"]
+            pod["status"] = {"phase": "Pending", "containerStatuses": [
+                {"name": container, "state": {"waiting": {"reason": reason, "message": message}}}]}
         self._bump(pod)
 
     def add_foreign(self, kind: str, name: str, owner_uid: str | None = None,
@@ -347,7 +301,7 @@ class FakeKube:
     async def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
         if self.fail_create_pod > 0:
             self.fail_create_pod -= 1
-            raise KubeError(self.fail_create_status, "injected create failure")
+            raise KubeError(self.fail_create_status, self.fail_create_message)
         key = (namespace, body["metadata"]["name"])
         if key in self.pods:
             refuse_unless_ours("Pod", namespace, body, self.pods[key])

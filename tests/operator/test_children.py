@@ -117,6 +117,28 @@ def test_cluster_mode_spark_submit_arguments():
     assert {p["containerPort"] for p in c["ports"]} == {7078, 7079}
 
 
+EXECUTOR_PVC = "spark.kubernetes.executor.volumes.persistentVolumeClaim."
+
+
+def test_cluster_mode_executors_mount_a_pvc_checkpoint_and_nothing_for_s3():
+    """The state store writes under the checkpoint on executors too: with store pvc they mount the claim,
+    writable, at the checkpoint path; an object store needs no volume."""
+    pvc = spec(job={"module": "m", "deployMode": "cluster"},
+               checkpoint={"store": "pvc", "claimName": "ckpt", "path": "/checkpoints/colors"})
+    args = children.spark_submit_args(REF, pvc, "colors-driver-0")
+    conf = dict(a.split("=", 1) for a in args[5::2])
+    assert {k: v for k, v in conf.items() if k.startswith(EXECUTOR_PVC)} == {
+        EXECUTOR_PVC + "checkpoint.options.claimName": "ckpt",
+        EXECUTOR_PVC + "checkpoint.mount.path": "/checkpoints/colors",
+        EXECUTOR_PVC + "checkpoint.mount.readOnly": "false"}
+    env = {e["name"]: e.get("value") for e in children.driver_pod(REF, pvc, attempt=0, tx_generation=0)
+           ["spec"]["containers"][0]["env"]}
+    assert shlex.split(env["PYSPARK_SUBMIT_ARGS"]) == args + ["pyspark-shell"]   # what the driver runs with
+    s3 = spec(job={"module": "m", "deployMode": "cluster"},
+              checkpoint={"store": "s3", "path": "/streams/colors", "s3": {"bucket": "ckpt"}})
+    assert not [a for a in children.spark_submit_args(REF, s3, "colors-driver-0") if a.startswith(EXECUTOR_PVC)]
+
+
 def test_headless_driver_service_selects_the_driver():
     svc = children.driver_service(REF)
     assert svc["metadata"]["name"] == "colors-driver"

@@ -341,6 +341,28 @@ def test_a_refused_driver_pod_is_reported_once_and_retried_after_a_pause():
     assert kube.created_pods == ["colors-driver-0"] and len(resolver.calls) == 1
 
 
+def test_an_invalid_driver_pod_422_is_refused_with_the_servers_message():
+    """422: the API server finds the Pod invalid (a field only it checks). Status says so in the server's words,
+    one event, no restart counted; the launch keeps its place and creates the Pod once the server accepts it."""
+    kube, resolver, clock, deps = make()
+    kube.fail_create_pod, kube.fail_create_status = 2, 422
+    kube.fail_create_message = ('Pod "colors-driver-0" is invalid: spec.containers[0].resources.requests: '
+                                'Invalid value: "2": must be less than or equal to cpu limit')
+    rec(deps)
+    s = status(kube)
+    ready = next(c for c in s["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Refused"), ready
+    assert "Pod colors-driver-0 was refused" in ready["message"] and kube.fail_create_message in ready["message"]
+    assert kube.messages_for("ExactlyOnceStream", "Refused") == [ready["message"]]
+    assert kube.created_pods == [] and s.get("restartCount", 0) == 0
+    clock.advance(31)
+    rec(deps)                                       # refused again, the same words: no second event
+    assert kube.fail_create_pod == 0 and len(kube.messages_for("ExactlyOnceStream", "Refused")) == 1
+    clock.advance(31)
+    rec(deps)
+    assert kube.created_pods == ["colors-driver-0"] and len(resolver.calls) == 1
+
+
 def test_a_missing_secret_waits_with_its_reason_instead_of_counting_restarts():
     """The S3 keys' Secret does not exist: resolution cannot read the checkpoint; no restart helps until
     someone creates it, so the launch waits (CheckpointSecretMissing), no failure counted."""

@@ -33,6 +33,7 @@ from eos_job.status import ExactlyOnceStreamStatus
 from ..actions import Plan
 from ..conditions import READY, get_condition
 from ..observed import Observed, PodView
+from ..start_failures import report_blocked
 from ..timeutil import fmt, parse, seconds_between
 from ..upgrades import classify, run_affecting_changes
 from ..validation import InvalidSpec
@@ -42,6 +43,8 @@ from .restarts import BATCH_REFUSED, batch_refused, driver_failed, start_launch
 from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, not_starting, rejected_text,
                    stop_pods, watch_nondeterminism, watch_replay_horizon)
 from .upgrade import blocked, check_upgrade, overlay_spec, pre_flight, spec_changed
+
+DRIVER_BLOCKED = "DriverStartBlocked"   # Ready=False: the driver Pod cannot start (start_failures.py)
 
 
 class ReconciliationState(Enum):
@@ -206,12 +209,8 @@ def _driver_up(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     if st.lifecycle_state not in ("Restarting", "Upgrading"):
         step.lifecycle("Deploying")
     if pod.blocked:
-        message = f"driver Pod {pod.name} cannot start: {pod.blocked.rstrip('.')}"
-        ready = get_condition(st.conditions, READY)
-        if ready is None or ready.reason != "DriverStartBlocked" or ready.message != message:
-            step.event("Warning", "DriverStartBlocked", f"{message}; it fails after {timeout}s "
-                                                        "(job.driver.startTimeoutSeconds) unless that is fixed")
-        step.conditions(("False", "DriverStartBlocked", message),
+        message = report_blocked(step, st.conditions, DRIVER_BLOCKED, "driver", pod, timeout)
+        step.conditions(("False", DRIVER_BLOCKED, message),
                         ("True", "DriverStarting", f"waiting for {pod.name} to run, at most "
                                                    f"{timeout - age:.0f}s more"), degraded(st))
     else:

@@ -21,14 +21,13 @@ from ..actions import (ApplyConfigMap, ApplyService, CreatePod, CreateSnapshot, 
                        Event, Plan, Resolve)
 from ..conditions import DEGRADED, get_condition
 from ..observed import Observed
+from ..start_failures import REFUSED_FIX, REFUSED_REASON, REFUSED_RETRY_SECONDS, refusal_text
 from ..timeutil import fmt, fmt_ceil, parse, seconds_between
 from ..upgrades import current_checkpoint_dir, run_affecting_changes, spec_json
 from .housekeeping import snapshot_resource_for
 from .step import POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, stop_pods
 
-REFUSED_RETRY_SECONDS = 30.0
 DELETION_SLACK_SECONDS = 60.0   # past the driver's grace period: a deletion that waits says so
-REFUSED_REASON = "Refused"   # Ready=False: the API server refused a Pod or object (message: what and why)
 from .upgrade import after_stop, drain, needs_drain, restore_source_missing, restore_text, spec_changed
 from .probe import needs_probe, probe
 
@@ -186,9 +185,9 @@ def record_refusal(status: ExactlyOnceStreamStatus, what: str, error: str, *, ob
     launch = st.pending_launch
     if launch is None:
         return st, None
-    fix = ("fix the namespace's policy or quota, the stream's podTemplate, or the object in the way"
-           if reason == REFUSED_REASON else "fix the credentials, TLS settings, Secrets or ACLs the message names")
-    message = f"{what} was refused: {error}; {fix} (retrying every {REFUSED_RETRY_SECONDS:.0f}s)"
+    fix = (REFUSED_FIX if reason == REFUSED_REASON
+           else "fix the credentials, TLS settings, Secrets or ACLs the message names")
+    message = refusal_text(what, error, fix)
     event = None if launch.refused == message else Event("Warning", reason, message)
     st.pending_launch = launch.model_copy(update={"refused": message, "refused_at": fmt(observed.now),
                                                   "refused_reason": reason})

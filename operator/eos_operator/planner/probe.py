@@ -25,8 +25,8 @@ from pydantic import ValidationError
 
 from .. import children
 from ..actions import ApplyConfigMap, CreatePod, DeletePod, Plan
-from ..conditions import READY, get_condition
 from ..observed import PodView
+from ..start_failures import report_blocked
 from .restarts import aux_failed
 from .step import POLL_SECONDS, Cond, StreamStep, not_starting
 
@@ -82,11 +82,8 @@ def probe(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: PendingLaunch, 
     if pod.blocked:
         # Its claim does not exist or is not bound, its image cannot be pulled...: the first Pod of the stream
         # that needs them says why, as a driver would (one event per cause).
-        message = f"probe Pod {name} cannot start: {pod.blocked.rstrip('.')}"
-        ready = get_condition(st.conditions, READY)
-        if ready is None or ready.reason != PROBE_BLOCKED or ready.message != message:
-            step.event("Warning", PROBE_BLOCKED, f"{message}; it fails after {spec.job.driver.start_timeout_seconds}s "
-                                                 "(job.driver.startTimeoutSeconds) unless that is fixed")
+        message = report_blocked(step, st.conditions, PROBE_BLOCKED, "probe", pod,
+                                 spec.job.driver.start_timeout_seconds)
         step.conditions(("False", PROBE_BLOCKED, message), ("True", "Resolving", f"waiting for {name}"),
                         degraded_cond)
         return step.done(requeue_after=POLL_SECONDS)

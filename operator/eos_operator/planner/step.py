@@ -14,7 +14,7 @@ from .. import children
 from ..actions import DeletePod, Step
 from ..conditions import DEGRADED, PROGRESSING, READY, set_condition
 from ..observed import Observed
-from ..timeutil import parse, seconds_between
+from ..start_failures import past_start_deadline
 
 POLL_SECONDS = 2.0  # how soon to look again while waiting for a Pod to go or come
 SNAPSHOT_HISTORY = 10  # snapshots kept in status.snapshots (the files stay in the store)
@@ -108,11 +108,6 @@ def watch_replay_horizon(step: StreamStep) -> None:
 
 
 def not_starting(pod, spec, now) -> str | None:
-    """A Pod of the stream (driver, pre-flight, drain) still not running job.driver.startTimeoutSeconds
-    after its creation: why, as a failure text; None while it may still start."""
-    created = parse(pod.created_at)
-    timeout = spec.job.driver.start_timeout_seconds
-    if pod.phase not in ("Pending", "Unknown") or created is None or seconds_between(created, now) < timeout:
-        return None
-    return (f"Pod {pod.name} did not start within {timeout}s (job.driver.startTimeoutSeconds): "
-            f"{pod.blocked or 'still Pending'}")
+    """A Pod of the stream (driver, probe, pre-flight, drain) still not running job.driver.startTimeoutSeconds
+    after its creation: why, as a failure text; None while it may still start (start_failures.py)."""
+    return past_start_deadline(pod, spec.job.driver.start_timeout_seconds, now)
