@@ -12,6 +12,9 @@ transaction written
 * ``zip``: a fast path for the common case (no topic/partition/headers/error
   columns, no poison records): ``for k, v in zip(keys, values): produce(...)``;
 * ``zip+onlyerror``: both;
+* ``zip+onlyerror+audit``: the same with the two audit headers every record of the sink carries
+  (``eos_job.audit.audit_headers``: ``eos.batch``, ``eos.slot``), i.e. the sink's common case minus its
+  per-row bookkeeping, so that ``zip+onlyerror`` against it is what the headers cost;
 * ``produce_batch``: ``Producer.produce_batch`` with a list of dicts.
 
 Variants alternate over ``--repeats``; the median counts. Run:
@@ -35,7 +38,7 @@ import pyarrow as pa  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-VARIANTS = ("sink", "sink+onlyerror", "zip", "zip+onlyerror", "produce_batch")
+VARIANTS = ("sink", "sink+onlyerror", "zip", "zip+onlyerror", "zip+onlyerror+audit", "produce_batch")
 
 
 class _Cfg:
@@ -43,6 +46,8 @@ class _Cfg:
         self.topic = topic
         self.dead_letter_topic = None
         self.batch = 0
+        self.checkpoint_id = "0123456789abcdef"
+        self.generation = 0
 
 
 def arrow_batches(n: int, per_batch: int = 10_000) -> list[pa.RecordBatch]:
@@ -68,17 +73,20 @@ def run_variant(variant: str, producer: Producer, topic: str, batches: list[pa.R
         for b in batches:
             _produce_batch(_Cfg(topic), producer, b, 0, on_delivery, {})
     elif variant.startswith("zip"):
+        from eos_job.audit import audit_headers
         produce = producer.produce
+        cfg = _Cfg(topic)
+        headers = audit_headers(cfg.checkpoint_id, cfg.generation, 0, cfg.batch) if variant.endswith("audit") else None
         for b in batches:
             names = b.schema.names
             keys = b.column(names.index("key")).to_pylist()
             values = b.column(names.index("value")).to_pylist()
             for k, v in zip(keys, values):
                 try:
-                    produce(topic, v, k, on_delivery=on_delivery)
+                    produce(topic, v, k, headers=headers, on_delivery=on_delivery)
                 except BufferError:
                     producer.poll(0.5)
-                    produce(topic, v, k, on_delivery=on_delivery)
+                    produce(topic, v, k, headers=headers, on_delivery=on_delivery)
     elif variant == "produce_batch":
         for b in batches:
             names = b.schema.names
@@ -120,7 +128,7 @@ def main(argv=None) -> int:
     for v in VARIANTS:
         conf = {"bootstrap.servers": bootstrap, "transactional.id": f"bench-micro-{run_id}-{v}",
                 "enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random", "linger.ms": 5}
-        if v.endswith("onlyerror"):
+        if "onlyerror" in v:
             conf["delivery.report.only.error"] = True
         producers[v] = Producer(conf)
         producers[v].init_transactions(30)
