@@ -60,6 +60,7 @@ class SlotWriterConfig:
     output_hash: str = ""
     epoch: int = 0           # the driver's epoch (see eos_job.epoch)
     skip_all: bool = False   # the whole batch is in the sink (another generation): run the plan, write nothing
+    audit: bool = True       # sink.auditHeaders: every record names its batch and slot (eos_job.audit)
 
 
 class _SlotClients:
@@ -299,8 +300,9 @@ def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int
     errors = b.column(names.index("error")).to_pylist() if "error" in names else None
     produce = producer.produce
     default_topic = cfg.topic
-    # Every record names its slot and batch (eos_job.audit): what `kubectl eos verify` checks.
-    audit = audit_headers(cfg.checkpoint_id, cfg.generation, slot, cfg.batch)
+    # Every record names its slot and batch (eos_job.audit): what `kubectl eos verify` checks; the stream may
+    # opt out (sink.auditHeaders: false), as the headers cost about as much as the rest of this loop.
+    audit = audit_headers(cfg.checkpoint_id, cfg.generation, slot, cfg.batch) if cfg.audit else None
     if topics is None and parts is None and headers is None and errors is None and not poison:
         # The common case, kept lean: key/value only, nothing to route.
         dead = 0
@@ -325,7 +327,7 @@ def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int
         if why is None and poison:
             why = poison.get((topic, k, v))
         if why is None:
-            hdrs = ([(h["key"], h["value"]) for h in headers[i]] + audit if headers is not None and headers[i]
+            hdrs = ([(h["key"], h["value"]) for h in headers[i]] + (audit or []) if headers is not None and headers[i]
                     else audit)
             part = parts[i] if parts is not None else None
             try:

@@ -141,6 +141,10 @@ class SinkSpec(Model):
     credentials: KafkaCredentials | None = Field(None, description=(
         "SASL credentials of the sink cluster, by Secret reference."))
     tls: KafkaTls | None = Field(None, description="TLS to the sink cluster: a private CA, a client certificate.")
+    audit_headers: bool = Field(True, description=(
+        "Label every output record with headers naming its batch and slot (eos.batch, eos.slot), so that "
+        "`kubectl eos verify` can check each committed slot against the ledger. They cost about 1.3 us of CPU "
+        "per record in the slot task; false writes records without them, and verify then cannot run."))
 
 
 class S3Store(Model):

@@ -68,7 +68,7 @@ class BatchWriter:
                          ledger_topic=config.ledger_topic(), tx_prefix=config.stream.transactional_prefix,
                          generation=config.stream.generation, stream_uid=config.stream.uid,
                          spec_hash=spec.spec_hash(), transaction_timeout_ms=spec.sink.transaction_timeout_ms,
-                         slots=self.slots, epoch=0)
+                         slots=self.slots, epoch=0, audit=spec.sink.audit_headers)
         self.sec = sec
 
     def checkpoint_identity(self) -> str:

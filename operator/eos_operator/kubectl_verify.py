@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 EXIT_VIOLATION = 6
+EXIT_NOTHING_TO_CHECK = 4
 
 
 def add_parser(sub) -> None:
@@ -44,6 +45,11 @@ def verify(args: argparse.Namespace, api, ns: str, stream: dict[str, Any], emit)
 
     spec = ExactlyOnceStreamSpec.model_validate(stream.get("spec") or {})
     sink = spec.sink
+    if not sink.audit_headers:
+        print(f"error: {ns}/{args.name} writes its records without audit headers (spec.sink.auditHeaders: false), "
+              "so nothing names the batch and slot of a record: set spec.sink.auditHeaders to true (a restart) "
+              "and verify the batches written after it with --from-batch", file=sys.stderr)
+        return EXIT_NOTHING_TO_CHECK
     extra = sink_security(sink, KafkaSecrets(_secret_values(api, ns, sink)))
     ledger = sink.ledger_topic or default_ledger_topic(sink.topic, ns, args.name)
     topics = [sink.topic, *[t for t in args.topic if t != sink.topic]]
@@ -70,4 +76,4 @@ def verify(args: argparse.Namespace, api, ns: str, stream: dict[str, Any], emit)
     emit(doc, args.output, text)
     if result.findings:
         return EXIT_VIOLATION
-    return 0 if result.slots_checked else 4
+    return 0 if result.slots_checked else EXIT_NOTHING_TO_CHECK

@@ -68,7 +68,7 @@ RESTART_ONLY_FIELDS = (
     "job.driver", "job.executor", "job.serviceAccountName", "job.deployMode", "triggerIntervalMs",
     "source.bootstrapServers", "source.maxOffsetsPerTrigger", "source.options", "source.startingOffsets",
     "source.acceptDataLoss",
-    "sink.producerConfig", "sink.credentials", "sink.transactionTimeoutMs",
+    "sink.producerConfig", "sink.credentials", "sink.transactionTimeoutMs", "sink.auditHeaders",
 )
 
 

@@ -384,3 +384,17 @@ def test_an_empty_slot_is_known_without_a_transaction_and_a_skip_still_reads_eve
     full = SlotRows(iter(_slot_rows(2) + _slot_rows(3)))
     assert full.any_rows() and not full.complete
     assert full.drain() == (5, 1 + 2 + 1 + 2 + 3)
+
+
+def test_records_carry_the_audit_headers_unless_the_stream_opts_out():
+    seen: list = []
+
+    class Producer:
+        def produce(self, topic, value=None, key=None, headers=None, partition=None, on_delivery=None):
+            seen.append(headers)
+
+    for audit in (True, False):
+        cfg = sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=7, audit=audit)
+        sink._produce_batch(cfg, Producer(), _slot_rows(2)[0], 1, None, {})
+    assert seen[0] == seen[1] == [("eos.batch", b"7"), ("eos.slot", seen[0][1][1])] and seen[0][1][1].endswith(b"/1")
+    assert seen[2:] == [None, None]

@@ -153,3 +153,14 @@ def test_resolve_dry_run_shows_the_last_resolution(capsys):
         assert text in out, (text, out)
     assert run(api, "resolve", "colors") == 2 and "kubectl eos restart colors" in capsys.readouterr().err
     assert run(FakeApi([stream(resolution=None)]), "resolve", "colors", "--dry-run") == EXIT_NOT_READY
+
+
+def test_verify_refuses_a_stream_that_writes_no_audit_headers(capsys):
+    s = stream()
+    s["spec"] = {"job": {"module": "examples.colors.job"},
+                 "source": {"bootstrapServers": "k:9092", "topics": ["events"]},
+                 "sink": {"bootstrapServers": "k:9092", "topic": "counts", "auditHeaders": False},
+                 "checkpoint": {"store": "s3", "path": "/ckpt", "s3": {"bucket": "eos"}}}
+    assert run(FakeApi([s]), "verify", "colors") == 4          # before any Kafka client is made
+    err = capsys.readouterr().err
+    assert "spec.sink.auditHeaders: false" in err and "set spec.sink.auditHeaders to true" in err, err
