@@ -103,6 +103,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 100,000 records, 1 repeat, 5 s latency (explicit options still win)")
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the benchmark's topics")
+    ap.add_argument("--no-audit-headers", action="store_true",
+                    help="the exactly-once sink without its per-record audit headers (sink.auditHeaders: false)")
     report.add_results_args(ap, "sink-fair")
     a = ap.parse_args(argv)
     if a.quick:
@@ -120,6 +122,7 @@ def settings(a, prods: dict) -> dict:
             "trigger_ms": a.trigger_ms, "rates": a.rates, "seconds": a.seconds, "latency_warmup_s": a.latency_warmup,
             "linger_ms": a.linger_ms, "batch_bytes": a.batch_bytes, "compression": a.compression,
             "producers": {p: prods[p] for p in a.producer}, "producer_defaults": DEFAULTS, "quick": a.quick,
+            "audit_headers": not a.no_audit_headers,
             "shapes": {n: {"title": SHAPES[n].title, "describe": SHAPES[n].describe,
                            "record_bytes": SHAPES[n].record_bytes} for n in a.shapes},
             "spark_master": "?"}
