@@ -38,6 +38,7 @@ def _ledger_config(name: str, bootstrap: str, ledger: str, source: str = "tips-s
 def _write_batches(bootstrap: str, ledger: str, batches: list[int], offsets: dict | None = None) -> None:
     """Batch-complete records (with a history record before each, as the driver writes them) in the batch
     partition, committed in one transaction per batch, so the partition ends with a commit marker."""
+    before = _stable_end(bootstrap, ledger)
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tips-{uuid.uuid4().hex[:8]}"})
     p.init_transactions(30)
     for b in batches:
@@ -46,6 +47,22 @@ def _write_batches(bootstrap: str, ledger: str, batches: list[int], offsets: dic
         record = BatchCompleteRecord(batch=b, slots=1, count=b * 10, skipped_slots=0, source_offsets=offsets or {})
         p.produce(ledger, key=b"batch", value=record.encode(), partition=BATCH_PARTITION)
         p.commit_transaction(30)
+    # commit_transaction returns once the coordinator decided; the broker writes the commit marker into the
+    # partition a moment later, and only then does the last stable offset (what read_committed readers and
+    # ListOffsets see) move. Wait for it, or a read right after this sees the old end.
+    want, deadline = before + 3 * len(batches), time.monotonic() + KAFKA_TIMEOUT
+    while _stable_end(bootstrap, ledger) < want:
+        assert time.monotonic() < deadline, f"{ledger}: the last stable offset never reached {want}"
+        time.sleep(0.05)
+
+
+def _stable_end(bootstrap: str, ledger: str) -> int:
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tp = TopicPartition(ledger, BATCH_PARTITION)
+    return admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_COMMITTED,
+                              request_timeout=KAFKA_TIMEOUT)[tp].result().offset
 
 
 def test_tips_of_many_ledgers_in_one_call_match_the_one_stream_read(stack_env):
