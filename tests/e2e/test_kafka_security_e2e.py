@@ -5,9 +5,8 @@ Its user (SCRAM-SHA-512, a local CA's TLS) holds exactly the ACLs a stream needs
 its source topic, write its sink and dead-letter topics and its ledger, transactional ids under its prefix.
 The driver gets the password and CA from the stream's Secrets by ``secretKeyRef``; the operator reads the
 same Secrets for resolution, progress and the replay horizon. Through a driver SIGKILL every id is in the
-sink exactly once, and through a snapshot upgrade; the operator's replay-horizon reads of the source work
-over the listener. A wrong password and a missing ACL each give their named
-status (``KafkaAuthenticationFailed``, ``KafkaAuthorizationFailed``) and one event, no restart counted, and
+sink exactly once, and the operator's replay-horizon reads of the source work over the listener. A wrong
+password and a missing ACL each give their named status (``KafkaAuthenticationFailed``, ``KafkaAuthorizationFailed``) and one event, no restart counted, and
 the stream recovers when they are fixed. The password appears in no ConfigMap, status, annotation, event
 or log line."""
 from __future__ import annotations
@@ -83,17 +82,6 @@ def test_secured_stream_is_exact_and_names_what_kafka_refuses(stack_env, kubectl
     journal.append(f"replay horizon read over SASL_SSL: {s['replayHorizon']['state']} at batch "
                    f"{s['replayHorizon']['batch']}")
 
-    # 1b. A snapshot upgrade over the same listener: the old driver stops at a boundary with a snapshot, the
-    # new spec starts from it.
-    manifest["spec"]["job"].setdefault("args", {})["version"] = "v2"
-    kubectl.apply(manifest, namespace)
-    d2 = wait_until(lambda: (lambda d: d if d and d != d1 else None)(running_driver()), "the upgrade", 240, diag, 1)
-    assert kubectl.status(namespace, NAME)["restoreFrom"], kubectl.status(namespace, NAME)
-    feed(1000, 23)
-    wait_ids(topics.bootstrap, topics.counts, expected, diag)
-    journal.append(f"snapshot upgrade: {d1} stopped with a snapshot, {d2} started from it")
-    d1 = d2
-
     assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
 
     # 2. A wrong password: resolution of the next start says so, once, and waits; the right one heals it.
@@ -142,6 +130,6 @@ def test_secured_stream_is_exact_and_names_what_kafka_refuses(stack_env, kubectl
     assert len(places) > 6, sorted(places)                        # the driver logs were searched too
     print("\n".join(journal))
     report_result(f"SASL_SSL (SCRAM-SHA-512, private CA) on source and sink with per-stream ACLs: a driver "
-                  f"SIGKILL and a snapshot upgrade, {len(expected)} ids exactly once; wrong password -> "
+                  f"SIGKILL, {len(expected)} ids exactly once; wrong password -> "
                   "KafkaAuthenticationFailed, missing ACL -> KafkaAuthorizationFailed, both healed; the password "
                   f"in none of {len(places)} places")
