@@ -241,9 +241,25 @@ def _short(exc) -> str:
 
 
 def install_signal_handlers(stop_event: threading.Event) -> None:
-    def handler(signum, _frame):
+    """SIGTERM and SIGINT request a stop at the next clean batch boundary.
+
+    The handler itself takes no lock: it runs in the main thread, which waits in ``stop_event.wait()`` and holds
+    the Event's lock (not reentrant) while entering and leaving it, so ``stop_event.set()`` in the handler could
+    wait for ever on a lock its own thread held, and the driver ran on until SIGKILL (an upgrade's snapshot not
+    taken; seen in a clean-clone run). The handler writes the signal to a pipe; a thread sets the event.
+    """
+    read_end, write_end = os.pipe()
+
+    def watch() -> None:
+        signum = os.read(read_end, 1)[0]
         log.info("received %s: stopping at the next clean batch boundary", signal.Signals(signum).name)
         stop_event.set()
+
+    threading.Thread(target=watch, name="eos-stop-signal", daemon=True).start()
+
+    def handler(signum, _frame):
+        os.write(write_end, bytes([signum]))
+
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
 

@@ -398,3 +398,27 @@ def test_records_carry_the_audit_headers_unless_the_stream_opts_out():
         sink._produce_batch(cfg, Producer(), _slot_rows(2)[0], 1, None, {})
     assert seen[0] == seen[1] == [("eos.batch", b"7"), ("eos.slot", seen[0][1][1])] and seen[0][1][1].endswith(b"/1")
     assert seen[2:] == [None, None]
+
+
+def test_a_stop_signal_while_the_main_thread_holds_the_stop_events_lock_still_stops():
+    """The SIGTERM handler runs in the main thread, which sits in stop_event.wait(); a signal landing while that
+    thread holds the Event's lock (entering or leaving the wait) must not make the handler wait for the same
+    lock: the driver then never stopped gracefully (seen in a clean-clone run: an upgrade's snapshot not taken)."""
+    stop = threading.Event()
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        runtime.install_signal_handlers(stop)
+        handler = signal.getsignal(signal.SIGTERM)
+        returned = threading.Event()
+
+        def main_thread_inside_wait():
+            with stop._cond:                      # what Event.wait holds at its entry and exit
+                handler(signal.SIGTERM, None)
+            returned.set()
+
+        threading.Thread(target=main_thread_inside_wait, daemon=True).start()
+        assert returned.wait(5), "the handler blocked on the stop event's lock, which its own thread held"
+        assert stop.wait(5), "the stop was never requested"
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
