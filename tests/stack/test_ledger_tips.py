@@ -57,12 +57,20 @@ def _write_batches(bootstrap: str, ledger: str, batches: list[int], offsets: dic
 
 
 def _stable_end(bootstrap: str, ledger: str) -> int:
-    from confluent_kafka import IsolationLevel, TopicPartition
+    """The batch partition's last stable offset; asked again while a just-created topic has no leader yet."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import OffsetSpec
     admin = AdminClient({"bootstrap.servers": bootstrap})
     tp = TopicPartition(ledger, BATCH_PARTITION)
-    return admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_COMMITTED,
-                              request_timeout=KAFKA_TIMEOUT)[tp].result().offset
+    deadline = time.monotonic() + KAFKA_TIMEOUT
+    while True:
+        try:
+            return admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_COMMITTED,
+                                      request_timeout=KAFKA_TIMEOUT)[tp].result().offset
+        except KafkaException as exc:
+            if time.monotonic() > deadline or not (exc.args[0].retriable() or "LEADER" in exc.args[0].name()):
+                raise
+            time.sleep(0.1)
 
 
 def test_tips_of_many_ledgers_in_one_call_match_the_one_stream_read(stack_env):
