@@ -44,15 +44,17 @@ UNIT := tests/jobs tests/operator $(wildcard tests/model)
 test-unit: venv
 	$(PY) -m pytest -q -m unit $(UNIT)
 
-# Everything. Unit tests first, stopping on their failure before any server starts; then the stack,
-# and the real-stack tiers in order (stack, chart, e2e, chaos last; see tests/conftest.py), each with
-# its own per-test timeout. Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest for
-# .ci/run to show when something fails.
+# Everything. Unit tests first, stopping on their failure before any server starts; then the stack and
+# the image (`make image`: the tests marked `image` and `containers` run it, the latter their Pods as its
+# containers), and the real-stack tiers in order (stack, chart, e2e, chaos last; see tests/conftest.py),
+# each with its own per-test timeout. Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest
+# for .ci/run to show when something fails.
 export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
 	$(PY) -m pytest -q -m unit $(UNIT)
 	$(PY) -m eos_stack up
-	$(PY) -m pytest --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak and not image" tests
+	$(PY) -m eos_stack.image build
+	$(PY) -m pytest --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak" tests
 
 # The chaos tests at length: 100 kills (EOS_CHAOS_RUNS) and 100 lifecycle operations through the operator
 # (EOS_LIFECYCLE_OPS); `make test` runs 15 of each.

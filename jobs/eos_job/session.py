@@ -10,6 +10,20 @@ from pyspark.sql import SparkSession
 
 # Names an archive of Spark's classes made by ``python -m eos_job.cds`` (the stack and the image make one).
 ARCHIVE_ENV = "EOS_SPARK_CDS_ARCHIVE"
+# The image's folders of each jar list (Dockerfile ENV; docker/entrypoint.sh reads them too).
+JAR_DIRS = {"SPARK_JARS": "EOS_JARS_DIR", "SPARK_S3_JARS": "EOS_S3_JARS_DIR"}
+
+
+def jar_list(key: str, env=os.environ) -> list[str]:
+    """The jars of ``key`` (``SPARK_JARS``: the Kafka connector; ``SPARK_S3_JARS``: S3A): its comma-separated
+    paths, else every ``*.jar`` of the folder the image names in ``EOS_JARS_DIR`` / ``EOS_S3_JARS_DIR``. The
+    image's entrypoint lists those folders into the variables, but a Pod whose ``command`` is set (the driver,
+    ``python -m eos_job run``) replaces the entrypoint, as Kubernetes does: the runtime must find them itself."""
+    listed = [j for j in env.get(key, "").split(",") if j]
+    if listed:
+        return listed
+    folder = env.get(JAR_DIRS[key], "")
+    return sorted(str(p) for p in Path(folder).glob("*.jar")) if folder else []
 
 
 def shared_archive_options(env=os.environ) -> str:
@@ -32,13 +46,14 @@ def s3a_conf(s3) -> dict[str, str]:
       straight to its name and aborts the upload on failure; an object store has no atomic rename, and
       the default manager's write-then-rename is a copy there.
     """
-    jars = [j for key in ("SPARK_JARS", "SPARK_S3_JARS") for j in os.environ.get(key, "").split(",") if j]
-    if not os.environ.get("SPARK_S3_JARS"):
-        raise RuntimeError("checkpoint.store is s3 but SPARK_S3_JARS names no jars: the image (or `make stack-up`) "
+    listed = [*jar_list("SPARK_JARS"), *jar_list("SPARK_S3_JARS")]
+    if not jar_list("SPARK_S3_JARS"):
+        raise RuntimeError("checkpoint.store is s3 but SPARK_S3_JARS (or EOS_S3_JARS_DIR) names no jars: the image "
+                           "(or `make stack-up`) "
                            "provides hadoop-aws and the AWS SDK bundle; without them Spark cannot write to S3")
     b = f"spark.hadoop.fs.s3a.bucket.{s3.bucket}"
     conf = {
-        "spark.jars": ",".join(jars),
+        "spark.jars": ",".join(listed),
         "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         f"{b}.endpoint.region": s3.region,
         f"{b}.path.style.access": str(bool(s3.path_style_access)).lower(),
@@ -79,8 +94,9 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     Why each setting:
 
     * ``spark.jars``: the Kafka connector and the dependencies PySpark lacks, as
-      local paths (``jars``, else the comma-separated ``SPARK_JARS`` written by
-      ``eos_stack up spark``). Local files, never ``spark.jars.packages``: no
+      local paths (``jars``, else ``jar_list("SPARK_JARS")``: the comma-separated ``SPARK_JARS``
+      written by ``eos_stack up spark``, or the image's ``EOS_JARS_DIR``). Local files, never
+      ``spark.jars.packages``: no
       network or Ivy resolution when a job starts.
     * ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON``: Python workers must run this
       interpreter, or they import from the system Python and miss pyarrow and the
@@ -117,7 +133,7 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     k8s = kubernetes_master()
     if jars is None:
-        jars = [j for j in os.environ.get("SPARK_JARS", "").split(",") if j]
+        jars = jar_list("SPARK_JARS")
     settings = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",

@@ -7,8 +7,9 @@ There is no kubelet and no scheduler; the controller-manager runs only the
 ``garbagecollector`` and ``namespace`` controllers, so owner references and
 namespace deletion behave as in a cluster, and the PersistentVolume ones
 (``persistentvolume-binder``, ``pvc-protection``, ``pv-protection``), so claims bind
-to PersistentVolumes and are deleted as in a cluster. Pods are run by the test-only
-process kubelet in ``tests/harness/kubelet.py``.
+to PersistentVolumes and are deleted as in a cluster, and the ``deployment`` and
+``replicaset`` ones, so the chart's operator Deployment gets its Pod. Pods are run by
+the test-only process kubelet in ``tests/harness/kubelet.py``.
 
 Certificates (a CA, the apiserver's serving cert, the service-account key pair
 and an admin client cert in ``system:masters``) are made with the ``openssl``
@@ -534,7 +535,9 @@ def up(st: Stack) -> dict[str, str]:
     kcm_argv = [
         str(binary(st, "kube-controller-manager")),
         f"--kubeconfig={kcm_cfg}",
-        "--controllers=garbagecollector,namespace,persistentvolume-binder,pvc-protection,pv-protection",
+        # deployment and replicaset: the chart's operator Deployment runs (tests/e2e: its Pod in a container).
+        "--controllers=garbagecollector,namespace,persistentvolume-binder,pvc-protection,pv-protection,"
+        "deployment,replicaset",
         "--use-service-account-credentials=false",
         "--leader-elect=false",
         "--bind-address=127.0.0.1", f"--secure-port={ports['controller_manager']}",

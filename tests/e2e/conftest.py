@@ -9,7 +9,9 @@ import pytest
 from eos_stack.cluster import RESTRICTED, Kubectl
 from eos_stack.common import free_port
 from examples.colors.local_run import ColorsRun
+from tests.e2e.chart_operator import ChartOperator
 from tests.e2e.streams import PYTHONPATH, OperatorProcess
+from tests.harness.containers import Containers
 from tests.harness.kubelet import ProcessKubelet
 
 
@@ -38,10 +40,18 @@ def namespace(kubectl: Kubectl):
 
 
 @pytest.fixture
-def kubelet(stack_env, namespace, tmp_path):
-    """A process kubelet for the namespace; leaving it kills every Pod process it started."""
+def kubelet(stack_env, namespace, tmp_path, request):
+    """A process kubelet for the namespace; leaving it kills every Pod process it started. A test marked
+    ``containers`` gets its Pods run as containers of the image ``make image`` built (and fails without it)."""
+    containers = None
+    if request.node.get_closest_marker("containers"):
+        containers = Containers()
+        try:
+            containers.require()
+        except RuntimeError as exc:
+            pytest.fail(str(exc), pytrace=False)
     with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
-                        extra_env={"PYTHONPATH": PYTHONPATH}) as k:
+                        extra_env={} if containers else {"PYTHONPATH": PYTHONPATH}, containers=containers) as k:
         yield k
 
 
@@ -49,6 +59,15 @@ def kubelet(stack_env, namespace, tmp_path):
 def operator(stack_env, namespace, kubelet, tmp_path):
     op = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log",
                          liveness_port=free_port()).start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def chart_operator(stack_env, kubectl, namespace, kubelet, tmp_path):
+    """The chart's operator Deployment in the namespace, its Pod run by the kubelet (a container: mark the test
+    ``containers``)."""
+    op = ChartOperator(stack_env, kubectl, namespace, kubelet, tmp_path).start()
     yield op
     op.stop()
 

@@ -4,7 +4,9 @@ The production shape, end to end on the local stack: the driver Pod (the job's S
 rendered from the chart) runs Spark's Kubernetes scheduler against the API server as an in-cluster Pod does
 (KUBERNETES_SERVICE_HOST/PORT and the ServiceAccount token the process kubelet mounts); Spark creates two
 executor Pods owned by the driver Pod; the process kubelet runs them through the image's entrypoint
-(``docker/entrypoint.sh executor``). The checkpoint, state store included, lives in the S3 bucket.
+(``docker/entrypoint.sh executor``). In ``make test`` every Pod is a container of the image ``make image``
+built (``containers`` mark: tests/harness/containers.py), so the image's entrypoint, user, jars and read-only
+root are what runs. The checkpoint, state store included, lives in the S3 bucket.
 
 First the job's Role lacks ``create pods``: the driver waits for an executor in vain and fails naming the
 missing rule, which reaches the stream's status; the chart's Role is then applied and the restart strategy's
@@ -120,6 +122,7 @@ def test_colors_counts_in_cluster_mode_on_s3_survive_a_driver_kill(stack_env, ku
                   f"{before}, {status['driverPod']} resumed; {sum(expected.values())} counted events exact")
 
 
+@pytest.mark.containers   # driver and executor Pods are containers of the image (`make image`)
 def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubectl, namespace, kubelet, operator,
                                                               tmp_path, report_result):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from eos_job.spec import stream_uid  # noqa: E402
 import json
+import os
 import sys
 import urllib.request
 from pathlib import Path
@@ -173,16 +174,24 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
     assert GRACEFUL in kubelet.log_path(namespace, "colors-driver-2").read_text()
 
 
-def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, namespace, kubelet, operator,
+@pytest.mark.containers
+def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, namespace, kubelet, chart_operator,
                                                             tmp_path):
     """A sink that is down exhausts the restart strategy; a nonce resumes once it is back; then a snapshot
-    upgrade. The checkpoint is on a bound claim, which the operator reads only through probe Pods."""
+    upgrade. The checkpoint is on a bound claim, which the operator reads only through probe Pods.
+
+    As users run it: the operator is the chart's Deployment, and every Pod (the operator's, the drivers, the
+    probe, snapshot and check Pods) is a container of the image ``make image`` built, in a namespace that
+    enforces the ``restricted`` Pod Security level."""
+    operator = chart_operator
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"], create_sink=False)   # the sink is "down"
     name = "stuck"
     # The checkpoint on a claim (a hostPath volume the controller manager binds): only the stream's Pods mount
     # it, at a path this machine does not have; the operator reads it through its probe Pods.
     pv = host_claim(kubectl, namespace, "stuck-ckpt", tmp_path / "volume")
+    # A hostPath volume keeps its owner (Kubernetes applies no fsGroup to it): the image's user must own it.
+    os.chown(tmp_path / "volume", 10001, 10001)
     manifest = colors_stream(name, topics, tmp_path / "checkpoint", attempts=1, delay=1)
     manifest["spec"]["checkpoint"] = {"store": "pvc", "claimName": "stuck-ckpt", "path": f"/eos-e2e-claims/{namespace}"}
     manifest["spec"].update(upgradeMode="snapshot", upgradePreFlight=False)
@@ -198,7 +207,8 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     assert "RestartsExhausted" in reasons and reasons.count("DriverFailed") + reasons.count("ResolutionFailed") == 2
     # It stays Failed: nothing more is started, over a few reconcile periods.
     holds_for(lambda: kubectl.status(namespace, name)["lifecycleState"] == "Failed"
-              and all(p["status"]["phase"] == "Failed" for p in kubectl.pods(namespace)),
+              and all(p["status"]["phase"] == "Failed" for p in kubectl.pods(namespace)
+                      if p["metadata"]["name"].startswith(f"{name}-")),
               "Failed with no new driver", 6, diag, 1)
 
     # The sink comes back; the user asks for a restart with a new nonce.

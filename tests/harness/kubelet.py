@@ -150,6 +150,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from . import scheduling
 from .zygote import Zygote
+from .containers import Containers
 from .pod_setup import MOUNT_POINTS, ApiServer, ImagePullError, NotYet, PodSetup, container_of, \
     host_mount_points, namespaced_argv, pod_ip, remove_pod_dir
 
@@ -200,7 +201,7 @@ class ProcessKubelet:
                  inherit_env: bool = True, extra_env: dict[str, str] | None = None,
                  env_for: "Callable[[str], dict[str, str]] | None" = None,
                  pullable: "Callable[[str], bool] | None" = None, node_labels: dict[str, str] | None = None,
-                 standin_image: str | None = None):
+                 standin_image: str | None = None, containers: "Containers | None" = None):
         self.kubeconfig = str(kubeconfig or os.environ.get("KUBECONFIG") or "")
         if not self.kubeconfig:
             raise ValueError("no kubeconfig given and KUBECONFIG is not set")
@@ -220,6 +221,7 @@ class ProcessKubelet:
         self.pullable = pullable   # which images "pull" (None: all); the others wait in ImagePullBackOff
         self.node_labels = scheduling.node_labels(node_name, node_labels)
         self.standin_image = standin_image   # a glob: such Pods run the driver stand-in
+        self.containers = containers   # Pods run as containers of the image (tests/harness/containers.py)
         self._zygote: Zygote | None = None
         self._api_client = None
         self.v1: client.CoreV1Api | None = None
@@ -241,7 +243,7 @@ class ProcessKubelet:
         self.v1 = client.CoreV1Api(self._api_client)
         self._setup = PodSetup(self.v1, ApiServer.of(self._api_client.configuration), node_name=self.node_name,
                                workdir=self.workdir, inherit_env=self.inherit_env, extra_env=self.extra_env,
-                               env_for=self.env_for, pullable=self.pullable)
+                               env_for=self.env_for, pullable=self._pullable(), container=self.containers is not None)
         if self.standin_image and self._zygote is None:
             self._zygote = Zygote(STANDIN, {**os.environ, **self.extra_env})
         self._stop.clear()
@@ -253,6 +255,12 @@ class ProcessKubelet:
         if not self._synced.wait(30):
             log.warning("kubelet: the first pod list did not finish within 30s")
         return self
+
+    def _pullable(self) -> "Callable[[str], bool] | None":
+        if self.containers is None:
+            return self.pullable
+        # No registry: an image "pulls" when it is in the container storage (and the test's rule allows it).
+        return lambda image: (self.pullable is None or self.pullable(image)) and self.containers.has(image)
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop watching, terminate the processes still running, record their status."""
@@ -539,6 +547,9 @@ class ProcessKubelet:
                 log.warning("kubelet: pod %s/%s cannot start: %s", ns, name, exc)
                 self._finish(run, exit_code=128, reason="CreateContainerError", message=str(exc)[:MAX_MESSAGE])
                 return
+        if self.containers is not None:
+            self._launch_container(run, spec)
+            return
         argv, env, cwd = spec.argv, spec.env, spec.cwd
         standin = self.standin_image and fnmatch.fnmatchcase(self._container(pod).get("image", ""), self.standin_image)
         if standin:
@@ -581,6 +592,34 @@ class ProcessKubelet:
         if started is None:
             self._finish(run, exit_code=128, reason="StartError", message=str(error)[:MAX_MESSAGE])
             return
+        self._running(run)
+
+    def _launch_container(self, run: PodRun, spec) -> None:
+        """The Pod's container with podman (tests/harness/containers.py); the `podman run` client is the process
+        the kubelet waits for and signals."""
+        argv = self.containers.run_argv(run.pod, spec, run.message_path)
+        with open(run.log_path, "ab") as out:
+            for note in spec.notes:
+                out.write(f"--- {note}\n".encode())
+            # The env's values stay out of the log (Secrets reach containers that way).
+            shown = [a.split("=", 1)[0] + "=..." if prev == "--env" else a for prev, a in zip(["", *argv], argv)]
+            out.write(f"--- {_now()} starting container: {' '.join(shown)}\n".encode())
+            out.flush()
+            with run.lock:
+                if run.deleting or run.gone or self._stop.is_set():
+                    run_it = False
+                else:
+                    run_it = True
+                    run.proc = subprocess.Popen(argv, cwd=run.pod_dir, env=self.containers.env, stdout=out,
+                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)
+        if not run_it:
+            self._never_started(run)
+            return
+        self._running(run)
+
+    def _running(self, run: PodRun) -> None:
+        ns, name = run.namespace, run.name
         run.started_at = _now()
         log.info("kubelet: started pod %s/%s as pid %s", ns, name, run.proc.pid)
         self._patch_status(run, {
@@ -606,6 +645,8 @@ class ProcessKubelet:
 
     def _wait(self, run: PodRun) -> None:
         rc = run.proc.wait()
+        if self.containers is not None:
+            self.containers.remove(run.pod)   # if the podman client died before its container (--rm otherwise)
         # The container is gone with its main process: like a container runtime, end what it left behind.
         try:
             os.killpg(run.proc.pid, signal.SIGKILL)
@@ -699,6 +740,8 @@ class ProcessKubelet:
         if run.proc is None or run.proc.poll() is not None:
             return
         try:
+            if sig == signal.SIGKILL and self.containers is not None:
+                self.containers.kill(run.pod)   # the container's processes are not the client's children
             if sig == signal.SIGKILL:
                 os.killpg(run.proc.pid, sig)
             else:
@@ -736,7 +779,8 @@ class ProcessKubelet:
                   "ready": ready, "restartCount": 0, "started": "running" in state and bool(state["running"]),
                   "state": state}
         if run.proc is not None:
-            status["containerID"] = f"process://{run.proc.pid}"
+            status["containerID"] = (f"podman://{self.containers.name_of(run.pod)}" if self.containers is not None
+                                     else f"process://{run.proc.pid}")
         return status
 
     @staticmethod

@@ -168,6 +168,7 @@ class Prepared:
     mounts: list[Mount] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # lines for the top of the Pod's log
     read_only_root: bool = False   # securityContext.readOnlyRootFilesystem
+    has_command: bool = True   # for a container runtime: argv replaces the image's entrypoint (else its args)
 
     def in_namespace(self) -> bool:
         """Whether the process needs a mount namespace: mounts or a read-only root. Inside it the process enters
@@ -221,10 +222,13 @@ class PodSetup:
     def __init__(self, v1, api_server: ApiServer, *, node_name: str, workdir: Path, inherit_env: bool = True,
                  extra_env: dict[str, str] | None = None,
                  env_for: "Callable[[str], dict[str, str]] | None" = None,
-                 pullable: "Callable[[str], bool] | None" = None):
+                 pullable: "Callable[[str], bool] | None" = None, container: bool = False):
         self.v1, self.api_server, self.node_name, self.workdir = v1, api_server, node_name, workdir
         self.inherit_env, self.extra_env, self.env_for = inherit_env, dict(extra_env or {}), env_for
         self.pullable = pullable
+        # For a container runtime (tests/harness/containers.py): the image brings its own ENV, entrypoint,
+        # working directory and paths; the Pod's env is only what Kubernetes gives a container.
+        self.container = container
 
     def prepare(self, pod: dict, pod_dir: Path, message_path: Path) -> Prepared:
         c = container_of(pod)
@@ -236,11 +240,13 @@ class PodSetup:
             raise ImagePullError(image)
         ns, name = meta["namespace"], meta["name"]
         command, args = list(c.get("command") or []), list(c.get("args") or [])
-        if self.inherit_env:
+        if self.container:
+            env = {}
+        elif self.inherit_env:
             env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
         else:
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        if not command:
+        if not command and not self.container:
             env.update(image_env())
         env.update(self.extra_env)
         if self.env_for is not None:
@@ -249,7 +255,7 @@ class PodSetup:
         host, port = self.api_server.host, str(self.api_server.port)
         env.update({"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
                     "KUBERNETES_SERVICE_PORT_HTTPS": port})
-        if (Path.home() / ".kube" / "config").exists() and "HOME" not in self.extra_env:
+        if (Path.home() / ".kube" / "config").exists() and "HOME" not in self.extra_env and not self.container:
             # A Kubernetes client would find the test's credentials there: the Pod gets a home of its own.
             env["HOME"] = str(pod_dir / "home")
             (pod_dir / "home").mkdir(parents=True, exist_ok=True)
@@ -273,6 +279,17 @@ class PodSetup:
                 value = expand(item.get("value", ""), {**env, **container_env})
             container_env[item["name"]] = value
         env.update(container_env)
+        if self.container:
+            # The runtime's argv is the Pod's; the image's entrypoint and CMD apply where it names none, its
+            # WORKDIR where the Pod names none; the termination message file is mounted at its path.
+            argv = [expand(a, env) for a in command + args]
+            notes: list[str] = []
+            token = self.service_account(pod, pod_dir, notes)
+            if token is not None and not any(m.target == token.target for m in mounts):
+                mounts.append(token)
+            read_only_root = bool((c.get("securityContext") or {}).get("readOnlyRootFilesystem"))
+            return Prepared(argv, env, c.get("workingDir") or "", mounts, notes, read_only_root,
+                            has_command=bool(command))
         env["EOS_TERMINATION_MESSAGE_PATH"] = str(message_path)
         if command:
             argv = [expand(a, env) for a in command + args]
@@ -424,6 +441,7 @@ class PodSetup:
             read_only = bool(vm.get("readOnly"))
             if "emptyDir" in vol:
                 source.mkdir(parents=True, exist_ok=True)
+                source.chmod(0o777)   # as a kubelet makes it: any user of the Pod writes there
             elif "configMap" in vol or "secret" in vol:
                 src = vol.get("configMap") or vol["secret"]
                 ref_name = src.get("name") or src.get("secretName", "")
