@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .dockerfile import copy_sources, parse
 from .helpers import REPO
 
@@ -25,6 +27,8 @@ def build_stage():
     return stages[0]
 
 
+# make soak: `make test` builds the image itself (`make image`) and runs Pods from it, which covers these steps.
+@pytest.mark.soak
 def test_dockerfile_install_steps_work_in_a_clean_venv(tmp_path):
     stage = build_stage()
     (workdir,) = [i.args for i in stage.all("WORKDIR")]

@@ -10,7 +10,8 @@ Python environment and ``WORKDIR``. A Pod whose image is not there waits in ``Er
 How a Pod maps onto ``podman run`` (runc, rootful, the project's storage and ``containers.conf``):
 
 * **Network**: the host's (``--network host``), as every Pod here shares the loopback network; a Pod still gets
-  its own 127.x.y.z address (``status.podIP``), which Spark binds to.
+  its own 127.x.y.z address (``status.podIP``), which Spark binds to, and its hostname resolves to it in its
+  ``/etc/hosts``, as a kubelet writes it (Spark's driver looks its own hostname up).
 * **argv**: ``command`` replaces the image's ``ENTRYPOINT`` (``--entrypoint``, JSON) and ``args`` its ``CMD``, as
   Kubernetes does; without a ``command`` the image's entrypoint runs with the Pod's ``args`` (or its ``CMD``).
 * **env**: only what Kubernetes gives a container (the Pod's ``env``/``envFrom``, ``HOSTNAME``,
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from eos_stack.common import Stack
 
-from .pod_setup import Prepared, container_of
+from .pod_setup import Prepared, container_of, pod_ip
 
 DEFAULT_MESSAGE_PATH = "/dev/termination-log"
 
@@ -89,7 +90,9 @@ class Containers:
         pod_sc = pod.get("spec", {}).get("securityContext") or {}
         sc = c.get("securityContext") or {}
         argv = [*self._image.run_argv(read_only=spec.read_only_root), "--name", self.name_of(pod),
-                "--hostname", pod["metadata"]["name"], "--log-driver", "passthrough", "--sig-proxy=true"]
+                "--hostname", pod["metadata"]["name"], "--log-driver", "passthrough", "--sig-proxy=true",
+                # A kubelet writes the Pod's /etc/hosts: its hostname resolves to its IP (Spark looks it up).
+                "--add-host", f"{pod['metadata']['name']}:{pod_ip(pod)}"]
         user, group = sc.get("runAsUser", pod_sc.get("runAsUser")), sc.get("runAsGroup", pod_sc.get("runAsGroup"))
         if user is not None:
             argv += ["--user", f"{user}:{group}" if group is not None else str(user)]

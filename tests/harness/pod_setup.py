@@ -462,7 +462,7 @@ class PodSetup:
             else:
                 kinds = sorted(k for k in vol if k != "name")
                 raise ValueError(f"volume {vm['name']} ({', '.join(kinds)}) is not supported by the process kubelet")
-            mounts.append(Mount(source, os.path.realpath(vm["mountPath"]), read_only))
+            mounts.append(Mount(source, self._target(vm["mountPath"]), read_only))
         return mounts
 
     def service_account(self, pod: dict, pod_dir: Path, notes: list[str]) -> Mount | None:
@@ -498,7 +498,12 @@ class PodSetup:
             files["ca.crt"] = self.api_server.ca
         source = pod_dir / "serviceaccount"
         _write_keys(source, files, None, 0o644, "token")
-        return Mount(source, os.path.realpath(SA_DIR), True)
+        return Mount(source, self._target(SA_DIR), True)
+
+    def _target(self, mount_path: str) -> str:
+        """Where a mount goes: as given in a container (its image's own symlinks apply there), else with this
+        machine's symlinks resolved (``/var/run`` is ``/run`` here)."""
+        return mount_path if self.container else os.path.realpath(mount_path)
 
 
 def _host_path(src: dict) -> Path:
