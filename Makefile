@@ -47,14 +47,16 @@ test-unit: venv
 # Everything. Unit tests first, stopping on their failure before any server starts; then the stack and
 # the image (`make image`: the tests marked `image` and `containers` run it, the latter their Pods as its
 # containers), and the real-stack tiers in order (stack, chart, e2e, chaos last; see tests/conftest.py),
-# each with its own per-test timeout. Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest
-# for .ci/run to show when something fails.
+# each with its own per-test timeout: two at a time (pytest-xdist), then alone the tests marked `serial`
+# (they stop or kill the broker or the S3 server; the chaos tier). Test logs (operator, drivers, kubelet)
+# stay under $(EOS_STATE)/pytest* for .ci/run to show when something fails.
 export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
 	$(PY) -m pytest -q -m unit $(UNIT)
 	$(PY) -m eos_stack up
 	$(PY) -m eos_stack.image build
-	$(PY) -m pytest --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak" tests
+	$(PY) -m pytest -n 2 --dist load --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak and not serial" tests
+	$(PY) -m pytest --durations=10 --basetemp=$(EOS_STATE)/pytest-serial -m "serial and not soak" tests
 
 # The chaos tests at length: 100 kills (EOS_CHAOS_RUNS) and 100 lifecycle operations through the operator
 # (EOS_LIFECYCLE_OPS); `make test` runs 15 of each.

@@ -24,6 +24,14 @@ for extra in (REPO / "stack", REPO):
 # ``@pytest.mark.timeout`` wins.
 TIERS = (("unit", 60), ("unit-stack", 180), ("stack", 300), ("chart", 600), ("e2e", 900), ("chaos", 2700))
 
+# Tests that stop or kill a part every test shares (the Kafka broker, the S3 server): marked ``serial``, run by
+# ``make test`` on their own after the others, which run two at a time (pytest-xdist). The chaos tier is serial.
+SERIAL_FILES = {
+    "stack/test_s3.py": "stops and restarts the S3 server",
+    "e2e/test_s3_checkpoint.py": "kills the S3 server",
+    "e2e/test_cluster_mode_e2e.py": "stops the S3 server for 15 s",
+}
+
 
 def tier_of(item) -> str:
     parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
@@ -47,6 +55,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.unit)
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(timeouts[tier_of(item)]))
+        rel = Path(str(item.fspath)).relative_to(REPO / "tests").as_posix()
+        if tier_of(item) == "chaos" or rel in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
     # Stable: within a tier the collection order (file, then definition) is kept.
     items.sort(key=lambda it: order[tier_of(it)])
 
@@ -71,10 +82,16 @@ def stack_env() -> dict[str, str]:
 _RESULT_LINES: list[str] = []
 
 
-@pytest.fixture(scope="session")
-def report_result():
-    """Tests that measure something (kills survived, gaps) report it here; printed after the run."""
-    return _RESULT_LINES.append
+@pytest.fixture
+def report_result(request):
+    """Tests that measure something (kills survived, gaps) report it here; printed after the run. Carried in
+    the test's report (``user_properties``), so lines of pytest-xdist workers reach the summary too."""
+    return lambda line: request.node.user_properties.append(("result", line))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _RESULT_LINES.extend(v for k, v in report.user_properties if k == "result")
 
 
 def pytest_terminal_summary(terminalreporter):

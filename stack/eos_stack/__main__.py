@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import sys
 import time
 
@@ -27,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     parts = [p for p in ORDER if p in (args.parts or ORDER)]
     try:
         if args.action == "up":
+            # One `up` at a time (pytest-xdist workers each make sure the stack runs): a second one waits, then
+            # finds every part running.
+            st.dir()   # the state folder exists
+            lock = open(st.state / "up.lock", "w")
+            fcntl.flock(lock, fcntl.LOCK_EX)
             for name in parts:
                 t0 = time.monotonic()
                 log(f"{name}: starting")

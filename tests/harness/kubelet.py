@@ -115,6 +115,10 @@ kubelet of that namespace like any other Pod):
   ``tests/harness/standin.py`` with its command as arguments, set up as above: a driver's command is stood
   in (Kafka and the operator see a driver; no Spark), any other is exec'd. Without volumes it is forked from
   one process that imported the stand-in once (``tests/harness/zygote.py``), so hundreds share its memory.
+* **Containers** (``containers``, a ``tests/harness/containers.py`` runtime): a Pod runs as ``podman run`` of
+  its image from the project's container storage (the image ``make image`` built) instead of a local process,
+  with the same volumes, token, env sources, status and signals; an image not in the storage waits in
+  ``ErrImagePull``/``ImagePullBackOff``. That module says how a Pod maps onto ``podman run``.
 * **Restarts of the harness.** A Pod bound to this node whose container ran
   (state ``running``) but has no process here (the harness was restarted) is
   marked Failed with reason ``ProcessLost`` and exit code 137: its process
