@@ -34,8 +34,12 @@ def chart_identity(namespace: str, workdir: Path) -> Path:
     if namespace not in _kubeconfigs:
         env = Stack().read_env()
         helm = Helm(env, workdir / "helm-home")
+        # The test runs the operator itself, as its own process: the Deployment's Pods (the stack's
+        # controller-manager makes them) must never run beside it. They select a node label no node has, so
+        # none is ever scheduled, and the Deployment is scaled to 0, so none stays Pending in the namespace.
         helm.run("install", RELEASE, str(CHART), "-n", namespace, "--set", f"watchNamespaces={{{namespace}}}",
-                 "--set", "service.enabled=false")
+                 "--set", "service.enabled=false", "--set", "nodeSelector.eos-test/no-node=the-test-runs-it")
+        Kubectl(env).run("scale", "deployment", f"{RELEASE}-spark-eos-operator", "-n", namespace, "--replicas=0")
         _kubeconfigs[namespace] = token_kubeconfig(Kubectl(env), env["KUBECONFIG"], namespace,
                                                    f"{RELEASE}-spark-eos-operator",
                                                    workdir / "operator-sa.kubeconfig")
