@@ -171,6 +171,8 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
         assert {"name": "scratch", "emptyDir": {}} in pod["spec"]["volumes"], pod["spec"]["volumes"]
         assert any(m["mountPath"] == "/scratch" for m in pod["spec"]["containers"][0]["volumeMounts"])
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True   # restricted, executors included
+        # A container of the image (its entrypoint's `executor` branch for the executors), not a process.
+        assert pod["status"]["containerStatuses"][0]["containerID"].startswith("podman://"), pod["status"]
     for pod in first:
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Pod", driver0["metadata"]["uid"]), owner

@@ -218,6 +218,10 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(
         kubectl.status(namespace, name)), "the stream to resume after the nonce", 120, diag)
     assert status["restartCount"] == 0 and status["observedRestartNonce"] == 1
+    # Containers of the image, not processes: the driver's and the operator's (the chart's Deployment).
+    for pod in (status["driverPod"], operator.pod):
+        cid = kubectl.json("get", "pod", pod, "-n", namespace)["status"]["containerStatuses"][0].get("containerID")
+        assert cid and cid.startswith("podman://"), (pod, cid)
     assert [p["metadata"]["name"] for p in kubectl.pods(namespace)
             if "-driver-" in p["metadata"]["name"]] == [status["driverPod"]]
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output", 300, diag, 2)
