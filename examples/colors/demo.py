@@ -310,7 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{stack.env_file} has no {', '.join(missing)}: run `make stack-up` first", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="eos-demo-"))
+    # Under the stack's state folder, the node's disk: the driver Pod's root filesystem is read-only (the
+    # process kubelet leaves only its volumes and that folder writable), and its local checkpoint is here.
+    work = Path(tempfile.mkdtemp(prefix="eos-demo-", dir=stack.dir("demo")))
     demo = Demo(env, a.events, a.max_offsets_per_trigger, a.kill_after, work)
     ok = False
     try:
