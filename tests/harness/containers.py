@@ -113,10 +113,9 @@ class Containers:
             argv += ["--env", f"{key}={value}"]
         if spec.cwd:
             argv += ["--workdir", spec.cwd]
-        image = c.get("image") or ""
-        if spec.has_command:
-            return [*argv, "--entrypoint", json.dumps(spec.argv[:len(c.get("command") or [])]), image,
-                    *spec.argv[len(c.get("command") or []):]]
+        image, n = c.get("image") or "", len(c.get("command") or [])
+        if n:   # `command` replaces the image's entrypoint; spec.argv is command + args
+            return [*argv, "--entrypoint", json.dumps(spec.argv[:n]), image, *spec.argv[n:]]
         return [*argv, image, *spec.argv]
 
     def kill(self, pod: dict) -> None:

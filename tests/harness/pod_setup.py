@@ -168,7 +168,6 @@ class Prepared:
     mounts: list[Mount] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # lines for the top of the Pod's log
     read_only_root: bool = False   # securityContext.readOnlyRootFilesystem
-    has_command: bool = True   # for a container runtime: argv replaces the image's entrypoint (else its args)
 
     def in_namespace(self) -> bool:
         """Whether the process needs a mount namespace: mounts or a read-only root. Inside it the process enters
@@ -279,17 +278,16 @@ class PodSetup:
                 value = expand(item.get("value", ""), {**env, **container_env})
             container_env[item["name"]] = value
         env.update(container_env)
+        notes: list[str] = []
+        token = self.service_account(pod, pod_dir, notes)
+        if token is not None and not any(m.target == token.target for m in mounts):
+            mounts.append(token)
+        read_only_root = bool((c.get("securityContext") or {}).get("readOnlyRootFilesystem"))
         if self.container:
             # The runtime's argv is the Pod's; the image's entrypoint and CMD apply where it names none, its
             # WORKDIR where the Pod names none; the termination message file is mounted at its path.
             argv = [expand(a, env) for a in command + args]
-            notes: list[str] = []
-            token = self.service_account(pod, pod_dir, notes)
-            if token is not None and not any(m.target == token.target for m in mounts):
-                mounts.append(token)
-            read_only_root = bool((c.get("securityContext") or {}).get("readOnlyRootFilesystem"))
-            return Prepared(argv, env, c.get("workingDir") or "", mounts, notes, read_only_root,
-                            has_command=bool(command))
+            return Prepared(argv, env, c.get("workingDir") or "", mounts, notes, read_only_root)
         env["EOS_TERMINATION_MESSAGE_PATH"] = str(message_path)
         if command:
             argv = [expand(a, env) for a in command + args]
@@ -309,11 +307,6 @@ class PodSetup:
                        for m in mounts)
         if not in_mount and not Path(cwd).is_dir():
             raise ValueError(f"workingDir {cwd} does not exist on this machine")
-        notes: list[str] = []
-        token = self.service_account(pod, pod_dir, notes)
-        if token is not None and not any(m.target == token.target for m in mounts):
-            mounts.append(token)
-        read_only_root = bool((c.get("securityContext") or {}).get("readOnlyRootFilesystem"))
         return Prepared(argv, env, cwd, mounts, notes, read_only_root)
 
     # -- env sources --------------------------------------------------------
