@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report.model_dump_json(by_alias=True, indent=2))
         return EXIT_OK
 
-    from .contract import BatchRefused, DriverSuperseded
+    from .contract import BatchRefused, DriverSuperseded, SpecRefused
     from .runtime import JobFailed, RunSummary, install_signal_handlers, run, termination_message_path
     stop = threading.Event()
     install_signal_handlers(stop)
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run(cfg, stop_event=stop, snapshot_dir=args.snapshot_on_stop, drain=args.drain)
     except SinkUnavailable as exc:
         summary, code = RunSummary(reason="SinkUnavailable", error=str(exc)), EXIT_SINK
-    except (BatchRefused, DriverSuperseded) as exc:
+    except (BatchRefused, DriverSuperseded, SpecRefused) as exc:
         summary, code = RunSummary(reason=exc.REASON, error=str(exc)), EXIT_FAILED
     except JobFailed as exc:
         summary, code = RunSummary(reason="Failed", error=str(exc)), EXIT_FAILED

@@ -32,6 +32,13 @@ class BatchRefused(JobFailed):
     REASON = "BatchRefused"
 
 
+class SpecRefused(JobFailed):
+    """The job's plan contradicts a setting of the spec (``job.slotsFrom: sourcePartitions`` on a job that
+    shuffles, say): a restart would refuse again. Nothing was written; the operator fails the stream at once
+    and a spec change starts it again."""
+    REASON = "InvalidSpec"
+
+
 @dataclass
 class TransformContext:
     """What the user's ``transform(df, ctx)`` receives besides the source DataFrame."""

@@ -36,7 +36,7 @@ from dataclasses import replace
 from confluent_kafka import Producer
 
 from . import faults, protocol
-from .contract import DriverSuperseded
+from .contract import DriverSuperseded, JobFailed
 from .fencing import fence_config
 from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_latest
 
@@ -44,18 +44,24 @@ log = logging.getLogger(__name__)
 
 
 def generation(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str, requested: int,
-               slots: int, next_batch: int) -> int:
-    """The generation this driver writes under, recorded in the ledger's generation history."""
+               slots: int, next_batch: int, slots_from: str = "key") -> int:
+    """The generation this driver writes under, recorded in the ledger's generation history with its slot
+    count and how its slots are derived (``job.slotsFrom``)."""
     consumer = ledger_consumer(bootstrap, sec)
     try:
         history = read_generations(consumer, ledger_topic, stream_uid)
     finally:
         consumer.close()
-    gen = protocol.effective_generation(requested, slots, history)
+    gen = protocol.effective_generation(requested, slots, history, slots_from)
     if gen != requested:
         log.warning("the ledger's generation history %s: running generation %d, not %d (a re-created stream "
                     "continues its history)", history.generations, gen, requested)
-    updated = history.with_generation(gen, slots, next_batch)
+    if gen in history.slots_of() and (history.slots_of()[gen], history.slots_from(gen)) != (slots, slots_from):
+        raise JobFailed(f"generation {gen} wrote {history.slots_of()[gen]} slots from "
+                        f"{history.slots_from(gen)}, this spec asks for {slots} from {slots_from}: a change of "
+                        "job.parallelism or job.slotsFrom needs a new transactional-id generation (an upgrade "
+                        "through the operator bumps it); nothing was written")
+    updated = history.with_generation(gen, slots, next_batch, slots_from)
     if updated != history:
         produce_sync(idempotent_producer(bootstrap, sec), ledger_topic, protocol.BATCH_PARTITION,
                      protocol.generations_key(stream_uid), updated.encode())

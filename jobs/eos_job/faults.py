@@ -42,7 +42,9 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     checkpoint that is behind the ledger; ``ledger-skip``: a slot writes even
     when the ledger says its batch is committed; ``fence``: every producer of a
     slot (and every epoch stamp) takes a transactional id of its own, so
-    ``init_transactions`` aborts nothing an older attempt left open. Never set
+    ``init_transactions`` aborts nothing an older attempt left open;
+    ``slot-order``: with ``job.slotsFrom: sourcePartitions`` the source
+    partitions are ranked into slots the other way round. Never set
     in production; the driver logs an error when one is.
 
 Python workers run in process groups of their own, so ``driver_starting``
@@ -71,7 +73,7 @@ HOLD_RELEASE_ENV = "EOS_FAULT_HOLD_RELEASE"
 FROM_BATCH_ENV = "EOS_FAULT_FROM_BATCH"
 UNSAFE_ENV = "EOS_UNSAFE_DISABLE"
 JOURNAL_ENV = "EOS_FAULT_JOURNAL"
-SAFETIES = ("input-check", "ledger-skip", "fence")
+SAFETIES = ("input-check", "ledger-skip", "fence", "slot-order")
 DRIVER_PGID_ENV = "EOS_DRIVER_PGID"
 PARTIAL_HOLD_S = 120   # long enough for the driver to be killed meanwhile
 

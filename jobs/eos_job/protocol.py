@@ -273,11 +273,11 @@ class SlotCommit:
         return cls(**d)
 
 
-def check_batch_commits(batch: int, slots: int, commits: list[SlotCommit]) -> None:
-    """The driver's check before it writes batch-complete: one commit per slot, all for this batch."""
+def check_batch_commits(batch: int, slots: list[int], commits: list[SlotCommit]) -> None:
+    """The driver's check before it writes batch-complete: one commit per slot the batch ran, all for it."""
     seen = sorted(c.slot for c in commits)
-    if seen != list(range(slots)):
-        raise RuntimeError(f"batch {batch}: expected one commit per slot 0..{slots - 1}, got slots {seen}; "
+    if seen != sorted(slots):
+        raise RuntimeError(f"batch {batch}: expected one commit per slot {sorted(slots)}, got slots {seen}; "
                            "the output partitioning does not match spec.job.parallelism")
     wrong = [c for c in commits if c.batch != batch]
     if wrong:
@@ -355,26 +355,37 @@ def generations_key(stream_uid: str) -> str:
 @dataclass(frozen=True)
 class GenerationHistory:
     generations: list[list[int]] = field(default_factory=list)   # [generation, slots, first batch], ascending
+    # How each generation cut its output into slots (spec.job.slotsFrom), where not by key: {"3": "sourcePartitions"}
+    derived: dict[str, str] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return json.dumps({"kind": "generations", "generations": self.generations}, sort_keys=True).encode()
+        doc = {"kind": "generations", "generations": self.generations}
+        if self.derived:
+            doc["slotsFrom"] = self.derived
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, raw: bytes | None) -> "GenerationHistory":
         if raw is None:
             return cls()
-        return cls([list(g) for g in json.loads(raw).get("generations", [])])
+        doc = json.loads(raw)
+        return cls([list(g) for g in doc.get("generations", [])], dict(doc.get("slotsFrom", {})))
 
     def slots_of(self) -> dict[int, int]:
         return {g: s for g, s, _ in self.generations}
 
-    def with_generation(self, generation: int, slots: int, first_batch: int) -> "GenerationHistory":
+    def slots_from(self, generation: int) -> str:
+        return self.derived.get(str(generation), "key")
+
+    def with_generation(self, generation: int, slots: int, first_batch: int,
+                        slots_from: str = "key") -> "GenerationHistory":
         if any(g == generation for g, _, _ in self.generations):
             return self
-        return GenerationHistory(sorted([*self.generations, [generation, slots, first_batch]]))
+        derived = {**self.derived, **({str(generation): slots_from} if slots_from != "key" else {})}
+        return GenerationHistory(sorted([*self.generations, [generation, slots, first_batch]]), derived)
 
 
-def effective_generation(requested: int, slots: int, history: GenerationHistory) -> int:
+def effective_generation(requested: int, slots: int, history: GenerationHistory, slots_from: str = "key") -> int:
     """The generation a driver runs: the operator's (``status.txGeneration``) unless the ledger knows a later
     one. A re-created resource starts at 0 again: it continues the ledger's latest generation when the slot
     count is the same (the same transactional ids and slot keys as before), and takes a new generation above
@@ -384,6 +395,6 @@ def effective_generation(requested: int, slots: int, history: GenerationHistory)
     latest, latest_slots, _ = max(history.generations)
     if requested > latest:
         return requested
-    if latest_slots == slots:
+    if latest_slots == slots and history.slots_from(latest) == slots_from:
         return latest
     return latest + 1

@@ -126,7 +126,7 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
             generations = read_generations(consumer, ledger, stream.uid, timeout_s)
         finally:
             consumer.close()
-    gen = protocol.effective_generation(stream.generation, slots, generations)
+    gen = protocol.effective_generation(stream.generation, slots, generations, config.spec.job.slots_from)
     # Every generation that ever wrote (the ledger's history), and the previous one with every slot the
     # ledger has room for (ledgers written before the history existed).
     to_fence = {g: n for g, n in generations.slots_of().items()}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import checkpoint, faults
 from . import replay as rerun
-from .contract import (BatchRefused, DriverSuperseded, JobFailed, TransformContext, load_transform,
+from .contract import (BatchRefused, DriverSuperseded, JobFailed, SpecRefused, TransformContext, load_transform,
                        prepare_output)
 from .kafka_security import KafkaSecrets, java_config
 from .ledger import (admin_client, base_config, check_ledger_topic, ensure_ledger_topic, ledger_consumer,
@@ -222,9 +222,9 @@ def _stop_at_boundary(query, writer: BatchWriter, config: RunConfig) -> None:
 
 def _final(exc) -> JobFailed | None:
     """A failure no restart can cure, found inside a query failure (raised by the driver's check or by a
-    slot task): a refused batch, or a newer driver."""
+    slot task): a refused batch, a newer driver, or a spec the job's plan contradicts."""
     text = str(getattr(exc, "desc", None) or exc)
-    for cls in (DriverSuperseded, BatchRefused):
+    for cls in (DriverSuperseded, BatchRefused, SpecRefused):
         m = re.search(rf"{cls.__name__}: (.+)", text)
         if m:
             return cls(m.group(1).strip()[:2000])

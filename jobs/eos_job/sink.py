@@ -6,7 +6,8 @@ batch-complete step after every slot reported and before Spark writes
 ``commits/N``; ``mapInArrow`` over ``repartition(P, key)`` gives each slot task
 its rows as Arrow record batches (no per-row Python conversion by Spark) with
 the slot equal to the shuffle partition id, which is deterministic across
-replays. The data source writer would give the same guarantees but its batch id
+replays (or, with ``job.slotsFrom: sourcePartitions``, over the source's own
+tasks, each mapped to a slot by ``source_slots``). The data source writer would give the same guarantees but its batch id
 reaches executors only through a task-local property, and its commit runs after
 the data was already handed over, which buys nothing here.
 
@@ -61,6 +62,7 @@ class SlotWriterConfig:
     epoch: int = 0           # the driver's epoch (see eos_job.epoch)
     skip_all: bool = False   # the whole batch is in the sink (another generation): run the plan, write nothing
     audit: bool = True       # sink.auditHeaders: every record names its batch and slot (eos_job.audit)
+    slot_map: tuple[int, ...] = ()   # job.slotsFrom sourcePartitions: the slot of each task index (source_slots)
 
 
 class _SlotClients:
@@ -372,6 +374,11 @@ def slot_task(cfg: SlotWriterConfig):
         from pyspark import TaskContext
         ctx = TaskContext.get()
         slot, attempt = ctx.partitionId(), ctx.attemptNumber()
+        if cfg.slot_map:
+            if slot >= len(cfg.slot_map):
+                raise RuntimeError(f"task {slot} of batch {cfg.batch}: the driver mapped {len(cfg.slot_map)} "
+                                   "tasks to slots; nothing was written")
+            slot = cfg.slot_map[slot]
         commit = write_slot(cfg, slot, attempt, iterator)
         yield pa.RecordBatch.from_pylist([commit.to_row()], schema=_commit_arrow_schema())
 

@@ -19,7 +19,7 @@ from .pod_template import PodTemplate
 from .spec_rules import (BOOTSTRAP_PATTERN, CHECKPOINT_PATH_PATTERN, DNS_SUBDOMAIN, EXPONENTIAL_DELAY_RULES,
                          IMAGE_PATTERN, MAX_ENTRIES, MAX_IMAGE, MAX_LOCATION, MAX_NAME, MAX_PATH, MAX_SERVERS,
                          MAX_VALUE, RESTORE_FROM_PATTERN, SINK_RULES, SOURCE_OPTION_RULES, SOURCE_RESERVED,
-                         SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES, TOPIC_PATTERN, default_ledger_topic,
+                         SPARK_CONF_RULES, SPARK_RESERVED, SPLITTING_SOURCE_OPTIONS, STREAM_RULES, TOPIC_PATTERN, default_ledger_topic,
                          restore_errors, topic_errors)
 
 API_GROUP = "streaming.eos.dev"
@@ -77,6 +77,10 @@ class JobSpec(Model):
     parallelism: int = Field(2, ge=1, le=1024, description=(
         "Output slots P: the output is hash-partitioned by key into P transactional writers. "
         "Changing it is an upgrade under a new transactional-id generation."))
+    slots_from: Literal["key", "sourcePartitions"] = Field("key", description=(
+        "How the output is cut into slots. key: repartition by key into P slots (any job). sourcePartitions: "
+        "one slot per source topic-partition, no shuffle (map-only jobs; P must be at least the source's "
+        "partition count). Changing it is an upgrade under a new transactional-id generation."))
     output_mode: Literal["update", "append", "complete"] = Field(
         "update", description="Spark output mode of the query.")
     deploy_mode: Literal["local", "cluster"] = Field(
@@ -297,6 +301,8 @@ class ExactlyOnceStreamSpec(Model):
         decisive = {"image": j.image, "module": j.module, "function": j.function, "args": j.args,
                     "parallelism": j.parallelism, "outputMode": j.output_mode, "topics": src.topics,
                     "options": src.options, "topic": snk.topic, "deadLetterTopic": snk.dead_letter_topic}
+        if j.slots_from != "key":   # only when set: the streams that never set it keep their output hash
+            decisive["slotsFrom"] = j.slots_from
         return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -320,6 +326,10 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
             via = SOURCE_RESERVED[key]
             errors.append(f"source.options.{key}: set by the runtime for exactly-once"
                           f"{f' (from {via})' if via else ''}; remove it")
+    if spec.job.slots_from == "sourcePartitions":
+        errors += [f"source.options.{k}: splits a source partition over several tasks, which job.slotsFrom "
+                   "sourcePartitions cannot take (one slot per source partition); remove it or set job.slotsFrom "
+                   "key" for k in spec.source.options if k in SPLITTING_SOURCE_OPTIONS]
     for key in spec.job.spark_conf:
         if key in SPARK_RESERVED:
             via = SPARK_RESERVED[key]

@@ -151,7 +151,16 @@ def _not_a_source_topic(field: str, optional: bool) -> dict[str, str]:
 
 _RESTORE_PATH = "has(self.restoreFrom) && self.restoreFrom.contains('/')"
 _LOCAL_ROOT = "(self.checkpoint.path.endsWith('/') ? self.checkpoint.path : self.checkpoint.path + '/')"
+# Kafka source options that cut one topic-partition's range into several Spark tasks.
+SPLITTING_SOURCE_OPTIONS = ("minPartitions", "maxRecordsPerPartition")
+_SPLITTING = " || ".join(f"'{k}' in self.source.options" for k in SPLITTING_SOURCE_OPTIONS)
 STREAM_RULES = [
+    {"rule": f"!has(self.job.slotsFrom) || self.job.slotsFrom != 'sourcePartitions' || "
+             f"!has(self.source.options) || !({_SPLITTING})",
+     "fieldPath": ".job.slotsFrom",
+     "message": "spec.job.slotsFrom sourcePartitions takes one slot per source partition: remove "
+                f"{' and '.join('source.options.' + k for k in SPLITTING_SOURCE_OPTIONS)} (they split a partition "
+                "over several tasks) or set job.slotsFrom key"},
     _not_a_source_topic("topic", False), _not_a_source_topic("deadLetterTopic", True),
     _not_a_source_topic("ledgerTopic", True),
     {"rule": f"!({_RESTORE_PATH}) || self.checkpoint.store != 's3' || (has(self.checkpoint.s3) && ("

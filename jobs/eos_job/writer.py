@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import checkpoint, faults, protocol
+from . import checkpoint, faults, protocol, source_slots
 from .contract import BatchRefused, JobFailed
 from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_history, sink_security
 from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
@@ -49,6 +49,7 @@ class BatchWriter:
         self.config = config
         spec = config.spec
         self.slots = spec.job.parallelism
+        self.slots_from = spec.job.slots_from
         self.lock = threading.Lock()
         self.stopping = False
         self.summary = RunSummary(reason="Running")
@@ -86,7 +87,8 @@ class BatchWriter:
         b = self.base
         last = checkpoint.last_committed_batch(ckpt)
         b["generation"] = epoch.generation(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"],
-                                           b["generation"], self.slots, 0 if last is None else last + 1)
+                                           b["generation"], self.slots, 0 if last is None else last + 1,
+                                           self.slots_from)
         e = epoch.take(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
         ckpt_id = checkpoint.checkpoint_id(ckpt)
         if ckpt_id is not None:   # a fresh checkpoint has no records to stamp: its keys are new
@@ -119,6 +121,8 @@ class BatchWriter:
             ckpt_id = self.checkpoint_identity()
             ckpt = self.config.checkpoint_dir
             planned = checkpoint.batch_input(ckpt, batch_id)
+            # Before anything is recorded of the batch: a plan job.slotsFrom cannot take leaves no trace.
+            slot_map = self._slot_map(df, planned)
             gen = self.base["generation"]
             recorded = self.history.get(batch_id)
             if self.checked:
@@ -129,8 +133,9 @@ class BatchWriter:
                     raise JobFailed(verdict.reason)
                 if verdict.action == "skip":
                     # The plan still runs (a stateful job's state must advance with the batch); no slot writes.
-                    cfg = SlotWriterConfig(**self.base, checkpoint_id=ckpt_id, batch=batch_id, skip_all=True)
-                    df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
+                    cfg = SlotWriterConfig(**self.base, checkpoint_id=ckpt_id, batch=batch_id, skip_all=True,
+                                           slot_map=slot_map)
+                    self._run_slots(df, cfg, planned)
                     log.info("batch %d skipped as a whole: %s", batch_id, verdict.reason)
                     self._done(batch_id, 0, self.slots, 0, 0, self._nondeterministic_total())
                     return
@@ -146,10 +151,10 @@ class BatchWriter:
             complete = recorded is not None and recorded.complete
             cfg = SlotWriterConfig(**self.base, checkpoint_id=ckpt_id, batch=batch_id,
                                    input=protocol.input_digest(planned) if self.checked else "",
-                                   output_hash="" if complete else self.output_hash)
-            rows = df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
+                                   output_hash="" if complete else self.output_hash, slot_map=slot_map)
+            ran, rows = self._run_slots(df, cfg, planned)
             commits = [protocol.SlotCommit.from_row(r.asDict()) for r in rows]
-            protocol.check_batch_commits(batch_id, self.slots, commits)
+            protocol.check_batch_commits(batch_id, ran, commits)
             count = sum(c.count for c in commits if not c.skipped)
             skipped = sum(1 for c in commits if c.skipped)
             dead = sum(c.dead_letters for c in commits if not c.skipped)
@@ -170,6 +175,23 @@ class BatchWriter:
             log.info("batch %d committed: %d records, %d/%d slots skipped as already committed, %d dead letters%s "
                      "(%.0f ms)", batch_id, count, skipped, self.slots, dead,
                      f", {nondet} NON-DETERMINISTIC slots" if nondet else "", (time.monotonic() - t0) * 1000)
+
+    def _slot_map(self, df, planned: protocol.Ranges) -> tuple[int, ...]:
+        """job.slotsFrom sourcePartitions: the slot of each of the batch's tasks (source_slots); () by key."""
+        if self.slots_from == "key":
+            return ()
+        return source_slots.slot_map(source_slots.scan_partitions(df._jdf), planned, self.slots)
+
+    def _run_slots(self, df, cfg: SlotWriterConfig, planned: protocol.Ranges) -> tuple[list[int], list]:
+        """Run the batch's slot tasks; the slots that ran and their commit rows."""
+        if self.slots_from == "key":
+            return list(range(self.slots)), df.repartition(self.slots, "key").mapInArrow(
+                slot_task(cfg), COMMIT_SCHEMA).collect()
+        out = df.mapInArrow(slot_task(cfg), COMMIT_SCHEMA)
+        if self._slot_map(out, planned) != cfg.slot_map:   # the plan collect() runs: the same tasks
+            raise RuntimeError(f"batch {cfg.batch}: the source's tasks changed between two plans of the batch; "
+                               "nothing was written")
+        return sorted(set(cfg.slot_map)), out.collect()
 
     def _done(self, batch_id: int, count: int, skipped: int, dead: int, nondet: int, nondet_total: int) -> None:
         s = self.summary

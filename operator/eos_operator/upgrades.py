@@ -39,8 +39,9 @@ Every changed field (a path under spec) falls in one class:
     ``source.startingOffsets`` and, with ``earliest``, consumers see the output
     again. Only when asked for.
 
-A ``job.parallelism`` change bumps ``status.txGeneration`` at the upgrade: the
-slot count P changes under a new transactional-id generation. A snapshot
+A ``job.parallelism`` or ``job.slotsFrom`` change bumps ``status.txGeneration`` at
+the upgrade: the slot count P, or how rows are cut into slots, changes under a
+new transactional-id generation. A snapshot
 upgrade stops at a clean boundary; any other upgrade that finds a partially
 committed batch first finishes it with the old spec and generation (the
 planner's drain step).
@@ -139,15 +140,15 @@ def plan_spec_change(changes: list[str], spec: ExactlyOnceStreamSpec) -> SpecCha
         return SpecChangePlan(kind="restart", mode="last-state", bump_tx_generation=False,
                               explanation=f"spec changed ({listed}): restart-only fields, restarting on the live "
                                           "checkpoint with resolution")
-    bump = any(c == "job.parallelism" for c in upgrade)
+    bump = [c for c in upgrade if c in ("job.parallelism", "job.slotsFrom")]
     how = {"snapshot": "stopping the driver with a snapshot and starting the new spec from it",
            "last-state": "restarting on the live checkpoint (upgradeMode last-state)",
            "stateless": "starting from a fresh checkpoint (upgradeMode stateless): a new checkpoint identity, "
                         "the source is read again from startingOffsets and the ledger skips nothing"}
     text = f"spec changed ({listed}): upgrade, {how[spec.upgrade_mode]}"
     if bump:
-        text += "; job.parallelism changed: new transactional-id generation"
-    return SpecChangePlan(kind="upgrade", mode=spec.upgrade_mode, bump_tx_generation=bump, explanation=text)
+        text += f"; {' and '.join(bump)} changed: new transactional-id generation"
+    return SpecChangePlan(kind="upgrade", mode=spec.upgrade_mode, bump_tx_generation=bool(bump), explanation=text)
 
 
 def current_checkpoint_dir(status_dir: str | None, last_reconciled: str | None, spec: ExactlyOnceStreamSpec) -> str:

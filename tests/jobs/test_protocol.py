@@ -68,8 +68,8 @@ def test_slot_commit_round_trip():
 
 def test_check_batch_commits_requires_one_commit_per_slot():
     ok = [SlotCommit(s, 4, 1, 1, False) for s in range(3)]
-    protocol.check_batch_commits(4, 3, ok)
+    protocol.check_batch_commits(4, [0, 1, 2], ok)
     with pytest.raises(RuntimeError, match="one commit per slot"):
-        protocol.check_batch_commits(4, 3, ok[:2])
+        protocol.check_batch_commits(4, [0, 1, 2], ok[:2])
     with pytest.raises(RuntimeError, match="other batches"):
-        protocol.check_batch_commits(4, 3, ok[:2] + [SlotCommit(2, 3, 1, 1, False)])
+        protocol.check_batch_commits(4, [0, 1, 2], ok[:2] + [SlotCommit(2, 3, 1, 1, False)])

@@ -106,3 +106,21 @@ def test_a_batch_is_bounded_by_default_and_output_hash_ignores_how_it_runs():
     for path, value in (("job.args", {"drop": "red"}), ("job.parallelism", 3), ("sink.topic", "other"),
                         ("job.module", "examples.colors.ids")):
         assert ExactlyOnceStreamSpec.model_validate(spec(**{path: value})).output_hash() != s.output_hash(), path
+
+
+def test_slots_from_source_partitions_is_in_the_output_hash_and_refuses_splitting_options():
+    s = ExactlyOnceStreamSpec.model_validate(spec())
+    assert s.job.slots_from == "key"
+    assert "slotsFrom" not in str(s.output_hash())
+    by_source = ExactlyOnceStreamSpec.model_validate(spec(**{"job.slotsFrom": "sourcePartitions"}))
+    assert by_source.output_hash() != s.output_hash()
+    # A stream that never set it keeps the output hash it had before the field existed.
+    assert ExactlyOnceStreamSpec.model_validate(spec(**{"job.slotsFrom": "key"})).output_hash() == s.output_hash()
+    split = ExactlyOnceStreamSpec.model_validate(spec(**{"job.slotsFrom": "sourcePartitions",
+                                                         "source.options": {"minPartitions": "8"}}))
+    assert any(e.startswith("source.options.minPartitions:") and "job.slotsFrom key" in e
+               for e in semantic_errors(split))
+    keyed = ExactlyOnceStreamSpec.model_validate(spec(**{"source.options": {"minPartitions": "8"}}))
+    assert not any("minPartitions" in e for e in semantic_errors(keyed))
+    with pytest.raises(ValidationError, match="slotsFrom"):
+        ExactlyOnceStreamSpec.model_validate(spec(**{"job.slotsFrom": "shuffle"}))

@@ -372,6 +372,27 @@ def test_a_refused_batch_fails_the_stream_at_once_and_a_nonce_retries():
     assert again.status.pending_launch is not None and again.status.pending_launch.reason == "RestartRequested"
 
 
+def test_a_spec_the_jobs_plan_contradicts_fails_at_once_and_the_spec_change_starts_it_again():
+    """The driver refused its spec (job.slotsFrom sourcePartitions on a job that shuffles): no restart would
+    help, so none is spent; changing the field the message names upgrades the stream (a new generation)."""
+    s = spec(job={"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "slotsFrom": "sourcePartitions"})
+    st = running_status(s)
+    summary = ('{"reason": "InvalidSpec", "error": "job.slotsFrom sourcePartitions needs a map-only job (one Kafka '
+               'source, no shuffle), but the batch\'s plan has a ShuffleDependency in its lineage"}')
+    refused = pod("colors-driver-0", "Failed", exit_code=1, message=summary)
+    p = plan(s, st, observed(refused))
+    assert p.status.lifecycle_state == "Failed" and reasons(p) == ["InvalidSpec"]
+    assert p.status.restart_count == 0 and p.status.pending_launch is None and p.actions == []
+    assert "job.slotsFrom" in cond(p, "Ready").message
+    assert "change the field" in cond(p, "Progressing").message
+    stay = plan(s, p.status, observed(refused, at=3600))
+    assert stay.actions == [] and stay.events == [] and stay.status == p.status
+    fixed = spec(job={"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "slotsFrom": "key"})
+    again = plan(fixed, p.status, observed(refused, at=3700))
+    assert again.status.upgrade is not None or again.status.pending_launch is not None, again
+    assert "job.slotsFrom changed: new transactional-id generation" in " ".join(e.message for e in again.events)
+
+
 def test_restart_nonce_resumes_a_failed_stream_and_resets_counters():
     s = spec()
     failed_status = plan(s, running_status(s, attempt=2, restart_count=2),

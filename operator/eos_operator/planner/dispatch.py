@@ -39,7 +39,7 @@ from ..upgrades import classify, run_affecting_changes
 from ..validation import InvalidSpec
 from .housekeeping import snapshot_housekeeping
 from .launch import continue_launch, plan_deletion
-from .restarts import BATCH_REFUSED, batch_refused, driver_failed, start_launch
+from .restarts import REFUSALS, batch_refused, driver_failed, start_launch
 from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, not_starting, rejected_text,
                    stop_pods, watch_nondeterminism, watch_replay_horizon)
 from .upgrade import blocked, check_upgrade, overlay_spec, pre_flight, spec_changed
@@ -174,8 +174,8 @@ def _driver_gone(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
 
 def _driver_ended(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     pod = step.obs.pod(step.st.driver_pod)
-    if pod.summary_reason == BATCH_REFUSED:
-        return batch_refused(step, pod.failure_text())
+    if pod.summary_reason in REFUSALS:
+        return batch_refused(step, pod.failure_text(), pod.summary_reason)
     if pod.phase == "Failed":
         return driver_failed(step, spec, pod.failure_text())
     return driver_failed(step, spec, pod.failure_text() + " while job.state is running")
@@ -282,7 +282,7 @@ def failed(step: StreamStep) -> Plan:
     st = step.st
     message = st.last_error or "restarts exhausted"
     ready = get_condition(st.conditions, READY)
-    if ready is not None and ready.reason == BATCH_REFUSED:
+    if ready is not None and ready.reason in REFUSALS:
         return step.done()   # failed without restarts: its conditions already say what to do
     # Keep the message written when the restarts ran out (it says which strategy limit).
     keep = ready.message if ready is not None and ready.reason == "RestartsExhausted" else message

@@ -79,22 +79,29 @@ def exhausted(step: StreamStep, explanation: str) -> Plan:
 
 
 BATCH_REFUSED = "BatchRefused"
+SPEC_REFUSED = "InvalidSpec"     # the driver found the job's plan contradicting the spec (eos_job SpecRefused)
+REFUSALS = (BATCH_REFUSED, SPEC_REFUSED)
+_REFUSAL_HINTS = {
+    BATCH_REFUSED: ("restore a snapshot taken after that batch, or finish the batch with the spec that started "
+                    "it, then change spec.restartNonce"),
+    SPEC_REFUSED: "change the field the message names; the spec change starts the stream again",
+}
 
 
-def batch_refused(step: StreamStep, error: str) -> Plan:
-    """The driver refused a batch whose number the ledger knows as another input or another spec's: a
-    restart would plan and refuse it again, so the stream fails at once (no restart is counted), with
-    what to do. Nothing of that batch was written; checkpoint and ledger are kept."""
+def batch_refused(step: StreamStep, error: str, reason: str = BATCH_REFUSED) -> Plan:
+    """The driver refused a batch whose number the ledger knows as another input or another spec's, or a
+    spec its job's plan contradicts (``reason`` InvalidSpec): a restart would refuse again, so the stream
+    fails at once (no restart is counted), with what to do. Nothing of that batch was written; checkpoint
+    and ledger are kept."""
     st = step.st
     st.pending_launch = None
     st.next_restart_time = None
     st.running_since = None
     st.last_error = error
     st.lifecycle_state = "Failed"
-    hint = ("restore a snapshot taken after that batch, or finish the batch with the spec that started it, "
-            "then change spec.restartNonce")
-    step.event("Warning", BATCH_REFUSED, f"{error}. {hint}")
-    step.conditions(("False", BATCH_REFUSED, error), ("False", BATCH_REFUSED, hint), ("True", BATCH_REFUSED, error))
+    hint = _REFUSAL_HINTS[reason]
+    step.event("Warning", reason, f"{error}. {hint}")
+    step.conditions(("False", reason, error), ("False", reason, hint), ("True", reason, error))
     return step.done()
 
 
