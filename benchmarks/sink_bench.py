@@ -21,6 +21,7 @@ from benchmarks import report
 from benchmarks.kafka_io import Topics
 from benchmarks.report import say
 from benchmarks.sink_meters import CpuMeter, EventLog, progress
+from benchmarks.sink_shapes import INPUT_PARTITIONS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,16 +62,21 @@ class Bench:
         from eos_job.spec import load_run_config
         self.n_ckpt += 1
         root = self.work / f"run{self.n_ckpt:03d}"
+        slots_from = self.args.map_slots if shape.name == "map" else "key"
+        # Source-partition slots: one per input partition (the benchmark's topics have INPUT_PARTITIONS).
+        slots = max(self.args.parallelism, INPUT_PARTITIONS) if slots_from != "key" else self.args.parallelism
         manifest = {
             "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
             # One stream identity per producer setting: its slot producers (same transactional ids) live on
             # across runs in the Python workers, as they do in a long-running stream. The Python workers keep
             # a slot's producer by transactional id whatever its settings, so another setting needs another
             # identity.
-            "metadata": {"name": f"bench-{self.run_id}-{producer}", "namespace": "bench"},
+            # How slots are derived is part of the identity too: a generation keeps its derivation.
+            "metadata": {"name": f"bench-{self.run_id}-{producer}{'-src' if slots_from != 'key' else ''}",
+                         "namespace": "bench"},
             "spec": {
-                "job": {"module": shape.module, "args": dict(shape.args), "parallelism": self.args.parallelism,
-                        "outputMode": "update"},
+                "job": {"module": shape.module, "args": dict(shape.args), "parallelism": slots,
+                        "slotsFrom": slots_from, "outputMode": "update"},
                 "source": {"bootstrapServers": self.bootstrap, "topics": [in_topic],
                            "startingOffsets": "earliest", "maxOffsetsPerTrigger": self.args.max_offsets},
                 "sink": {"bootstrapServers": self.bootstrap, "topic": out_topic,

@@ -30,6 +30,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from benchmarks.report import say
 from benchmarks.sink_meters import CpuMeter, progress
+from benchmarks.sink_shapes import INPUT_PARTITIONS
 
 SINKS = ("builtin", "ours")
 
@@ -174,7 +175,7 @@ def latency_run(bench, shape, producer: str, sink: str, rate: int) -> dict:
     a = bench.args
     tag = f"{shape.name}-{rate}-{sink}-{bench.run_id}"
     in_topic, out_topic = f"bench-lat-in-{tag}", f"bench-lat-out-{tag}"
-    bench.topics.create({in_topic: 4, out_topic: a.parallelism})
+    bench.topics.create({in_topic: INPUT_PARTITIONS, out_topic: a.parallelism})
     config = bench.config(shape, producer, in_topic, out_topic)
     probe = LatencyProbe(bench.bootstrap, shape, in_topic, out_topic, rate, a.seconds, a.latency_warmup)
     probe.consumer_thread.start()

@@ -22,6 +22,7 @@ import os
 
 from benchmarks.report import say
 from benchmarks.sink_report import summarize
+from benchmarks.sink_shapes import INPUT_PARTITIONS
 
 SINKS = ("builtin", "ours")
 SIZE_MARGIN = 1.2   # a long run's batches may go faster than a short run's (JIT, caches)
@@ -32,7 +33,7 @@ def phase_shape(bench, shape) -> dict:
     warm_topic = f"bench-warm-{shape.name}-{bench.run_id}"
     in_topic = f"bench-in-{shape.name}-{bench.run_id}"
     warm_n = min(a.records, a.warmup_records)
-    bench.topics.create({warm_topic: 4, in_topic: 4})
+    bench.topics.create({warm_topic: INPUT_PARTITIONS, in_topic: INPUT_PARTITIONS})
     say(f"{shape.name}: {warm_n:,} warm-up records into {warm_topic}")
     shape.produce(bench.bootstrap, warm_topic, warm_n)
     warm: dict = {}

@@ -27,6 +27,8 @@ from benchmarks import kafka_io
 from benchmarks.map_only import DROP_DIGIT
 from examples.colors.generator import COLORS, DROPPED
 
+INPUT_PARTITIONS = 4   # every input topic of the benchmark
+
 # What each sink's producer does when nothing is set (kafka-clients 3.9, librdkafka 2.x, eos_job.sink).
 DEFAULTS = {
     "builtin": "kafka-clients defaults: linger.ms 0, batch.size 16384, compression.type none, acks all, "

@@ -57,7 +57,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from benchmarks import report  # noqa: E402
 from benchmarks.report import say  # noqa: E402
 from benchmarks.sink_report import markdown  # noqa: E402
-from benchmarks.sink_shapes import DEFAULTS, SHAPES, producers  # noqa: E402
+from benchmarks.sink_shapes import DEFAULTS, INPUT_PARTITIONS, SHAPES, producers  # noqa: E402
 
 QUICK = {"records": 100_000, "min_seconds": 0.0, "repeats": 1, "seconds": 5.0, "latency_warmup": 2.0,
          "warmup_records": 50_000}
@@ -103,6 +103,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 100,000 records, 1 repeat, 5 s latency (explicit options still win)")
     ap.add_argument("--keep-topics", action="store_true", help="do not delete the benchmark's topics")
+    ap.add_argument("--map-slots", choices=["sourcePartitions", "key"], default="sourcePartitions",
+                    help="the map-only job's job.slotsFrom (the stateful job's is always key): sourcePartitions, one "
+                         "slot per input partition and no shuffle (what a map-only stream sets), or key")
     ap.add_argument("--no-audit-headers", action="store_true",
                     help="the exactly-once sink without its per-record audit headers (sink.auditHeaders: false)")
     report.add_results_args(ap, "sink-fair")
@@ -117,12 +120,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def settings(a, prods: dict) -> dict:
     return {"records": a.records, "min_seconds": a.min_seconds, "repeats": a.repeats,
-            "warmup_records": a.warmup_records, "parallelism": a.parallelism, "input_partitions": 4,
+            "warmup_records": a.warmup_records, "parallelism": a.parallelism, "input_partitions": INPUT_PARTITIONS,
             "output_partitions": a.parallelism, "max_offsets_per_trigger": a.max_offsets,
             "trigger_ms": a.trigger_ms, "rates": a.rates, "seconds": a.seconds, "latency_warmup_s": a.latency_warmup,
             "linger_ms": a.linger_ms, "batch_bytes": a.batch_bytes, "compression": a.compression,
             "producers": {p: prods[p] for p in a.producer}, "producer_defaults": DEFAULTS, "quick": a.quick,
-            "audit_headers": not a.no_audit_headers,
+            "audit_headers": not a.no_audit_headers, "map_slots": a.map_slots,
             "shapes": {n: {"title": SHAPES[n].title, "describe": SHAPES[n].describe,
                            "record_bytes": SHAPES[n].record_bytes} for n in a.shapes},
             "spark_master": "?"}
