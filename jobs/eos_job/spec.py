@@ -19,8 +19,8 @@ from .pod_template import PodTemplate
 from .spec_rules import (BOOTSTRAP_PATTERN, CHECKPOINT_PATH_PATTERN, DNS_SUBDOMAIN, EXPONENTIAL_DELAY_RULES,
                          IMAGE_PATTERN, MAX_ENTRIES, MAX_IMAGE, MAX_LOCATION, MAX_NAME, MAX_PATH, MAX_SERVERS,
                          MAX_VALUE, RESTORE_FROM_PATTERN, SINK_RULES, SOURCE_OPTION_RULES, SOURCE_RESERVED,
-                         SPARK_CONF_RULES, SPARK_RESERVED, SPLITTING_SOURCE_OPTIONS, STREAM_RULES, TOPIC_PATTERN, default_ledger_topic,
-                         restore_errors, topic_errors)
+                         SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES, TOPIC_PATTERN, default_ledger_topic,
+                         restore_errors, slots_errors, topic_errors)
 
 API_GROUP = "streaming.eos.dev"
 API_VERSION = "v1alpha1"
@@ -326,10 +326,7 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
             via = SOURCE_RESERVED[key]
             errors.append(f"source.options.{key}: set by the runtime for exactly-once"
                           f"{f' (from {via})' if via else ''}; remove it")
-    if spec.job.slots_from == "sourcePartitions":
-        errors += [f"source.options.{k}: splits a source partition over several tasks, which job.slotsFrom "
-                   "sourcePartitions cannot take (one slot per source partition); remove it or set job.slotsFrom "
-                   "key" for k in spec.source.options if k in SPLITTING_SOURCE_OPTIONS]
+    errors += slots_errors(spec)
     for key in spec.job.spark_conf:
         if key in SPARK_RESERVED:
             via = SPARK_RESERVED[key]

@@ -157,10 +157,10 @@ _SPLITTING = " || ".join(f"'{k}' in self.source.options" for k in SPLITTING_SOUR
 STREAM_RULES = [
     {"rule": f"!has(self.job.slotsFrom) || self.job.slotsFrom != 'sourcePartitions' || "
              f"!has(self.source.options) || !({_SPLITTING})",
-     "fieldPath": ".job.slotsFrom",
-     "message": "spec.job.slotsFrom sourcePartitions takes one slot per source partition: remove "
-                f"{' and '.join('source.options.' + k for k in SPLITTING_SOURCE_OPTIONS)} (they split a partition "
-                "over several tasks) or set job.slotsFrom key"},
+     "fieldPath": ".source.options",
+     "message": f"spec.source.options: {' and '.join(SPLITTING_SOURCE_OPTIONS)} split a source partition over "
+                "several tasks, and job.slotsFrom sourcePartitions takes one slot per source partition: remove "
+                "them or set job.slotsFrom key"},
     _not_a_source_topic("topic", False), _not_a_source_topic("deadLetterTopic", True),
     _not_a_source_topic("ledgerTopic", True),
     {"rule": f"!({_RESTORE_PATH}) || self.checkpoint.store != 's3' || (has(self.checkpoint.s3) && ("
@@ -255,6 +255,15 @@ def store_problem(checkpoint, location: str) -> str | None:
         return (f"{location!r} is outside checkpoint.path ({checkpoint.path}), the only part of the store the "
                 "stream's Pods mount: use a path under it")
     return None
+
+
+def slots_errors(spec) -> list[str]:
+    """``job.slotsFrom: sourcePartitions`` takes one task per source partition: no option may split one."""
+    if spec.job.slots_from != "sourcePartitions":
+        return []
+    return [f"source.options.{k}: splits a source partition over several tasks, which job.slotsFrom "
+            "sourcePartitions cannot take (one slot per source partition); remove it or set job.slotsFrom key"
+            for k in spec.source.options if k in SPLITTING_SOURCE_OPTIONS]
 
 
 def restore_errors(spec) -> list[str]:
