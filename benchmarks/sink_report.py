@@ -208,7 +208,11 @@ def markdown(res: dict) -> str:
              f"maxOffsetsPerTrigger {s['max_offsets_per_trigger']:,}, {s['repeats']} alternating repeats after a "
              f"{s['warmup_records']:,}-record warm-up of each sink under each producer setting; every output read "
              "back read_committed (ours: exactly once; built-in: nothing lost) and deleted. Ratios are ours / "
-             "built-in of the same repeat. The exactly-once sink "
+             "built-in of the same repeat. "
+             + (f"The map-only job's exactly-once sink cuts its slots by source partition (`job.slotsFrom: "
+                f"sourcePartitions`: {max(s['parallelism'], s['input_partitions'])} slots, one per input partition, "
+                "no shuffle); the stateful job's by key. " if s.get("map_slots") == "sourcePartitions" else "")
+             + "The exactly-once sink "
              + ("labels every record with its batch and slot (audit headers, the default)"
                 if s.get("audit_headers", True) else "writes **no audit headers** (`sink.auditHeaders: false`)")
              + ".", "", "Job shapes:", ""]
