@@ -7,9 +7,10 @@ batch-complete step after every slot reported and before Spark writes
 its rows as Arrow record batches (no per-row Python conversion by Spark) with
 the slot equal to the shuffle partition id, which is deterministic across
 replays (or, with ``job.slotsFrom: sourcePartitions``, over the source's own
-tasks, each mapped to a slot by ``source_slots``). The data source writer would give the same guarantees but its batch id
-reaches executors only through a task-local property, and its commit runs after
-the data was already handed over, which buys nothing here.
+tasks, each mapped to a slot by ``source_slots``). The data source writer would
+give the same guarantees but its batch id reaches executors only through a
+task-local property, and its commit runs after the data was already handed
+over, which buys nothing here.
 
 Write path of slot p in batch N (shared/design/exactly-once-protocol.md):
 fence (``init_transactions``) → read the slot's latest ledger record

@@ -6,7 +6,8 @@ offset range of batch N in one task, and the offset log fixes those ranges befor
 of N gives every task the same records. The slot of a task is then the rank of its topic-partition among the
 partitions batch N's offset log names, sorted by (topic, partition): a pure function of ``offsets/N``, the same
 on every replay, whatever order Spark lists the ranges in (the driver reads that order from the batch's
-physical plan and hands each task its slot by index).
+RDD and hands each task its slot by index; ``mapInArrow`` over the foreachBatch DataFrame runs on that same
+RDD, so its tasks are those).
 
 What it relies on, checked before any slot runs (else the batch fails and nothing is written):
 
@@ -54,13 +55,9 @@ def scan_partitions(jdf) -> list[tuple[str, int]]:
     if shuffles or len(leaves) != 1:
         _not_map_only(", ".join(shuffles) or "inputs " + ", ".join(sorted(n.nodeName() for n in leaves)))
     leaf = leaves[0]
-    name = leaf.nodeName()
-    if name.startswith("MicroBatchScan"):
-        rdd = leaf.inputRDD()
-    elif name.startswith("Scan ExistingRDD"):
-        rdd = leaf.rdd()
-    else:
-        _not_map_only(f"input {name}")
+    if not leaf.nodeName().startswith("Scan ExistingRDD"):
+        _not_map_only(f"input {leaf.nodeName()}")
+    rdd = leaf.rdd()
     while rdd.dependencies().size():
         deps = rdd.dependencies()
         kind = deps.apply(0).getClass().getSimpleName()
