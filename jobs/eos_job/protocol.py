@@ -323,24 +323,30 @@ def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None
     return BatchVerdict("run", "the same input as the ledger's record")
 
 
-def catch_up(committed: int | None, history: dict[int, BatchHistoryRecord]) -> tuple[list[int], str | None]:
-    """The batches to re-run with their recorded input before Spark plans anything new, or an error.
+def catch_up(committed: int | None, history: dict[int, BatchHistoryRecord],
+             elsewhere: frozenset[int] | set[int] = frozenset()) -> tuple[list[int], str | None]:
+    """The batches to re-run with their original input before Spark plans anything new, or an error.
 
     The checkpoint's last committed batch is ``committed``; the ledger recorded batches up to ``max(history)``
     of the same checkpoint identity (a restore of an older snapshot, a stream re-created on a stale
-    checkpoint). Spark would plan those again from what the source holds now: other ranges, same numbers.
+    checkpoint), and the checkpoint the stream ran on before (``replayOffsetsFrom``) logged the batches in
+    ``elsewhere``. Spark would plan those again from what the source holds now: other ranges, same numbers.
+    A batch's input comes from the ledger where it recorded one (what the sink holds was written from it),
+    else from the previous checkpoint.
     """
     first = 0 if committed is None else committed + 1
-    if not history or max(history) < first:
+    last = max([*history, *elsewhere], default=-1)
+    if last < first:
         return [], None
-    last = max(history)
-    missing = [n for n in range(first, last + 1) if n not in history]
+    missing = [n for n in range(first, last + 1) if n not in history and n not in elsewhere]
     if missing:
-        return [], (f"the checkpoint is at batch {committed} and the ledger holds this checkpoint's batches up to "
-                    f"{last}, but not the input of batch(es) {missing[:5]}{'...' if len(missing) > 5 else ''} "
-                    f"(it keeps the last {HISTORY_BATCHES}): restore a newer snapshot, or give the previous "
-                    "checkpoint as replayOffsetsFrom")
-    missing_log = [n for n in range(first, last + 1) if not history[n].offset_log]
+        return [], (f"the checkpoint is at batch {committed} and the ledger or the previous checkpoint hold this "
+                    f"checkpoint's batches up to {last}, but not the input of batch(es) "
+                    f"{missing[:5]}{'...' if len(missing) > 5 else ''} (the ledger keeps the last "
+                    f"{HISTORY_BATCHES}, Spark spark.sql.streaming.minBatchesToRetain): restore a newer snapshot, "
+                    "or give the previous checkpoint as replayOffsetsFrom")
+    missing_log = [n for n in range(first, last + 1)
+                   if n in history and not history[n].offset_log and n not in elsewhere]
     if missing_log:
         return [], f"the ledger's records of batch(es) {missing_log[:5]} carry no offset log to re-run them from"
     return list(range(first, last + 1)), None

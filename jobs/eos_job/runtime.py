@@ -150,14 +150,12 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
                 raise final
             raise JobFailed(f"re-running batch {batch} with its original offsets failed: {_short(exc)}")
 
-    if not drain:
-        if config.replay_offsets_from:
-            rerun.from_checkpoint(ckpt, Loc.of(config.replay_offsets_from), run_once, stop_event)
-        if writer.checked:
-            writer.load_history(ckpt)
-            rerun.from_ledger(ckpt, writer.history, run_once, stop_event)
-    elif writer.checked:
+    # The ledger's history first: every batch re-run below is judged against what the sink holds.
+    if writer.checked:
         writer.load_history(ckpt)
+    if not drain:
+        previous = Loc.of(config.replay_offsets_from) if config.replay_offsets_from else None
+        rerun.catch_up(ckpt, writer.history, run_once, stop_event, previous)
     # Draining runs a single trigger: Spark then re-runs exactly the batch logged without a commit.
     query = build_query(spark, config, writer, once=drain).start()
     log.info("stream %s/%s started (query id %s, checkpoint %s, %d slots, generation %d)%s",

@@ -192,12 +192,16 @@ def test_an_upgrade_on_an_idle_source_is_verified_not_rolled_back():
                                                  restarted))
 
 
-def test_no_automatic_rollback_across_a_parallelism_change():
-    old, new = spec(), upgraded_spec(job={"parallelism": 4}, upgradeReadinessTimeoutSeconds=60)
+@pytest.mark.parametrize("job", [{"parallelism": 4}, {"slotsFrom": "sourcePartitions"}],
+                         ids=["parallelism", "slotsFrom"])
+def test_no_automatic_rollback_across_a_change_of_the_slots(job):
+    """A new generation may have rewritten slots the older snapshot's generation committed: no blind rollback."""
+    old, new = spec(), upgraded_spec(job=job, upgradeReadinessTimeoutSeconds=60)
     p = plan(new, running(old, last_stable_spec=running(old).last_reconciled_spec), observed(pod("colors-driver-0")))
     up = go_to_running(new, p.status)
     late = plan(new, up.status, observed(pod("colors-driver-1"), at=61))
     assert "UpgradeNotReady" in reasons(late) and "restoreFrom" in late.events[-1].message
+    assert "UpgradeRolledBack" not in reasons(late)
     assert late.status.pending_launch is None and late.status.rejected_spec is None
 
 

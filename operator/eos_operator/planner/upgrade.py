@@ -318,11 +318,13 @@ def check_upgrade(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan | None:
     if previous is None or chk.rollback_snapshot is None:
         step.event("Warning", "UpgradeNotReady", f"{why}; no stable spec and snapshot to roll back to")
         return None
-    if previous.job.parallelism != spec.job.parallelism:
-        # The ledger skips batches per transactional-id generation; across a slot-count change a restore of
-        # the older snapshot could write a batch the new driver partly committed again. Never risk that.
+    if (previous.job.parallelism, previous.job.slots_from) != (spec.job.parallelism, spec.job.slots_from):
+        # The ledger skips batches per transactional-id generation; across a change of the slots (their count
+        # or how they are derived) a restore of the older snapshot could write a batch the new driver partly
+        # committed again. Never risk that.
         step.event("Warning", "UpgradeNotReady", f"{why}; not rolled back automatically across a job.parallelism "
-                   f"change: to roll back, apply the previous spec with restoreFrom: {chk.rollback_snapshot}")
+                   f"or job.slotsFrom change: to roll back, apply the previous spec with restoreFrom: "
+                   f"{chk.rollback_snapshot}")
         return None
     message = f"{why}: rolled back to the last stable spec from snapshot {chk.rollback_snapshot}"
     st.rejected_spec = RejectedSpec(spec_hash=chk.target_spec_hash, reason="RolledBack", message=message,
