@@ -170,3 +170,62 @@ def test_another_spec_never_finishes_a_partially_committed_batch(colors_run, tmp
     wait_consumed(run, run.live_checkpoint)
     assert run.stop() == 0, run.log_tail()
     assert_ids_exact(run, expected)
+
+
+@pytest.mark.parametrize("safety", ["on", "off"], ids=["history-first", "negative-control-without-it"])
+def test_a_restore_with_a_rescale_skips_what_the_older_generation_committed(colors_run, tmp_path, safety):
+    """``restoreFrom`` of an older snapshot together with a ``job.parallelism`` change, launched as the operator
+    launches it: the restored checkpoint, ``replayOffsetsFrom`` naming the live one, a new generation (3 slots,
+    was 2) whose slot keys hold nothing. The batches after the snapshot are re-run with their original input and
+    judged against the ledger's history before any slot runs: complete under generation 0, they are skipped
+    whole, and the output is every id once. The negative control (``input-check`` off: no history judged, the
+    old order of things) writes those batches again under the new generation: the audit reports duplicates."""
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None)
+    run.setup()
+    produce(run.bootstrap, run.events, 200, seed=1)
+    sent = [(200, 1, 0)]
+    cfg = run_config(run)
+    run.start()
+    stop = threading.Event()
+    feeder = threading.Thread(target=_trickle, args=(run, stop, sent), daemon=True)
+    feeder.start()
+    try:
+        run.wait_for_batches(2)
+        snap = tmp_path / "snapshots" / "older"
+        r = run_job(["snapshot", "take", "--checkpoint", str(run.live_checkpoint), "--dest", str(snap),
+                     "--stream-json", json.dumps(cfg.stream.wire()), "--spec-hash", cfg.spec.spec_hash()])
+        assert r.returncode == 0, r.stderr[-3000:]
+        at = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])["lastBatch"]
+        run.wait_for_batches(4)
+    finally:
+        stop.set()
+        feeder.join(30)
+    assert run.stop() == 0, run.log_tail()
+    later = run.committed_batches()
+    produce(run.bootstrap, run.events, 600, seed=2, start_id=50_000)
+    sent.append((600, 2, 50_000))
+    expected = set().union(*(expected_ids(n, seed, start) for n, seed, start in sent))
+
+    restored = tmp_path / "restored"
+    rescaled = cfg.spec.model_copy(update={"job": cfg.spec.job.model_copy(update={"parallelism": 3})})
+    doc = cfg.model_copy(update={"spec": rescaled, "checkpoint_dir": str(restored), "restore_from": str(snap),
+                                 "replay_offsets_from": str(run.live_checkpoint)})
+    run.config_path.write_text(yaml.safe_dump(doc.model_dump(by_alias=True, mode="json")))
+    run.extra_env = {"EOS_UNSAFE_DISABLE": "input-check"} if safety == "off" else None
+    run.start()
+    wait_consumed(run, restored)
+    assert run.stop() == 0, run.log_tail()
+    log = run.log_path.read_text()
+    assert re.search(r"driver epoch \d+, generation 1\b", log), run.log_tail(80)   # the rescale: a new generation
+
+    if safety == "on":
+        m = re.search(r"re-ran (\d+) batches with their original input from the ledger", log)
+        assert m, run.log_tail(80)
+        assert int(m.group(1)) in (later - at, later - at + 1), (m.group(0), at, later)
+        assert len(re.findall(r"batch \d+ skipped as a whole: batch \d+ is complete in the sink \(generation 0",
+                              log)) >= later - at, run.log_tail(80)
+        assert_ids_exact(run, expected)
+    else:
+        assert "UNSAFE: the input-check safety" in log
+        audit = audit_ids(run.bootstrap, run.counts, expected)
+        assert audit.duplicates, f"the negative control wrote nothing twice: {audit}"
