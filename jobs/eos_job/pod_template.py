@@ -38,8 +38,22 @@ class Toleration(Model):
     toleration_seconds: int | None = Field(None, ge=0, description="NoExecute: how long the Pod stays bound.")
 
 
+def _owned_env_rule() -> dict[str, str]:
+    """CEL on an env entry's name: what ``PodTemplate.errors`` refuses, refused by the API server at once."""
+    owned = " || ".join([f"self.startsWith('{p}')" for p in OWNED_ENV_PREFIXES] +
+                        [f"self == '{n}'" for n in OWNED_ENV_NAMES])
+    names = ", ".join([f"{p}*" if p.endswith("_") else p for p in OWNED_ENV_PREFIXES] + list(OWNED_ENV_NAMES))
+    return {"rule": f"!({owned})",
+            "message": f"the operator sets the variables {names} (the runtime's EOS_* among them); a Pod template "
+                       "must not: choose another name"}
+
+
+MAX_ENV = 128
+
+
 class EnvVar(Model):
-    name: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The variable's name.")
+    name: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=253, description="The variable's name.",
+                      json_schema_extra={"x-kubernetes-validations": [_owned_env_rule()]})
     value: str = Field("", max_length=32768, description="Its value (literal; Secrets come through the spec's "
                                                          "credential fields).")
 
@@ -107,7 +121,9 @@ class PodTemplate(Model):
     priority_class_name: str | None = Field(None, pattern=DNS_NAME, description="The Pods' priorityClassName.")
     image_pull_secrets: list[str] = Field(default_factory=list, description=(
         "Names of Secrets in the stream's namespace to pull the image with."))
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment of the container.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=MAX_ENV, description=(
+        "Extra environment of the container; not the operator's variables (EOS_*, SPARK_*, PYSPARK_*, the "
+        "checkpoint's AWS keys, TMPDIR, HOME)."))
     affinity: dict[str, Any] = Field(default_factory=dict, description=(
         "The Pods' affinity (nodeAffinity, podAffinity, podAntiAffinity) as a Pod spec spells it."))
     volumes: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description=(
