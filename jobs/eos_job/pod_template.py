@@ -29,6 +29,11 @@ OWNED_ENV_PREFIXES = ("EOS_", "SPARK_", "PYSPARK_", "AWS_ACCESS_KEY_ID", "AWS_SE
 OWNED_ENV_NAMES = ("TMPDIR", "HOME")   # pointed at the scratch volume
 
 
+def owned_env(name: str) -> bool:
+    """Whether the operator owns (sets) the environment variable ``name``: a template never sets it."""
+    return name.startswith(OWNED_ENV_PREFIXES) or name in OWNED_ENV_NAMES
+
+
 class Toleration(Model):
     key: str | None = Field(None, pattern=LABEL_KEY, description="The taint key; unset with Exists: every taint.")
     operator: Literal["Exists", "Equal"] = Field("Equal", description="Equal: key and value match; Exists: the key.")
@@ -140,7 +145,7 @@ class PodTemplate(Model):
         out = [f"{field}.labels.{k}: the operator owns this label; choose another key"
                for k in self.labels if k.startswith(OWNED_LABEL_PREFIXES)]
         out += [f"{field}.env.{e.name}: the operator sets this variable; choose another name"
-                for e in self.env if e.name.startswith(OWNED_ENV_PREFIXES) or e.name in OWNED_ENV_NAMES]
+                for e in self.env if owned_env(e.name)]
         names = [v.get("name") for v in self.volumes]
         out += [f"{field}.volumes[{i}].name: required, a DNS label" for i, n in enumerate(names)
                 if not isinstance(n, str) or not n]
@@ -160,9 +165,10 @@ class PodTemplate(Model):
         if self.node_selector:
             spec["nodeSelector"] = dict(self.node_selector)
         spec.update(self._pod_spec_fields())
-        if self.env:
+        if self.env:   # never an operator's variable, even from a spec that skipped validation
             container = spec["containers"][0]
-            container["env"] = [{"name": e.name, "value": e.value} for e in self.env] + container.get("env", [])
+            container["env"] = [{"name": e.name, "value": e.value} for e in self.env if not owned_env(e.name)] + \
+                container.get("env", [])
         self._add_volumes(spec)
         return self.security_context.apply(pod)
 
@@ -179,7 +185,7 @@ class PodTemplate(Model):
         conf = {f"spark.kubernetes.executor.label.{k}": v for k, v in self.labels.items()}
         conf.update({f"spark.kubernetes.executor.annotation.{k}": v for k, v in self.annotations.items()})
         conf.update({f"spark.kubernetes.node.selector.{k}": v for k, v in self.node_selector.items()})
-        conf.update({f"spark.executorEnv.{e.name}": e.value for e in self.env})
+        conf.update({f"spark.executorEnv.{e.name}": e.value for e in self.env if not owned_env(e.name)})
         return conf
 
     def executor_template(self) -> dict:

@@ -283,13 +283,17 @@ def store_problem(checkpoint, location: str) -> str | None:
     return None
 
 
+def sets_runtime_env(key: str) -> bool:
+    """Whether Spark setting ``key`` sets an ``EOS_*`` variable in a process of the stream."""
+    return key.startswith(_RUNTIME_ENV_KEYS)
+
+
 def spark_env_errors(spark_conf: dict[str, str]) -> list[str]:
     """``job.sparkConf`` keys that would set a runtime variable (``EOS_*``) in the driver's or the executors'
     environment, or replace a Pod template the operator writes; each names the key and the fix."""
-    errors = [f"job.sparkConf.{k}: sets the environment variable {k[len(p):]}, and "
+    errors = [f"job.sparkConf.{k}: sets the environment variable {k[k.index('.' + RUNTIME_ENV_PREFIX) + 1:]}, and "
               f"variables named {RUNTIME_ENV_PREFIX}* belong to the operator and the runtime; remove the key or "
-              "rename the variable"
-              for k in spark_conf for p in ENV_CONF_PREFIXES if k.startswith(p + RUNTIME_ENV_PREFIX)]
+              "rename the variable" for k in spark_conf if sets_runtime_env(k)]
     errors += [f"job.sparkConf.{k}: the operator writes the Pods' templates (security context, environment); set "
                f"{field} instead and remove the key" for k, field in POD_TEMPLATE_FILE_CONF.items() if k in spark_conf]
     return errors
