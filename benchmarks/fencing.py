@@ -53,7 +53,7 @@ from benchmarks import procstat, report  # noqa: E402
 from benchmarks.kafka_io import Topics  # noqa: E402
 from benchmarks.report import say  # noqa: E402
 from eos_job import fencing, protocol, resolution  # noqa: E402
-from eos_job.ledger import ensure_ledger_topic  # noqa: E402
+from eos_job.ledger import Durability, ensure_ledger_topic  # noqa: E402
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig, StreamIdentity  # noqa: E402
 from eos_stack.common import Stack  # noqa: E402
 
@@ -144,7 +144,7 @@ def make_stream(bootstrap: str, slots: int, run_id: str, work: Path, topics: Top
     config = RunConfig(stream=StreamIdentity(name=name, namespace="bench", uid=uid, generation=1), spec=spec,
                        checkpoint_dir=str(work / name / "live"))
     ledger = config.ledger_topic()
-    ensure_ledger_topic(AdminClient({"bootstrap.servers": bootstrap}), ledger, slots, replication=1)
+    ensure_ledger_topic(AdminClient({"bootstrap.servers": bootstrap}), ledger, slots, Durability(1, 1))
     topics.track(ledger)
     ckpt_id = str(uuid.uuid4())
     live = Path(config.checkpoint_dir)

@@ -47,6 +47,14 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     partitions are ranked into slots the other way round. Never set
     in production; the driver logs an error when one is.
 
+    Two guards keep them out of a stream's reach. No spec can set an ``EOS_*``
+    variable (``spec_rules.spark_env_errors``, the Pod templates' rule, the CRD's
+    CEL rules), and only the driver reads this one, from its own process
+    environment (``unsafe_switches``), which the operator builds without it: the
+    driver carries the set into the slot tasks' config (``SlotWriterConfig.unsafe``),
+    and a Python worker ignores the variable in its own environment, where
+    Spark settings such as ``spark.executorEnv.*`` would put it.
+
 Python workers run in process groups of their own, so ``driver_starting``
 records the driver's group in ``EOS_DRIVER_PGID`` for them to kill, as a
 crashed node would take down the driver and its workers together.
@@ -87,7 +95,6 @@ class Faults:
     kill_after_commit: float = 0.0
     kill_before_commit_log: float = 0.0
     partial_batch: tuple[int, int] | None = None   # (batch, slot)
-    unsafe: frozenset[str] = frozenset()
     kill_in_transaction: float = 0.0
     kill_during_commit: float = 0.0
     hold_open_s: float = 0.0
@@ -106,13 +113,9 @@ class Faults:
         if raw:
             batch, slot = raw.split(":")
             partial = int(batch), int(slot)
-        unsafe = frozenset(s.strip() for s in env.get(UNSAFE_ENV, "").split(",") if s.strip())
-        unknown = unsafe - set(SAFETIES)
-        if unknown:
-            raise ValueError(f"{UNSAFE_ENV}: unknown safety {sorted(unknown)}; known: {', '.join(SAFETIES)}")
         return cls(kill_after_commit=float(env.get(KILL_AFTER_COMMIT_ENV, "0") or 0),
                    kill_before_commit_log=float(env.get(KILL_BEFORE_COMMIT_LOG_ENV, "0") or 0),
-                   partial_batch=partial, unsafe=unsafe,
+                   partial_batch=partial,
                    kill_in_transaction=float(env.get(KILL_IN_TRANSACTION_ENV, "0") or 0),
                    kill_during_commit=float(env.get(KILL_DURING_COMMIT_ENV, "0") or 0),
                    hold_open_s=float(env.get(HOLD_OPEN_ENV, "0") or 0),
@@ -120,7 +123,17 @@ class Faults:
                    hold_release=env.get(HOLD_RELEASE_ENV, ""))
 
 
+def parse_unsafe(env) -> frozenset[str]:
+    """The safeties ``EOS_UNSAFE_DISABLE`` in ``env`` switches off; an unknown one is an error."""
+    unsafe = frozenset(s.strip() for s in env.get(UNSAFE_ENV, "").split(",") if s.strip())
+    unknown = unsafe - set(SAFETIES)
+    if unknown:
+        raise ValueError(f"{UNSAFE_ENV}: unknown safety {sorted(unknown)}; known: {', '.join(SAFETIES)}")
+    return unsafe
+
+
 _current: Faults | None = None
+_driver_unsafe: frozenset[str] | None = None
 
 
 def current() -> Faults:
@@ -133,24 +146,47 @@ def current() -> Faults:
 
 def reset() -> None:
     """Read the environment again at the next hook (tests)."""
-    global _current
+    global _current, _driver_unsafe
     _current = None
+    _driver_unsafe = None
 
 
 # ------------------------------------------------------------------ hooks
-def unsafe(safety: str) -> bool:
-    """Whether a negative control switched ``safety`` off (see the module's docstring)."""
-    off = safety in current().unsafe
+def unsafe_switches() -> frozenset[str]:
+    """The negative controls of this driver: ``EOS_UNSAFE_DISABLE`` of the driver's own process environment,
+    read once. In a Spark task (a Python worker) always empty, whatever its environment says: a worker
+    knows only the set its driver put into the task's config."""
+    global _driver_unsafe
+    if _in_spark_task():
+        return frozenset()
+    if _driver_unsafe is None:
+        _driver_unsafe = parse_unsafe(os.environ)
+    return _driver_unsafe
+
+
+def _in_spark_task() -> bool:
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return False
+    return TaskContext.get() is not None
+
+
+def unsafe(safety: str, switched_off: frozenset[str] | None = None) -> bool:
+    """Whether a negative control switched ``safety`` off (see the module's docstring): in ``switched_off``, the
+    set a slot task's config carries, or, on the driver (None), in ``unsafe_switches()``."""
+    off = safety in (unsafe_switches() if switched_off is None else switched_off)
     if off:
         log.error("UNSAFE: the %s safety of the exactly-once protocol is switched off (%s) for a negative "
                   "control; the output will not be exact", safety, UNSAFE_ENV)
     return off
 
 
-def transactional_id(txid: str) -> str:
+def transactional_id(txid: str, switched_off: frozenset[str] | None = None) -> str:
     """The transactional id a producer of ``txid`` really uses: ``txid`` itself, unless the ``fence``
-    negative control gives each producer an id of its own (then its fence aborts nothing)."""
-    if unsafe("fence"):
+    negative control gives each producer an id of its own (then its fence aborts nothing). ``switched_off``
+    as for ``unsafe``."""
+    if unsafe("fence", switched_off):
         return f"{txid}-unfenced-{os.getpid()}-{time.time_ns()}"
     return txid
 

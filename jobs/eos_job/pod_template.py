@@ -29,6 +29,11 @@ OWNED_ENV_PREFIXES = ("EOS_", "SPARK_", "PYSPARK_", "AWS_ACCESS_KEY_ID", "AWS_SE
 OWNED_ENV_NAMES = ("TMPDIR", "HOME")   # pointed at the scratch volume
 
 
+def owned_env(name: str) -> bool:
+    """Whether the operator owns (sets) the environment variable ``name``: a template never sets it."""
+    return name.startswith(OWNED_ENV_PREFIXES) or name in OWNED_ENV_NAMES
+
+
 class Toleration(Model):
     key: str | None = Field(None, pattern=LABEL_KEY, description="The taint key; unset with Exists: every taint.")
     operator: Literal["Exists", "Equal"] = Field("Equal", description="Equal: key and value match; Exists: the key.")
@@ -38,8 +43,22 @@ class Toleration(Model):
     toleration_seconds: int | None = Field(None, ge=0, description="NoExecute: how long the Pod stays bound.")
 
 
+def _owned_env_rule() -> dict[str, str]:
+    """CEL on an env entry's name: what ``PodTemplate.errors`` refuses, refused by the API server at once."""
+    owned = " || ".join([f"self.startsWith('{p}')" for p in OWNED_ENV_PREFIXES] +
+                        [f"self == '{n}'" for n in OWNED_ENV_NAMES])
+    names = ", ".join([f"{p}*" if p.endswith("_") else p for p in OWNED_ENV_PREFIXES] + list(OWNED_ENV_NAMES))
+    return {"rule": f"!({owned})",
+            "message": f"the operator sets the variables {names} (the runtime's EOS_* among them); a Pod template "
+                       "must not: choose another name"}
+
+
+MAX_ENV = 128
+
+
 class EnvVar(Model):
-    name: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The variable's name.")
+    name: str = Field(..., pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=253, description="The variable's name.",
+                      json_schema_extra={"x-kubernetes-validations": [_owned_env_rule()]})
     value: str = Field("", max_length=32768, description="Its value (literal; Secrets come through the spec's "
                                                          "credential fields).")
 
@@ -107,7 +126,9 @@ class PodTemplate(Model):
     priority_class_name: str | None = Field(None, pattern=DNS_NAME, description="The Pods' priorityClassName.")
     image_pull_secrets: list[str] = Field(default_factory=list, description=(
         "Names of Secrets in the stream's namespace to pull the image with."))
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment of the container.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=MAX_ENV, description=(
+        "Extra environment of the container; not the operator's variables (EOS_*, SPARK_*, PYSPARK_*, the "
+        "checkpoint's AWS keys, TMPDIR, HOME)."))
     affinity: dict[str, Any] = Field(default_factory=dict, description=(
         "The Pods' affinity (nodeAffinity, podAffinity, podAntiAffinity) as a Pod spec spells it."))
     volumes: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description=(
@@ -124,7 +145,7 @@ class PodTemplate(Model):
         out = [f"{field}.labels.{k}: the operator owns this label; choose another key"
                for k in self.labels if k.startswith(OWNED_LABEL_PREFIXES)]
         out += [f"{field}.env.{e.name}: the operator sets this variable; choose another name"
-                for e in self.env if e.name.startswith(OWNED_ENV_PREFIXES) or e.name in OWNED_ENV_NAMES]
+                for e in self.env if owned_env(e.name)]
         names = [v.get("name") for v in self.volumes]
         out += [f"{field}.volumes[{i}].name: required, a DNS label" for i, n in enumerate(names)
                 if not isinstance(n, str) or not n]
@@ -144,9 +165,10 @@ class PodTemplate(Model):
         if self.node_selector:
             spec["nodeSelector"] = dict(self.node_selector)
         spec.update(self._pod_spec_fields())
-        if self.env:
+        if self.env:   # never an operator's variable, even from a spec that skipped validation
             container = spec["containers"][0]
-            container["env"] = [{"name": e.name, "value": e.value} for e in self.env] + container.get("env", [])
+            container["env"] = [{"name": e.name, "value": e.value} for e in self.env if not owned_env(e.name)] + \
+                container.get("env", [])
         self._add_volumes(spec)
         return self.security_context.apply(pod)
 
@@ -163,7 +185,7 @@ class PodTemplate(Model):
         conf = {f"spark.kubernetes.executor.label.{k}": v for k, v in self.labels.items()}
         conf.update({f"spark.kubernetes.executor.annotation.{k}": v for k, v in self.annotations.items()})
         conf.update({f"spark.kubernetes.node.selector.{k}": v for k, v in self.node_selector.items()})
-        conf.update({f"spark.executorEnv.{e.name}": e.value for e in self.env})
+        conf.update({f"spark.executorEnv.{e.name}": e.value for e in self.env if not owned_env(e.name)})
         return conf
 
     def executor_template(self) -> dict:

@@ -18,7 +18,7 @@ from .contract import (BatchRefused, DriverSuperseded, JobFailed, SpecRefused, T
                        prepare_output)
 from .kafka_security import KafkaSecrets, java_config
 from .ledger import (admin_client, base_config, check_ledger_topic, ensure_ledger_topic, ledger_consumer,
-                     require_topics, sink_security)
+                     ledger_durability, require_topics, sink_security)
 from .spec import RunConfig
 from .storage import Loc
 from .writer import BatchWriter, RunSummary, StopRequested  # noqa: F401 - RunSummary: the CLI's
@@ -35,10 +35,11 @@ def preflight(config: RunConfig, timeout_s: float = 15.0) -> None:
     if spec.sink.dead_letter_topic:
         topics[spec.sink.dead_letter_topic] = "sink.deadLetterTopic"
     require_topics(admin, topics, timeout_s)
-    ensure_ledger_topic(admin, config.ledger_topic(), spec.job.parallelism, timeout_s=timeout_s)
+    durability = ledger_durability(admin, spec.sink.topic, timeout_s)
+    ensure_ledger_topic(admin, config.ledger_topic(), spec.job.parallelism, durability, timeout_s=timeout_s)
     consumer = ledger_consumer(spec.sink.bootstrap_servers, sink_security(spec.sink))
     try:
-        check_ledger_topic(admin, consumer, config.ledger_topic(), config.stream.uid, timeout_s)
+        check_ledger_topic(admin, consumer, config.ledger_topic(), config.stream.uid, durability, timeout_s)
     finally:
         consumer.close()
 

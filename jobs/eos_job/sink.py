@@ -64,6 +64,9 @@ class SlotWriterConfig:
     skip_all: bool = False   # the whole batch is in the sink (another generation): run the plan, write nothing
     audit: bool = True       # sink.auditHeaders: every record names its batch and slot (eos_job.audit)
     slot_map: tuple[int, ...] = ()   # job.slotsFrom sourcePartitions: the slot of each task index (source_slots)
+    # The negative controls the driver read from its own environment (faults.unsafe_switches); a worker
+    # never reads them from its own, which Spark settings reach.
+    unsafe: frozenset[str] = frozenset()
 
 
 class _SlotClients:
@@ -81,7 +84,7 @@ class _SlotClients:
         conf = dict(cfg.producer_config)
         conf.update({
             "bootstrap.servers": cfg.bootstrap,
-            "transactional.id": faults.transactional_id(self.txid),
+            "transactional.id": faults.transactional_id(self.txid, cfg.unsafe),
             "enable.idempotence": True,
             "acks": "all",
             # Java clients' default partitioner: consumers that co-partition by key agree.
@@ -181,7 +184,7 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
             if decision.action is SlotAction.REPLAN:
                 raise RuntimeError(f"slot {slot}: {decision.reason}; nothing was written, and the restart re-runs "
                                    "the ledger's batches before planning new ones")
-            if decision.action is SlotAction.SKIP and not faults.unsafe("ledger-skip"):
+            if decision.action is SlotAction.SKIP and not faults.unsafe("ledger-skip", cfg.unsafe):
                 count, digest = rows.drain()
                 nondet = recorded.batch == cfg.batch and (recorded.count, recorded.digest) != (count, digest)
                 if nondet:

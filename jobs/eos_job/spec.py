@@ -20,7 +20,7 @@ from .spec_rules import (BOOTSTRAP_PATTERN, CHECKPOINT_PATH_PATTERN, DNS_SUBDOMA
                          IMAGE_PATTERN, MAX_ENTRIES, MAX_IMAGE, MAX_LOCATION, MAX_NAME, MAX_PATH, MAX_SERVERS,
                          MAX_VALUE, RESTORE_FROM_PATTERN, SINK_RULES, SOURCE_OPTION_RULES, SOURCE_RESERVED,
                          SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES, TOPIC_PATTERN, default_ledger_topic,
-                         restore_errors, slots_errors, topic_errors)
+                         restore_errors, slots_errors, spark_env_errors, topic_errors)
 
 API_GROUP = "streaming.eos.dev"
 API_VERSION = "v1alpha1"
@@ -332,6 +332,7 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
             via = SPARK_RESERVED[key]
             errors.append(f"job.sparkConf.{key}: the output slots rely on it{f' (set from {via})' if via else ''}; "
                           "remove it")
+    errors += spark_env_errors(spec.job.spark_conf)
     for key in spec.sink.producer_config:
         if key in PRODUCER_RESERVED:
             errors.append(f"sink.producerConfig.{key}: set by the runtime for exactly-once; remove it")

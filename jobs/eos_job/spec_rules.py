@@ -113,8 +113,34 @@ def _reserved_rule(field: str, reserved: dict[str, str | None], why: str) -> dic
             "message": f"spec.{field} must not set {', '.join(keys)}: {why}; remove them"}
 
 
+# Spark settings that set an environment variable of the driver's or the executors' processes (the rest of the
+# key is the variable's name). The runtime's own variables start with EOS_ (the operator sets them, and the
+# test-only fault and unsafe switches of eos_job.faults are among them): no spec may set one this way.
+ENV_CONF_PREFIXES = ("spark.executorEnv.", "spark.kubernetes.driverEnv.", "spark.yarn.appMasterEnv.",
+                     "spark.mesos.driverEnv.", "spark.kubernetes.driver.secretKeyRef.",
+                     "spark.kubernetes.executor.secretKeyRef.")
+RUNTIME_ENV_PREFIX = "EOS_"
+# Spark's Pod template files: a file's containers may carry any environment, and the operator writes the
+# executors' own (security context, scratch volume; eos_job.pod_template).
+POD_TEMPLATE_FILE_CONF = {"spark.kubernetes.driver.podTemplateFile": "job.podTemplate",
+                          "spark.kubernetes.executor.podTemplateFile": "job.executor.podTemplate"}
+_RUNTIME_ENV_KEYS = tuple(p + RUNTIME_ENV_PREFIX for p in ENV_CONF_PREFIXES)
+
+
+def _runtime_env_rule() -> dict[str, str]:
+    sets = " || ".join(f"k.startsWith('{p}')" for p in _RUNTIME_ENV_KEYS)
+    return {"rule": f"!self.exists(k, {sets})",
+            "message": f"spec.job.sparkConf must not set an environment variable named {RUNTIME_ENV_PREFIX}* "
+                       f"({', '.join(p + RUNTIME_ENV_PREFIX + '*' for p in ENV_CONF_PREFIXES)}): the operator "
+                       "and the runtime own those variables; remove the key or rename the variable"}
+
+
 SPARK_CONF_RULES = [_reserved_rule("job.sparkConf", SPARK_RESERVED,
-                                   "the runtime sets them, the output slots rely on them")]
+                                   "the runtime sets them, the output slots rely on them"),
+                    _runtime_env_rule(),
+                    _reserved_rule("job.sparkConf", POD_TEMPLATE_FILE_CONF,
+                                   "the operator writes the Pods' templates (security context, environment); "
+                                   "use job.podTemplate and job.executor.podTemplate instead")]
 SOURCE_OPTION_RULES = [_reserved_rule("source.options", SOURCE_RESERVED,
                                       "the runtime sets them for exactly-once (from the source's own fields)")]
 
@@ -255,6 +281,22 @@ def store_problem(checkpoint, location: str) -> str | None:
         return (f"{location!r} is outside checkpoint.path ({checkpoint.path}), the only part of the store the "
                 "stream's Pods mount: use a path under it")
     return None
+
+
+def sets_runtime_env(key: str) -> bool:
+    """Whether Spark setting ``key`` sets an ``EOS_*`` variable in a process of the stream."""
+    return key.startswith(_RUNTIME_ENV_KEYS)
+
+
+def spark_env_errors(spark_conf: dict[str, str]) -> list[str]:
+    """``job.sparkConf`` keys that would set a runtime variable (``EOS_*``) in the driver's or the executors'
+    environment, or replace a Pod template the operator writes; each names the key and the fix."""
+    errors = [f"job.sparkConf.{k}: sets the environment variable {k[k.index('.' + RUNTIME_ENV_PREFIX) + 1:]}, and "
+              f"variables named {RUNTIME_ENV_PREFIX}* belong to the operator and the runtime; remove the key or "
+              "rename the variable" for k in spark_conf if sets_runtime_env(k)]
+    errors += [f"job.sparkConf.{k}: the operator writes the Pods' templates (security context, environment); set "
+               f"{field} instead and remove the key" for k, field in POD_TEMPLATE_FILE_CONF.items() if k in spark_conf]
+    return errors
 
 
 def slots_errors(spec) -> list[str]:

@@ -61,7 +61,8 @@ class BatchWriter:
         # batch number was, so a batch is checked to be that input before it runs.
         self.history: dict[int, protocol.BatchHistoryRecord] = {}
         self.output_hash = spec.output_hash()
-        self.checked = not faults.unsafe("input-check")
+        unsafe = faults.unsafe_switches()      # the driver's own environment only (faults)
+        self.checked = not faults.unsafe("input-check", unsafe)
         sec = sink_security(spec.sink)
         self.base = dict(bootstrap=spec.sink.bootstrap_servers,
                          producer_config={**spec.sink.producer_config, **sec},
@@ -69,7 +70,7 @@ class BatchWriter:
                          ledger_topic=config.ledger_topic(), tx_prefix=config.stream.transactional_prefix,
                          generation=config.stream.generation, stream_uid=config.stream.uid,
                          spec_hash=spec.spec_hash(), transaction_timeout_ms=spec.sink.transaction_timeout_ms,
-                         slots=self.slots, epoch=0, audit=spec.sink.audit_headers)
+                         slots=self.slots, epoch=0, audit=spec.sink.audit_headers, unsafe=unsafe)
         self.sec = sec
 
     def checkpoint_identity(self) -> str:

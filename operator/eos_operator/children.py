@@ -15,6 +15,7 @@ from typing import Any
 
 from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity, stream_uid
 from eos_job.kafka_security import env_name, secret_refs
+from eos_job.spec_rules import POD_TEMPLATE_FILE_CONF, sets_runtime_env
 
 MANAGED_BY = "eos-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -211,10 +212,12 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
         conf[f"{vol}.options.claimName"] = ck.claim_name
         conf[f"{vol}.mount.path"] = ck.path
         conf[f"{vol}.mount.readOnly"] = "false"   # they write to it (Spark's default, said so)
-    # The user's sparkConf wins, except for what pins this driver's identity.
-    pinned = {"spark.kubernetes.driver.pod.name", "spark.kubernetes.namespace", "spark.driver.host"}
+    # The user's sparkConf wins, except for what pins this driver's identity, the Pod template files and the
+    # runtime's EOS_* variables (refused by validation; never passed on, even from a spec that skipped it).
+    pinned = {"spark.kubernetes.driver.pod.name", "spark.kubernetes.namespace", "spark.driver.host",
+              *POD_TEMPLATE_FILE_CONF}
     for key, value in sorted(job.spark_conf.items()):
-        if key not in pinned:
+        if key not in pinned and not sets_runtime_env(key):
             conf[key] = value
     args = ["--deploy-mode", "client", "--name", ref.name]
     for key, value in conf.items():

@@ -272,7 +272,49 @@ def test_unsafe_switches_are_named_and_unknown_ones_refused(monkeypatch):
     enable(monkeypatch, **{faults.UNSAFE_ENV: "input-check"})
     assert faults.unsafe("input-check") and not faults.unsafe("ledger-skip")
     with pytest.raises(ValueError, match="unknown safety"):
-        Faults.from_env({faults.UNSAFE_ENV: "fence,typo"})
+        faults.parse_unsafe({faults.UNSAFE_ENV: "fence,typo"})
+
+
+# ------------------------------------------------------------------ the second guard (issue 27)
+def test_the_driver_reads_the_switches_once_and_carries_them_into_the_slot_config(monkeypatch):
+    from eos_job.spec import ExactlyOnceStreamSpec, RunConfig, StreamIdentity
+    config = RunConfig(stream=StreamIdentity(name="s", uid="u"), checkpoint_dir="/c", spec=ExactlyOnceStreamSpec(
+        job={"module": "m"}, source={"bootstrapServers": "k:9092", "topics": ["in"]},
+        sink={"bootstrapServers": "k:9092", "topic": "out"}, checkpoint={"store": "local", "path": "/c"}))
+    assert writer_module.BatchWriter(config).base["unsafe"] == frozenset()
+    enable(monkeypatch, **{faults.UNSAFE_ENV: "ledger-skip,fence"})
+    assert writer_module.BatchWriter(config).base["unsafe"] == {"ledger-skip", "fence"}
+    monkeypatch.setenv(faults.UNSAFE_ENV, "input-check")
+    assert faults.unsafe_switches() == {"ledger-skip", "fence"}     # read once, at the driver's start
+
+
+def test_a_spark_task_never_takes_the_switches_from_its_environment(monkeypatch):
+    enable(monkeypatch, **{faults.UNSAFE_ENV: "ledger-skip,fence"})
+    assert not faults._in_spark_task()                               # this test process is no Spark task
+    monkeypatch.setattr(faults, "_in_spark_task", lambda: True)
+    assert faults.unsafe_switches() == frozenset()
+    assert not faults.unsafe("ledger-skip") and faults.transactional_id("eos-s-0-1") == "eos-s-0-1"
+
+
+def test_a_worker_with_the_switch_in_its_environment_but_not_in_its_config_stays_safe(monkeypatch, fake_sink):
+    """spark.executorEnv.EOS_UNSAFE_DISABLE reached a worker's environment: it changes nothing; only the set the
+    driver put into the slot's config switches a safety off."""
+    calls, _ = fake_sink
+    enable(monkeypatch, **{faults.UNSAFE_ENV: "ledger-skip,fence"})
+    clients = sink._SlotClients.__new__(sink._SlotClients)
+    made: list[dict] = []
+    import confluent_kafka
+    monkeypatch.setattr(confluent_kafka, "Producer", lambda conf: made.append(conf) or SimpleNamespace(
+        init_transactions=lambda timeout: None))
+    monkeypatch.setattr(sink, "ledger_consumer", lambda *a: None)
+    clients.__init__(_cfg(3), 1)
+    assert made[0]["transactional.id"] == protocol.transactional_id("p", 0, 1)   # its own id: the fence holds
+    sink.write_slot(_cfg(3), 1, 0, _slot_rows(4))
+    calls.clear()
+    assert sink.write_slot(_cfg(3), 1, 1, _slot_rows(4)).skipped and calls == []   # the ledger skip holds
+    unsafe = sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=3, unsafe=frozenset({"ledger-skip"}))
+    assert not sink.write_slot(unsafe, 1, 2, _slot_rows(4)).skipped             # the driver's set does switch it
+    assert calls == ["before 3/1", "commit", "committed 3/1"]
 
 
 def test_a_held_transaction_ends_early_once_its_release_file_exists(monkeypatch, tmp_path):

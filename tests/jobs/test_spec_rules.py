@@ -165,8 +165,52 @@ def test_the_crds_ledger_bound_is_the_one_of_a_one_character_namespace():
 def test_spark_settings_the_slots_rely_on_are_reserved(key):
     errors = semantic_errors(ExactlyOnceStreamSpec.model_validate(spec(**{"job.sparkConf": {key: "x"}})))
     assert len(errors) == 1 and errors[0].startswith(f"job.sparkConf.{key}:") and "remove it" in errors[0]
-    [cel] = rules.SPARK_CONF_RULES
+    cel = rules.SPARK_CONF_RULES[0]
     assert f'"{key}"' in cel["rule"] and key in cel["message"]
+
+
+@pytest.mark.parametrize("prefix", rules.ENV_CONF_PREFIXES)
+def test_no_spark_setting_may_set_a_runtime_variable(prefix):
+    """The unsafe switches and fault hooks (eos_job.faults) are EOS_* variables: no spec reaches them through
+    Spark's env settings (issue 27)."""
+    key = f"{prefix}EOS_UNSAFE_DISABLE"
+    errors = semantic_errors(ExactlyOnceStreamSpec.model_validate(spec(**{"job.sparkConf": {key: "ledger-skip"}})))
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"job.sparkConf.{key}: sets the environment variable EOS_UNSAFE_DISABLE")
+    assert "remove the key or rename the variable" in errors[0]
+    cel = rules.SPARK_CONF_RULES[1]
+    assert f"k.startsWith('{prefix}EOS_')" in cel["rule"]
+    assert cel["message"].startswith("spec.job.sparkConf must not set an environment variable named EOS_*")
+    assert f"{prefix}EOS_*" in cel["message"] and "remove the key or rename the variable" in cel["message"]
+
+
+@pytest.mark.parametrize("key", ["spark.executorEnv.TZ", "spark.kubernetes.driverEnv.MY_EOS_FLAG",
+                                 "spark.executorEnv.eos_lower", "spark.eos.EOS_X"])
+def test_other_spark_env_settings_stay_allowed(key):
+    assert semantic_errors(ExactlyOnceStreamSpec.model_validate(spec(**{"job.sparkConf": {key: "x"}}))) == []
+
+
+@pytest.mark.parametrize("key,field", sorted(rules.POD_TEMPLATE_FILE_CONF.items()))
+def test_spark_pod_template_files_are_refused_naming_the_template_field(key, field):
+    errors = semantic_errors(ExactlyOnceStreamSpec.model_validate(spec(**{"job.sparkConf": {key: "/x.yaml"}})))
+    assert len(errors) == 1 and errors[0].startswith(f"job.sparkConf.{key}:") and f"set {field} instead" in errors[0]
+    cel = rules.SPARK_CONF_RULES[2]
+    assert f'"{key}"' in cel["rule"] and "use job.podTemplate and job.executor.podTemplate" in cel["message"]
+
+
+@pytest.mark.parametrize("field", ["job.podTemplate", "job.executor.podTemplate"])
+@pytest.mark.parametrize("name", ["EOS_UNSAFE_DISABLE", "EOS_FAULT_KILL_AFTER_COMMIT"])
+def test_a_pod_template_cannot_set_a_runtime_variable(field, name):
+    errors = semantic_errors(ExactlyOnceStreamSpec.model_validate(
+        spec(**{f"{field}.env": [{"name": name, "value": "ledger-skip"}]})))
+    assert errors == [f"{field}.env.{name}: the operator sets this variable; choose another name"]
+
+
+def test_the_crd_refuses_a_runtime_variable_in_a_pod_template():
+    from eos_job.pod_template import EnvVar
+    [cel] = EnvVar.model_json_schema()["properties"]["name"]["x-kubernetes-validations"]
+    assert "self.startsWith('EOS_')" in cel["rule"] and "EOS_*" in cel["message"]
+    assert cel["message"].endswith("choose another name")
 
 
 @pytest.mark.parametrize("key", ["kafka.isolation.level", "subscribePattern", "assign"])

@@ -369,3 +369,29 @@ def test_the_jvm_and_hadoop_take_their_temporary_folder_from_tmpdir(tmp_path, mo
     # The executor's entrypoint does the same with the variable (Spark starts executors without our runtime).
     script = (Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh").read_text()
     assert '"-Djava.io.tmpdir=${TMPDIR}"' in script
+
+
+def test_no_driver_or_executor_gets_a_runtime_variable_from_the_spec():
+    """The unsafe switches and fault hooks (eos_job.faults) are EOS_* variables: validation refuses them in
+    sparkConf and the Pod templates, and the builders never pass one on, even from a spec that skipped it."""
+    sneaky = {"spark.executorEnv.EOS_UNSAFE_DISABLE": "ledger-skip", "spark.kubernetes.driverEnv.EOS_UNSAFE_DISABLE":
+              "fence", "spark.kubernetes.executor.secretKeyRef.EOS_FAULT_KILL_AFTER_COMMIT": "s:k",
+              "spark.kubernetes.executor.podTemplateFile": "/mine.yaml", "spark.executorEnv.TZ": "UTC"}
+    env = [{"name": "EOS_UNSAFE_DISABLE", "value": "ledger-skip"}, {"name": "EOS_FAULT_HOLD_OPEN", "value": "60"}]
+    raw = {**base_spec(), "job": {"module": "m", "deployMode": "cluster", "sparkConf": sneaky,
+                                  "podTemplate": {"env": env}, "executor": {"podTemplate": {"env": env}}}}
+    refused = validate_spec(raw)
+    assert not isinstance(refused, ExactlyOnceStreamSpec)
+    assert {e.split(":")[0] for e in refused.errors} == {
+        "spec.job.sparkConf.spark.executorEnv.EOS_UNSAFE_DISABLE", "spec.job.sparkConf.spark.kubernetes.driverEnv."
+        "EOS_UNSAFE_DISABLE", "spec.job.sparkConf.spark.kubernetes.executor.secretKeyRef.EOS_FAULT_KILL_AFTER_COMMIT",
+        "spec.job.sparkConf.spark.kubernetes.executor.podTemplateFile", "spec.job.podTemplate.env.EOS_UNSAFE_DISABLE",
+        "spec.job.podTemplate.env.EOS_FAULT_HOLD_OPEN", "spec.job.executor.podTemplate.env.EOS_UNSAFE_DISABLE",
+        "spec.job.executor.podTemplate.env.EOS_FAULT_HOLD_OPEN"}
+    s = ExactlyOnceStreamSpec.model_validate(raw)          # as if validation had been skipped
+    pod = children.driver_pod(REF, s, attempt=0, tx_generation=0)
+    names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+    assert not [n for n in names if n.startswith(("EOS_UNSAFE", "EOS_FAULT"))], names
+    submit = next(e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == "PYSPARK_SUBMIT_ARGS")
+    assert "EOS_UNSAFE" not in submit and "EOS_FAULT" not in submit and "spark.executorEnv.TZ=UTC" in submit
+    assert "executor.podTemplateFile=/etc/eos/executor-template.yaml" in submit and "/mine.yaml" not in submit

@@ -58,7 +58,7 @@ def test_a_slow_read_never_holds_a_reconcile_after_the_first_answer():
     release = threading.Event()
 
     def slow_read():
-        release.wait(5)
+        release.wait(60)
         return "late"
 
     async def scenario():
@@ -68,15 +68,18 @@ def test_a_slow_read_never_holds_a_reconcile_after_the_first_answer():
         t0 = time.monotonic()
         second = await call(t, a, slow_read)          # starts the slow read, answers at once
         third = await call(t, a, lambda: "never")     # that read still runs: no second one piles up
+        in_flight = bool(t._reading)
         waited = time.monotonic() - t0
         release.set()
         while t._reading:
             await asyncio.sleep(0.01)
-        return first, second, third, waited, await call(t, a, lambda: "next")
+        return first, second, third, in_flight, waited, await call(t, a, lambda: "next")
 
-    first, second, third, waited, fourth = asyncio.run(scenario())
+    first, second, third, in_flight, waited, fourth = asyncio.run(scenario())
     assert (first, second, third, fourth) == ("first", "first", "first", "late")
-    assert waited < 1.0, waited
+    # The behaviour, not the wall time: both answers came while the slow read was still held (it is held until
+    # released, up to 60 s); a generous bound only against a hang.
+    assert in_flight and waited < 30, waited
 
 
 def test_forgetting_a_stream_drops_its_read_in_flight():
@@ -107,15 +110,18 @@ def test_the_first_read_is_awaited_only_briefly():
         t = _ThrottledRead("thing", interval=0.0, timeout=10, first_wait=0.2)
         a = config("a")
         t0 = time.monotonic()
-        first = await call(t, a, lambda: (release.wait(5), "slow")[1])   # a queue of first reads at a start
+        first = await call(t, a, lambda: (release.wait(60), "slow")[1])  # a queue of first reads at a start
         waited = time.monotonic() - t0
+        in_flight = bool(t._reading)
         release.set()
         while t._reading:
             await asyncio.sleep(0.01)
-        return first, waited, await call(t, a, lambda: "next")
+        return first, in_flight, waited, await call(t, a, lambda: "next")
 
-    first, waited, later = asyncio.run(scenario())
-    assert first is None and waited < 1.0 and later == "slow"
+    first, in_flight, waited, later = asyncio.run(scenario())
+    # The time is the behaviour here (the first read is awaited first_wait, 0.2 s, not its whole 60 s): no
+    # answer yet, the read still held, and a bound far above 0.2 s and far below 60 s for a busy machine.
+    assert first is None and in_flight and waited < 30 and later == "slow"
 
 
 def test_reads_of_one_cluster_that_come_due_together_are_one_batch():
@@ -130,7 +136,7 @@ def test_reads_of_one_cluster_that_come_due_together_are_one_batch():
     def run(conf, wants):
         calls.append((conf["bootstrap.servers"], sorted(wants)))
         if len(calls) == 1:
-            release.wait(5)   # the first batch is slow: requests made meanwhile wait for the next one
+            release.wait(60)  # the first batch is slow: requests made meanwhile wait for the next one
         return {k: (RuntimeError(f"no {k}") if k.startswith("bad") else f"{k}@{conf['bootstrap.servers']}")
                 for k in wants}
 
@@ -139,7 +145,8 @@ def test_reads_of_one_cluster_that_come_due_together_are_one_batch():
         b = _Batches("progress", run, timeout=10, pools=pools, gather_s=0.05)
         one, two = {"bootstrap.servers": "one:9092"}, {"bootstrap.servers": "two:9092"}
         first = asyncio.ensure_future(b.get("one", one, "a"))
-        await asyncio.sleep(0.2)   # the first batch runs
+        while not calls:           # the first batch runs (waited for, not slept for: a busy machine is late)
+            await asyncio.sleep(0.01)
         rest = [asyncio.ensure_future(b.get("one", one, k)) for k in ("b", "c", "bad", "c")]
         other = asyncio.ensure_future(b.get("two", two, "a"))
         await asyncio.sleep(0.2)
