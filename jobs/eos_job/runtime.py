@@ -154,6 +154,12 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     # The ledger's history first: every batch re-run below is judged against what the sink holds.
     if writer.checked:
         writer.load_history(ckpt)
+        if drain and replay not in writer.history:
+            # The driver records a batch's input before any of its slots commits: without that record nothing
+            # of it reached the sink, and the new spec may run it (a batch the old spec refused, say).
+            log.info("drain: batch %d has no record in the ledger, so none of it reached the sink; nothing to "
+                     "finish, the new spec runs it", replay)
+            return RunSummary(reason="Drained", last_committed_batch=checkpoint.last_committed_batch(ckpt))
     if not drain:
         previous = Loc.of(config.replay_offsets_from) if config.replay_offsets_from else None
         rerun.catch_up(ckpt, writer.history, run_once, stop_event, previous)

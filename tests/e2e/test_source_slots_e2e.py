@@ -86,3 +86,46 @@ def test_a_stateful_job_with_source_partition_slots_is_refused_before_anything_i
     ledger = read_committed(run.bootstrap, run.ledger_topic())
     recorded = [m.key() for m in ledger if (m.key() or b"").endswith(b"/batch") or b"/input/" in (m.key() or b"")]
     assert not recorded, f"the refused batch left ledger records: {recorded}"
+
+
+def test_a_source_grown_past_the_parallelism_is_refused_then_the_advised_rescale_runs_it_exactly_once(colors_run):
+    """The source gains a third partition under 2 source-partition slots: the driver refuses the batch that
+    covers it (InvalidSpec, job.parallelism named) before anything of it is recorded. The advised fix is a
+    job.parallelism upgrade, which first drains the uncommitted batch with the old spec: that drain must see
+    that nothing of the batch reached the sink (the ledger holds no record of it) and leave it to the new spec,
+    not re-run it with 2 slots and be refused again (DrainFailed, then Failed, before this fix). Then the new
+    spec (3 slots, a new generation) runs it: every id exactly once."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    from eos_job import checkpoint
+    from tests.e2e.streams import assert_ids_exact
+
+    run = colors_run(module="tests.e2e.jobs.ids_by_partition", parallelism=2, max_offsets_per_trigger=None)
+    run.setup(event_partitions=2)
+    doc = yaml.safe_load(run.config_path.read_text())
+    doc["spec"]["job"]["slotsFrom"] = "sourcePartitions"
+    run.config_path.write_text(yaml.safe_dump(doc))
+    produce(run.bootstrap, run.events, 300, seed=31)
+    run.start()
+    run.wait_for_batches(1)
+    admin = AdminClient({"bootstrap.servers": run.bootstrap})
+    admin.create_partitions([NewPartitions(run.events, 3)])[run.events].result(30)
+    produce(run.bootstrap, run.events, 600, seed=32, start_id=10_000)
+    expected = expected_ids(300, 31) | expected_ids(600, 32, 10_000)
+    assert run.proc.wait(240) == 1, run.log_tail()
+    summary = json.loads((run.workdir / "termination.json").read_text())
+    assert summary["reason"] == "InvalidSpec" and "job.parallelism" in summary["error"], summary
+    refused = checkpoint.replay_batch(run.live_checkpoint)
+    assert refused is not None, "the refused batch's offsets are logged, its commit is not"
+
+    run.start(["--drain"])                       # what the operator's drain Pod runs, with the old spec
+    assert run.proc.wait(240) == 0, run.log_tail(60)
+    assert f"drain: batch {refused} has no record in the ledger" in run.log_path.read_text(), run.log_tail(60)
+    assert checkpoint.replay_batch(run.live_checkpoint) == refused    # left to the new spec
+
+    doc["spec"]["job"]["parallelism"] = 3
+    run.config_path.write_text(yaml.safe_dump(doc))
+    run.start()
+    wait_consumed(run, run.live_checkpoint)
+    assert run.stop() == 0, run.log_tail()
+    assert_ids_exact(run, expected)
