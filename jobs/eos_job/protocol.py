@@ -323,6 +323,19 @@ def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None
     return BatchVerdict("run", "the same input as the ledger's record")
 
 
+def committed_mismatch(batch: int, logged: Ranges, recorded: BatchHistoryRecord | None) -> str | None:
+    """At start: the checkpoint's last committed batch against the ledger's record of it. Different inputs mean
+    the checkpoint and the sink disagree on what batch N was (two drivers on one checkpoint, an ``offsets/N``
+    overwritten after its commit): going on from the checkpoint's end would lose or duplicate records."""
+    if recorded is None or same_input(logged, recorded.input):
+        return None
+    return (f"the checkpoint's committed batch {batch} covers {describe_ranges(logged)}, but the ledger's batch "
+            f"{batch} of this checkpoint is {describe_ranges(recorded.input)}: the checkpoint and the sink disagree "
+            "on what was written (was offsets/{batch} overwritten, by a second driver on the same checkpoint?), so "
+            "nothing was written. Restore a snapshot taken before that batch: the driver then re-runs the ledger's "
+            "batches with their recorded input").replace("{batch}", str(batch))
+
+
 def catch_up(committed: int | None, history: dict[int, BatchHistoryRecord],
              elsewhere: frozenset[int] | set[int] = frozenset()) -> tuple[list[int], str | None]:
     """The batches to re-run with their original input before Spark plans anything new, or an error.

@@ -101,7 +101,8 @@ class BatchWriter:
         return e
 
     def load_history(self, ckpt: Path) -> None:
-        """Read what the ledger recorded of this checkpoint's batches after its last commit."""
+        """Read what the ledger recorded of this checkpoint's batches after its last commit, and refuse to go on
+        from a last commit that the ledger records as another input."""
         ckpt_id = checkpoint.checkpoint_id(ckpt)
         if ckpt_id is None:
             return
@@ -113,6 +114,11 @@ class BatchWriter:
         finally:
             consumer.close()
         self.history = {n: protocol.newest_history(values) for n, values in raw.items()}
+        last = checkpoint.last_committed_batch(ckpt)
+        if last is not None and last in self.history:
+            problem = protocol.committed_mismatch(last, checkpoint.batch_input(ckpt, last), self.history[last])
+            if problem:
+                raise BatchRefused(problem)
 
     def __call__(self, df, batch_id: int) -> None:
         with self.lock:

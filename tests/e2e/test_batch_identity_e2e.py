@@ -229,3 +229,33 @@ def test_a_restore_with_a_rescale_skips_what_the_older_generation_committed(colo
         assert "UNSAFE: the input-check safety" in log
         audit = audit_ids(run.bootstrap, run.counts, expected)
         assert audit.duplicates, f"the negative control wrote nothing twice: {audit}"
+
+
+def test_a_committed_batch_the_ledger_records_otherwise_stops_the_start_with_both_ranges(colors_run):
+    """The checkpoint's committed ``offsets/N`` is rewritten (what a second driver on the same checkpoint could do
+    on an object store) to end one record earlier than the batch the sink holds. Going on from there would write
+    that record again; the driver compares the checkpoint's last commit with the ledger's record of it at start
+    and stops (BatchRefused) naming both ranges, writing nothing."""
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None)
+    run.setup()
+    produce(run.bootstrap, run.events, 300, seed=41)
+    run.start()
+    wait_consumed(run, run.live_checkpoint)
+    assert run.stop() == 0, run.log_tail()
+    last = checkpoint.last_committed_batch(run.live_checkpoint)
+    path = run.live_checkpoint / "offsets" / str(last)
+    lines = path.read_text().splitlines()
+    ends = json.loads(lines[2])
+    topic = next(iter(ends))
+    part = next(p for p, o in ends[topic].items() if o > 0)
+    ends[topic][part] -= 1
+    checkpoint.write_offset_log(run.live_checkpoint, last, "\n".join([*lines[:2], json.dumps(ends), *lines[3:]]))
+    before = len(read_committed(run.bootstrap, run.counts))
+
+    run.start()
+    assert run.proc.wait(240) == 1, run.log_tail()
+    summary = json.loads((run.workdir / "termination.json").read_text())
+    assert summary["reason"] == "BatchRefused", summary
+    assert f"committed batch {last} covers" in summary["error"], summary
+    assert f"{topic}[{part}]" in summary["error"] and "Restore a snapshot" in summary["error"], summary
+    assert len(read_committed(run.bootstrap, run.counts)) == before, "the refused start wrote records"

@@ -143,3 +143,13 @@ def test_a_re_created_stream_continues_the_ledgers_generations():
     assert effective_generation(2, 2, h) == 2
     assert effective_generation(5, 4, h) == 5                # the operator's is newer: it wins
     assert GenerationHistory.decode(None) == empty
+
+
+def test_a_committed_batch_the_ledger_records_as_another_input_is_named_with_both_ranges():
+    assert protocol.committed_mismatch(5, A, hist(5, input=A)) is None
+    assert protocol.committed_mismatch(5, A, None) is None
+    # The checkpoint may not know where batch 0 started; equal ends with unknown starts are the same input.
+    assert protocol.committed_mismatch(5, {"events": {"0": [None, 20], "1": [None, 9]}}, hist(5, input=A)) is None
+    problem = protocol.committed_mismatch(5, B, hist(5, input=A))
+    assert "committed batch 5 covers events[0] 10..31" in problem and "events[0] 10..20" in problem
+    assert "offsets/5" in problem and "Restore a snapshot" in problem
