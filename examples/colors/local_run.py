@@ -88,8 +88,10 @@ class ColorsRun:
         return self.proc
 
     def kill9(self) -> None:
+        """SIGKILL every process of the driver (PySpark's workers too: they have a process group of their own)."""
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            from eos_job import faults
+            faults.kill_tree(faults.descendants(self.proc.pid), {self.proc.pid})
             self.proc.wait(30)
 
     def stop(self, timeout: float = 120) -> int:

@@ -55,9 +55,13 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     and a Python worker ignores the variable in its own environment, where
     Spark settings such as ``spark.executorEnv.*`` would put it.
 
-Python workers run in process groups of their own, so ``driver_starting``
-records the driver's group in ``EOS_DRIVER_PGID`` for them to kill, as a
-crashed node would take down the driver and its workers together.
+Every kill takes every process of the driver, as a container kill or a crashed
+node does: ``driver_starting`` records the driver's process and group
+(``EOS_DRIVER_PID``, ``EOS_DRIVER_PGID``), and a kill SIGKILLs the driver's
+group, every process descending from the driver (the JVM, PySpark's daemon and
+its workers, which put themselves in a process group of their own) and their
+groups, the killing process last. Killing only the driver's group let the
+worker that held the transaction go on and commit.
 """
 from __future__ import annotations
 
@@ -83,10 +87,12 @@ UNSAFE_ENV = "EOS_UNSAFE_DISABLE"
 JOURNAL_ENV = "EOS_FAULT_JOURNAL"
 SAFETIES = ("input-check", "ledger-skip", "fence", "slot-order")
 DRIVER_PGID_ENV = "EOS_DRIVER_PGID"
+DRIVER_PID_ENV = "EOS_DRIVER_PID"
 PARTIAL_HOLD_S = 120   # long enough for the driver to be killed meanwhile
 
 # Indirections the unit tests replace.
 _killpg = os.killpg
+_kill = os.kill
 _sleep = time.sleep
 
 
@@ -195,6 +201,7 @@ def driver_starting() -> None:
     """The driver, before its SparkSession starts: let the Python workers know which group to kill."""
     if current().enabled:
         os.environ[DRIVER_PGID_ENV] = str(os.getpgrp())  # inherited by the JVM and its Python workers
+        os.environ[DRIVER_PID_ENV] = str(os.getpid())
 
 
 def before_slot_commit(batch: int, slot: int) -> None:
@@ -213,11 +220,11 @@ def slot_committed(batch: int, slot: int) -> None:
         rng = random.Random(hash((batch, slot, os.getpid(), time.time_ns())))
         if rng.random() < f.kill_after_commit:
             _say("fault injection: killing the driver after slot %d of batch %d committed", slot, batch)
-            _killpg(_driver_pgid(), signal.SIGKILL)
+            kill_driver()
     if f.partial_batch is not None and batch >= f.partial_batch[0] and slot == f.partial_batch[1]:
         _say("fault injection: killing the driver after slot %d of batch %d committed (partial batch)",
                     slot, batch)
-        _killpg(_driver_pgid(), signal.SIGKILL)
+        kill_driver()
 
 
 def in_transaction(batch: int, slot: int, round_no: int) -> None:
@@ -233,7 +240,7 @@ def in_transaction(batch: int, slot: int, round_no: int) -> None:
     if f.kill_in_transaction > 0 and _draw(batch, slot) < f.kill_in_transaction:
         _say("fault injection: killing the driver inside the open transaction of slot %d of batch %d",
                     slot, batch)
-        _killpg(_driver_pgid(), signal.SIGKILL)
+        kill_driver()
 
 
 def committing(batch: int, slot: int) -> None:
@@ -244,7 +251,7 @@ def committing(batch: int, slot: int) -> None:
     delay = random.uniform(0, 0.02)
     _say("fault injection: killing the driver %.0f ms into the commit of slot %d of batch %d",
                 delay * 1000, slot, batch)
-    timer = threading.Timer(delay, _killpg, args=(_driver_pgid(), signal.SIGKILL))
+    timer = threading.Timer(delay, kill_driver)
     timer.daemon = True
     timer.start()
 
@@ -283,8 +290,66 @@ def batch_in_sink(batch: int) -> None:
     if p > 0 and batch >= current().from_batch and random.random() < p:
         _say("fault injection: killing the driver after batch %d reached the sink, before commits/%d",
                     batch, batch)
-        _killpg(os.getpgrp(), signal.SIGKILL)
+        kill_driver()
 
 
 def _driver_pgid() -> int:
     return int(os.environ.get(DRIVER_PGID_ENV, os.getpgrp()))
+
+
+def kill_driver() -> None:
+    """SIGKILL every process of the driver (see the module's docstring), this one last."""
+    root = int(os.environ.get(DRIVER_PID_ENV, "0") or 0)
+    kill_tree(descendants(root) if root else [], {_driver_pgid()})
+
+
+def kill_tree(tree: list[int], groups: set[int] = frozenset()) -> None:
+    """SIGKILL the processes ``tree`` (``descendants``), their process groups and ``groups``; the calling
+    process and its group last (its group only if named, or if the process is in ``tree``). Also what the
+    tests' node uses for a Pod's SIGKILL."""
+    me, mine = os.getpid(), os.getpgrp()
+    groups = set(groups)
+    for pid in tree:
+        with _gone_ok():
+            group = os.getpgid(pid)
+            if group != mine or me in tree:
+                groups.add(group)
+    for pid in tree:
+        if pid != me:
+            with _gone_ok():
+                _kill(pid, signal.SIGKILL)
+    for group in sorted(groups, key=lambda g: g == mine):     # our own group last: it holds this process
+        with _gone_ok():
+            _killpg(group, signal.SIGKILL)
+    if me in tree:
+        _kill(me, signal.SIGKILL)
+
+
+class _gone_ok:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, _exc, _tb) -> bool:
+        return kind is not None and issubclass(kind, ProcessLookupError)
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every process descending from it, parents before children (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])   # the name in parentheses may hold spaces
+        children.setdefault(ppid, []).append(int(entry))
+    if not os.path.exists(f"/proc/{root}"):
+        return []
+    order, i = [root], 0
+    while i < len(order):
+        order.extend(sorted(children.get(order[i], [])))
+        i += 1
+    return order

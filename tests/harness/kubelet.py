@@ -152,6 +152,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from eos_job import faults
+
 from . import scheduling
 from .zygote import Zygote
 from .containers import Containers
@@ -747,7 +749,9 @@ class ProcessKubelet:
             if sig == signal.SIGKILL and self.containers is not None:
                 self.containers.kill(run.pod)   # the container's processes are not the client's children
             if sig == signal.SIGKILL:
-                os.killpg(run.proc.pid, sig)
+                # Every process of the Pod, as a container runtime kills a container: PySpark's daemon and
+                # workers live in a process group of their own, which a group kill would miss.
+                faults.kill_tree(faults.descendants(run.proc.pid), {run.proc.pid})
             else:
                 os.kill(run.proc.pid, sig)
         except ProcessLookupError:

@@ -18,7 +18,8 @@ from eos_job.protocol import SlotLedgerRecord
 
 FAULT_ENV = (faults.KILL_AFTER_COMMIT_ENV, faults.KILL_BEFORE_COMMIT_LOG_ENV, faults.PARTIAL_BATCH_ENV,
              faults.DRIVER_PGID_ENV, faults.KILL_IN_TRANSACTION_ENV, faults.KILL_DURING_COMMIT_ENV,
-             faults.HOLD_OPEN_ENV, faults.FROM_BATCH_ENV, faults.UNSAFE_ENV, faults.HOLD_RELEASE_ENV)
+             faults.HOLD_OPEN_ENV, faults.FROM_BATCH_ENV, faults.UNSAFE_ENV, faults.HOLD_RELEASE_ENV,
+             faults.DRIVER_PID_ENV)
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +37,7 @@ def clean(monkeypatch):
 def kills(monkeypatch):
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(faults, "_killpg", lambda pgid, sig: calls.append((pgid, sig)))
+    monkeypatch.setattr(faults, "_kill", lambda pid, sig: calls.append((f"pid {pid}", sig)))
     return calls
 
 
@@ -99,7 +101,9 @@ def test_kill_after_commit_kills_the_drivers_process_group(monkeypatch, kills):
     enable(monkeypatch, **{faults.KILL_AFTER_COMMIT_ENV: "1"})
     faults.driver_starting()
     assert os.environ[faults.DRIVER_PGID_ENV] == str(os.getpgrp())
+    assert os.environ[faults.DRIVER_PID_ENV] == str(os.getpid())
     monkeypatch.setenv(faults.DRIVER_PGID_ENV, "4242")   # a Python worker: the driver's group, not its own
+    monkeypatch.delenv(faults.DRIVER_PID_ENV)            # (its process tree: test_a_kill_takes_every_process...)
     faults.slot_committed(5, 1)
     assert kills == [(4242, signal.SIGKILL)]
 
@@ -464,3 +468,44 @@ def test_a_stop_signal_while_the_main_thread_holds_the_stop_events_lock_still_st
     finally:
         signal.signal(signal.SIGTERM, saved[0])
         signal.signal(signal.SIGINT, saved[1])
+
+
+def test_a_kill_takes_every_process_of_the_driver_even_in_a_group_of_its_own(tmp_path):
+    """A real process tree: the "driver" (a session of its own, as a Pod's) starts a "daemon" that puts itself in
+    a process group of its own, as PySpark's daemon does with its workers. The kill takes both (killing the
+    driver's group alone, as the faults did, left the daemon and its workers running)."""
+    import subprocess
+    import sys
+
+    pids = tmp_path / "pids"
+    daemon = ("import os,time,sys; os.setpgid(0,0); open(sys.argv[1],'a').write(f'{os.getpid()}\\n'); "
+              "time.sleep(600)")
+    driver_code = ("import subprocess,sys,os,time; open(sys.argv[1],'a').write(f'{os.getpid()}\\n'); "
+           f"subprocess.Popen([sys.executable,'-c',{daemon!r},sys.argv[1]]); time.sleep(600)")
+    driver = subprocess.Popen([sys.executable, "-c", driver_code, str(pids)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(pids.read_text().split() if pids.exists() else []) < 2:
+            time.sleep(0.05)
+        _, daemon_pid = (int(p) for p in pids.read_text().split())
+        assert os.getpgid(daemon_pid) == daemon_pid != os.getpgid(driver.pid)
+        assert faults.descendants(driver.pid) == [driver.pid, daemon_pid]
+        os.environ[faults.DRIVER_PID_ENV] = str(driver.pid)
+        os.environ[faults.DRIVER_PGID_ENV] = str(os.getpgid(driver.pid))
+        faults.kill_driver()
+        assert driver.wait(30) == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _alive(daemon_pid):
+            time.sleep(0.05)
+        assert not _alive(daemon_pid), "the daemon in its own process group survived the kill"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"     # a zombie waits for its (dead) parent's reaper
+    except FileNotFoundError:
+        return False
