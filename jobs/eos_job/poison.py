@@ -19,6 +19,7 @@ verdicts are a broker's deterministic answers about one record, so a replay make
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import Counter
 
@@ -69,25 +70,33 @@ def too_large(topic: str, key: bytes | None, value: bytes | None, limits: dict[s
             f"max.message.bytes {limit} of topic {topic!r}")
 
 
+def identity(topic: str, key: bytes | None, value: bytes | None) -> bytes:
+    """A record's identity for ``Verdicts``: a 128-bit digest of (topic, key, value), so that a slot whose
+    every record was refused (a request limit lowered under a large slot) costs no copy of its values."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (topic.encode(), key, value):
+        h.update(b"\x00" if part is None else b"\x01%d:" % len(part) + part)
+    return h.digest()
+
+
 class Verdicts:
     """What the rounds of one slot task learned of its records: ``poison`` (identity -> why) and
-    ``suspects`` (refused with a record error in a request of several: sent alone next time). A record's
-    identity is (topic, key, value)."""
+    ``suspects`` (refused with a record error in a request of several: sent alone next time)."""
 
     def __init__(self):
-        self.poison: dict[tuple, str] = {}
-        self.suspects: set[tuple] = set()
+        self.poison: dict[bytes, str] = {}
+        self.suspects: set[bytes] = set()
 
     def __bool__(self) -> bool:
         return bool(self.poison or self.suspects)
 
-    def learn(self, failures: list[tuple[tuple, object]], slot: int, batch: int) -> bool:
-        """Take a round's delivery failures ((identity, KafkaError) pairs); True when something new was
+    def learn(self, failures: list[tuple[str, bytes, object]], slot: int, batch: int) -> bool:
+        """Take a round's delivery failures ((topic, identity, KafkaError)); True when something new was
         learned, so that writing the slot again can end otherwise. A failure that is no record error, or a
         refusal learned before, teaches nothing: the caller then fences again."""
         learned = False
         split = Counter()
-        for ident, err in failures:
+        for topic, ident, err in failures:
             if err.code() not in RECORD_ERRORS:
                 continue
             if ident in self.suspects:
@@ -96,7 +105,7 @@ class Verdicts:
                     learned = True
             else:
                 self.suspects.add(ident)
-                split[(ident[0], err.str())] += 1
+                split[(topic, err.str())] += 1
                 learned = True
         for (topic, why), n in split.items():
             log.warning("slot %d batch %d: topic %r refused %d record(s) sent in requests of several (%s); "

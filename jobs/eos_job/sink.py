@@ -234,11 +234,11 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
 
     producer = clients.producer
     for _ in range(POISON_ROUNDS):
-        failures: list[tuple[tuple, KafkaError]] = []
+        failures: list[tuple[str, bytes, KafkaError]] = []
 
         def on_delivery(err, msg):  # runs inside poll/flush/commit
             if err is not None:
-                failures.append(((msg.topic(), msg.key(), msg.value()), err))
+                failures.append((msg.topic(), poison.identity(msg.topic(), msg.key(), msg.value()), err))
 
         started = time.monotonic()
         producer.begin_transaction()
@@ -310,15 +310,16 @@ def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int
         topic = (topics[i] if topics is not None else None) or default_topic
         k, v = keys[i], values[i]
         why = errors[i] if errors is not None else None
-        if why is None and verdicts:
-            why = verdicts.poison.get((topic, k, v))
+        ident = poison.identity(topic, k, v) if verdicts else None
+        if why is None and ident is not None:
+            why = verdicts.poison.get(ident)
         if why is None and limits:
             why = poison.too_large(topic, k, v, limits)
         if why is None:
             hdrs = ([(h["key"], h["value"]) for h in headers[i]] + (audit or []) if headers is not None and headers[i]
                     else audit)
             part = parts[i] if parts is not None else None
-            alone = (topic, k, v) in verdicts.suspects
+            alone = ident is not None and ident in verdicts.suspects
             try:
                 if alone:   # refused in a request of several: this time in a request of its own
                     _flush(cfg, producer)
