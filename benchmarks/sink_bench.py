@@ -134,10 +134,10 @@ class Bench:
 
     def ours_writer(self, config, timer=None):
         from eos_job.runtime import BatchWriter, build_query, preflight
-        preflight(config)
+        limits = preflight(config)
         Path(config.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         self.topics.track(config.ledger_topic())
-        writer = BatchWriter(config)
+        writer = BatchWriter(config, limits)
         fn = writer if timer is None else timer.wrap(writer)
         return build_query(self.spark, config, fn), writer
 

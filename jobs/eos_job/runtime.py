@@ -19,6 +19,7 @@ from .contract import (BatchRefused, DriverSuperseded, JobFailed, SpecRefused, T
 from .kafka_security import KafkaSecrets, java_config
 from .ledger import (admin_client, base_config, check_ledger_topic, ensure_ledger_topic, ledger_consumer,
                      ledger_durability, require_topics, sink_security)
+from .request_limits import SinkLimits, check_sink_limits
 from .spec import RunConfig
 from .storage import Loc
 from .writer import BatchWriter, RunSummary, StopRequested  # noqa: F401 - RunSummary: the CLI's
@@ -26,8 +27,9 @@ from .writer import BatchWriter, RunSummary, StopRequested  # noqa: F401 - RunSu
 log = logging.getLogger("eos_job")
 
 
-def preflight(config: RunConfig, timeout_s: float = 15.0) -> None:
-    """Fail fast with a clear message when the sink cannot be used; set up the ledger topic."""
+def preflight(config: RunConfig, timeout_s: float = 15.0) -> SinkLimits:
+    """Fail fast with a clear message when the sink cannot be used; set up the ledger topic. Returns the
+    sink topics' request limits the slot producers must keep (``request_limits``)."""
     spec = config.spec
     admin = admin_client(base_config(spec.sink.bootstrap_servers, sink_security(spec.sink)))
     admin._eos_bootstrap = spec.sink.bootstrap_servers  # for error messages
@@ -35,6 +37,7 @@ def preflight(config: RunConfig, timeout_s: float = 15.0) -> None:
     if spec.sink.dead_letter_topic:
         topics[spec.sink.dead_letter_topic] = "sink.deadLetterTopic"
     require_topics(admin, topics, timeout_s)
+    limits = check_sink_limits(admin, spec.sink.producer_config, topics, timeout_s)
     durability = ledger_durability(admin, spec.sink.topic, timeout_s)
     ensure_ledger_topic(admin, config.ledger_topic(), spec.job.parallelism, durability, timeout_s=timeout_s)
     consumer = ledger_consumer(spec.sink.bootstrap_servers, sink_security(spec.sink))
@@ -42,6 +45,7 @@ def preflight(config: RunConfig, timeout_s: float = 15.0) -> None:
         check_ledger_topic(admin, consumer, config.ledger_topic(), config.stream.uid, durability, timeout_s)
     finally:
         consumer.close()
+    return limits
 
 
 def build_query(spark, config: RunConfig, writer, *, once: bool = False, checkpoint_dir: str | None = None,
@@ -112,7 +116,7 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
         if replay is None:
             log.info("drain: checkpoint %s has no uncommitted batch; nothing to finish", source)
             return RunSummary(reason="Drained", last_committed_batch=checkpoint.last_committed_batch(source))
-    preflight(config)
+    limits = preflight(config)
     if seeding:
         from .snapshot import restore_snapshot
         manifest = restore_snapshot(config.restore_from, ckpt)
@@ -134,7 +138,7 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
     if cluster and spark.sparkContext.master.startswith("k8s://"):
         from .executors import wait_for_executors
         wait_for_executors(spark, config.spec.job.executor.start_timeout_seconds)
-    writer = BatchWriter(config)
+    writer = BatchWriter(config, limits)
     log.info("driver epoch %d, generation %d", writer.claim(ckpt), writer.base["generation"])
 
     def run_once(batch: int) -> None:

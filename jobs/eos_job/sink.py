@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from . import faults, protocol
+from . import faults, poison, protocol
 from .audit import audit_headers
 from .contract import BatchRefused, DriverSuperseded
 from .ledger import ledger_consumer, read_latest
@@ -40,6 +40,9 @@ COMMIT_SCHEMA = ("slot int, batch long, count long, digest string, skipped boole
 
 # Producer errors that mean "this producer can no longer be trusted": start over with a fresh fence.
 MAX_FENCE_ROUNDS = 5
+# Writes of a slot within one fence: a whole request refused, its records each alone, then dead letters.
+POISON_ROUNDS = 3
+QUEUE_FULL_WAITS = 120   # half-second waits for room in librdkafka's queue before the slot fences again
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class SlotWriterConfig:
     # The negative controls the driver read from its own environment (faults.unsafe_switches); a worker
     # never reads them from its own, which Spark settings reach.
     unsafe: frozenset[str] = frozenset()
+    # max.message.bytes of the sink topics, read at start (request_limits): a record over it alone is poison.
+    topic_limits: dict[str, int] = field(default_factory=dict)
 
 
 class _SlotClients:
@@ -91,7 +96,7 @@ class _SlotClients:
             "partitioner": "murmur2_random",
             "transaction.timeout.ms": cfg.transaction_timeout_ms,
             "linger.ms": conf.get("linger.ms", 5),
-            # Only failures need a callback: it is what routes broker-refused records to dead letters.
+            # Only failures need a callback: what the broker refused, and why (poison.Verdicts).
             "delivery.report.only.error": True,
         })
         self.producer = Producer(conf)
@@ -161,6 +166,7 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
         count, digest = rows.drain()
         return SlotCommit(slot, cfg.batch, count, digest, skipped=True, attempt=attempt)
     key = protocol.slot_key(cfg.stream_uid, cfg.checkpoint_id, cfg.generation, slot)
+    verdicts = poison.Verdicts()   # what the broker said of single records: kept across fresh fences
     last_exc: Exception | None = None
     for round_no in range(MAX_FENCE_ROUNDS):
         clients = _slot_clients(cfg, slot, fresh=round_no > 0)
@@ -197,7 +203,7 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
                 # Nothing to write, and a replay of this batch has nothing either: no transaction needed.
                 return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
             faults.before_slot_commit(cfg.batch, slot)
-            dead = _transaction(cfg, clients, slot, key, rows, round_no)
+            dead = _transaction(cfg, clients, slot, key, rows, round_no, verdicts)
             clients.last_commit = (cfg.ledger_topic, key, cfg.batch)
             faults.slot_committed(cfg.batch, slot)
             return SlotCommit(slot, cfg.batch, rows.count, rows.digest, skipped=False, dead_letters=dead,
@@ -222,25 +228,26 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
 
 
 def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str, rows: SlotRows,
-                 round_no: int) -> int:
+                 round_no: int, verdicts: poison.Verdicts) -> int:
     """begin → every record of the slot as it arrives (poison ones to the dead-letter topic) → ledger record
-    (the slot's count and digest, final once every batch arrived) → commit."""
+    (the slot's count and digest, final once every batch arrived) → commit. A commit the broker's refusal of
+    records made fail is aborted and written again while that teaches something of single records
+    (``poison.Verdicts``); any other failure is raised, and the slot fences again."""
     from confluent_kafka import KafkaError, KafkaException
 
     producer = clients.producer
-    poison: dict[tuple, str] = {}
-    for _ in range(3):
-        failures: list[tuple[tuple, str]] = []
+    for _ in range(POISON_ROUNDS):
+        failures: list[tuple[str, bytes, KafkaError]] = []
 
         def on_delivery(err, msg):  # runs inside poll/flush/commit
-            if err is not None and not err.retriable() and err.code() in _RECORD_ERRORS:
-                failures.append(((msg.topic(), msg.key(), msg.value()), str(err)))
+            if err is not None:
+                failures.append((msg.topic(), poison.identity(msg.topic(), msg.key(), msg.value()), err))
 
         started = time.monotonic()
         producer.begin_transaction()
         dead = 0
         for b in rows:
-            dead += _produce_batch(cfg, producer, b, slot, on_delivery, poison)
+            dead += _produce_batch(cfg, producer, b, slot, on_delivery, verdicts)
         record = SlotLedgerRecord(cfg.batch, rows.count, rows.digest, dead, cfg.spec_hash, cfg.input,
                                   cfg.output_hash, cfg.epoch)
         producer.produce(cfg.ledger_topic, value=record.encode(), key=key.encode(),
@@ -252,14 +259,10 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
             _warn_if_slow(cfg, slot, time.monotonic() - started)
             return dead
         except KafkaException as exc:
-            if not failures or not exc.args[0].txn_requires_abort():
+            if not exc.args[0].txn_requires_abort() or not verdicts.learn(failures, slot, cfg.batch):
                 raise
-            # Records the broker refused (too large, invalid): abort, route them to the
-            # dead-letter topic, and write the slot again. Replays make the same choice.
             producer.abort_transaction(cfg.transaction_timeout_ms / 1000)
-            for ident, why in failures:
-                poison[ident] = why
-    raise KafkaException(KafkaError(KafkaError._FAIL, "records kept failing after dead-lettering"))
+    raise KafkaException(KafkaError(KafkaError._FAIL, "records kept being refused after dead-lettering"))
 
 
 def _warn_if_slow(cfg: SlotWriterConfig, slot: int, seconds: float) -> None:
@@ -272,29 +275,8 @@ def _warn_if_slow(cfg: SlotWriterConfig, slot: int, seconds: float) -> None:
                     slot, cfg.batch, seconds, limit)
 
 
-def _record_errors() -> frozenset:
-    """Broker refusals that belong to a record, not to the cluster: such a record is poison."""
-    from confluent_kafka import KafkaError
-    names = ("MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "CORRUPT_MESSAGE", "RECORD_LIST_TOO_LARGE",
-             "INVALID_TIMESTAMP")
-    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
-
-
-_RECORD_ERRORS = _record_errors()
-
-
-def _producer_errors() -> frozenset:
-    from confluent_kafka import KafkaError
-    names = ("_FATAL", "_FENCED", "_STATE", "_TRANSPORT", "_ALL_BROKERS_DOWN", "PRODUCER_FENCED",
-             "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE")
-    return frozenset(getattr(KafkaError, n) for n in names if hasattr(KafkaError, n))
-
-
-_PRODUCER_ERRORS = _producer_errors()
-
-
 def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int, on_delivery,
-                   poison: dict[tuple, str]) -> int:
+                   verdicts: poison.Verdicts) -> int:
     from confluent_kafka import KafkaException
 
     names = b.schema.names
@@ -309,66 +291,87 @@ def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int
     # Every record names its slot and batch (eos_job.audit): what `kubectl eos verify` checks; the stream may
     # opt out (sink.auditHeaders: false), as the headers cost about as much as the rest of this loop.
     audit = audit_headers(cfg.checkpoint_id, cfg.generation, slot, cfg.batch) if cfg.audit else None
-    if topics is None and parts is None and headers is None and errors is None and not poison:
+    limits = poison.checked_limits(cfg.producer_config, cfg.topic_limits)
+    if (topics is None and parts is None and headers is None and errors is None and not verdicts
+            and not _may_be_too_large(b, limits.get(default_topic))):
         # The common case, kept lean: key/value only, nothing to route.
         dead = 0
         for k, v in zip(keys, values):
             try:
                 produce(default_topic, v, k, headers=audit, on_delivery=on_delivery)
             except BufferError:
-                producer.poll(0.5)
-                produce(default_topic, v, k, headers=audit, on_delivery=on_delivery)
+                _send(producer, default_topic, v, k, audit, None, on_delivery)
             except KafkaException as exc:
-                err = exc.args[0]
-                if err.fatal() or err.code() in _PRODUCER_ERRORS:
-                    raise
+                if not poison.refused_on_produce(exc.args[0]):
+                    raise   # not the record's fault: fence again (write_slot)
                 dead += 1
-                _dead_letter(cfg, producer, default_topic, k, v, f"{type(exc).__name__}: {err}", slot)
+                _send(producer, *poison.dead_letter(cfg, default_topic, k, v, f"KafkaException: {exc.args[0]}",
+                                                    slot), None, None)
         return dead
     dead = 0
     for i in range(b.num_rows):
         topic = (topics[i] if topics is not None else None) or default_topic
         k, v = keys[i], values[i]
         why = errors[i] if errors is not None else None
-        if why is None and poison:
-            why = poison.get((topic, k, v))
+        ident = poison.identity(topic, k, v) if verdicts else None
+        if why is None and ident is not None:
+            why = verdicts.poison.get(ident)
+        if why is None and limits:
+            why = poison.too_large(topic, k, v, limits)
         if why is None:
             hdrs = ([(h["key"], h["value"]) for h in headers[i]] + (audit or []) if headers is not None and headers[i]
                     else audit)
             part = parts[i] if parts is not None else None
+            alone = ident is not None and ident in verdicts.suspects
             try:
-                if part is None:
-                    produce(topic, value=v, key=k, headers=hdrs, on_delivery=on_delivery)
-                else:
-                    produce(topic, value=v, key=k, headers=hdrs, partition=part, on_delivery=on_delivery)
+                if alone:   # refused in a request of several: this time in a request of its own
+                    _flush(cfg, producer)
+                _send(producer, topic, v, k, hdrs, part, on_delivery)
+                if alone:
+                    _flush(cfg, producer)
                 continue
-            except BufferError:
-                producer.poll(0.5)
-                produce(topic, value=v, key=k, headers=hdrs, on_delivery=on_delivery) if part is None else \
-                    produce(topic, value=v, key=k, headers=hdrs, partition=part, on_delivery=on_delivery)
-                continue
-            except KafkaException as exc:  # refused before sending: too large, bad topic name, ...
-                err = exc.args[0]
-                if err.fatal() or err.code() in _PRODUCER_ERRORS:
-                    raise  # the producer, not the record, is broken: fence again (write_slot)
-                why = f"{type(exc).__name__}: {err}"
+            except KafkaException as exc:  # refused before sending
+                if not poison.refused_on_produce(exc.args[0]):
+                    raise   # not the record's fault (an unknown partition, a fenced producer): fence again
+                why = f"KafkaException: {exc.args[0]}"
         dead += 1
-        _dead_letter(cfg, producer, topic, k, v, why, slot)
+        _send(producer, *poison.dead_letter(cfg, topic, k, v, why, slot), None, None)
     return dead
 
 
-def _dead_letter(cfg: SlotWriterConfig, producer, topic: str, key, value, why: str, slot: int) -> None:
-    if not cfg.dead_letter_topic:
-        raise RuntimeError(f"a record for topic {topic!r} cannot be written ({why}) and sink.deadLetterTopic "
-                           "is not set: set it so poison records are kept, or fix the transformation. "
-                           "The stream stops here rather than drop the record")
-    value_bytes = value if isinstance(value, (bytes, type(None))) else str(value).encode()
-    if value_bytes is not None and len(value_bytes) > 512 * 1024:
-        value_bytes = value_bytes[:512 * 1024]  # keep the dead letter itself writable
-    producer.produce(cfg.dead_letter_topic, value=value_bytes, key=key, headers=[
-        ("eos.error", str(why)[:4000].encode()), ("eos.topic", topic.encode()),
-        *audit_headers(cfg.checkpoint_id, cfg.generation, slot, cfg.batch),
-    ])
+def _may_be_too_large(b: pa.RecordBatch, limit: int | None) -> bool:
+    """Whether a record of ``b`` may be over its topic's ``limit`` by itself: one vectorised look per batch
+    keeps the per-record check off the common path."""
+    if limit is None or b.num_rows == 0:
+        return False
+    import pyarrow.compute as pc
+    names = b.schema.names
+    size = pc.fill_null(pc.binary_length(b.column(names.index("value"))), 0)
+    if "key" in names:
+        size = pc.add(size, pc.fill_null(pc.binary_length(b.column(names.index("key"))), 0))
+    return pc.max(size).as_py() + poison.BATCH_HEADER > limit
+
+
+def _send(producer, topic: str, value, key, headers, partition, on_delivery) -> None:
+    """produce(), waiting for room while librdkafka's local queue is full (BufferError, _QUEUE_FULL)."""
+    from confluent_kafka import KafkaError, KafkaException
+    kw = {} if partition is None else {"partition": partition}
+    for _ in range(QUEUE_FULL_WAITS):
+        try:
+            producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery, **kw)
+            return
+        except BufferError:
+            producer.poll(0.5)
+    raise KafkaException(KafkaError(KafkaError._QUEUE_FULL, f"the producer's queue stayed full for "
+                                                            f"{QUEUE_FULL_WAITS * 0.5:.0f}s"))
+
+
+def _flush(cfg: SlotWriterConfig, producer) -> None:
+    """Wait until every record produced so far was answered: the next one goes in a request of its own."""
+    from confluent_kafka import KafkaError, KafkaException
+    if producer.flush(cfg.transaction_timeout_ms / 1000) > 0:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "records not answered within the transaction "
+                                                               "timeout while isolating a refused record"))
 
 
 def slot_task(cfg: SlotWriterConfig):

@@ -16,6 +16,7 @@ from pathlib import Path
 from . import checkpoint, faults, protocol, source_slots
 from .contract import BatchRefused, JobFailed
 from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_history, sink_security
+from .request_limits import SinkLimits
 from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
 from .spec import RunConfig
 
@@ -45,8 +46,10 @@ class RunSummary:
 class BatchWriter:
     """The ``foreachBatch`` function: one exactly-once write per micro-batch."""
 
-    def __init__(self, config: RunConfig):
+    def __init__(self, config: RunConfig, limits: SinkLimits | None = None):
+        """``limits``: what the start check (``runtime.preflight``) read of the sink topics."""
         self.config = config
+        limits = limits or SinkLimits()
         spec = config.spec
         self.slots = spec.job.parallelism
         self.slots_from = spec.job.slots_from
@@ -65,12 +68,13 @@ class BatchWriter:
         self.checked = not faults.unsafe("input-check", unsafe)
         sec = sink_security(spec.sink)
         self.base = dict(bootstrap=spec.sink.bootstrap_servers,
-                         producer_config={**spec.sink.producer_config, **sec},
+                         producer_config={**spec.sink.producer_config, **limits.producer_overrides(), **sec},
                          topic=spec.sink.topic, dead_letter_topic=spec.sink.dead_letter_topic,
                          ledger_topic=config.ledger_topic(), tx_prefix=config.stream.transactional_prefix,
                          generation=config.stream.generation, stream_uid=config.stream.uid,
                          spec_hash=spec.spec_hash(), transaction_timeout_ms=spec.sink.transaction_timeout_ms,
-                         slots=self.slots, epoch=0, audit=spec.sink.audit_headers, unsafe=unsafe)
+                         slots=self.slots, epoch=0, audit=spec.sink.audit_headers, unsafe=unsafe,
+                         topic_limits=dict(limits.topic_bytes))
         self.sec = sec
 
     def checkpoint_identity(self) -> str:

@@ -117,11 +117,11 @@ def offset_log(batch: int, topics: list[str]) -> str:
 
 def run_standin(cfg, stop: threading.Event, *, batch_seconds: float, records: int,
                 snapshot_dir: str | None) -> RunSummary:
-    preflight(cfg)
+    limits = preflight(cfg)
     ckpt = Loc.of(cfg.checkpoint_dir)
     ckpt.mkdir()
     faults.driver_starting()
-    writer = BatchWriter(cfg)
+    writer = BatchWriter(cfg, limits)
     log.info("driver epoch %d, generation %d (stand-in: a batch every %gs, %d record(s) per slot)",
              writer.claim(ckpt), writer.base["generation"], batch_seconds, records)
     if checkpoint.checkpoint_id(ckpt) is None:   # Spark writes it when the query first starts

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from eos_job import faults, protocol, runtime, sink
+from eos_job import faults, poison, protocol, runtime, sink
 from eos_job import writer as writer_module
 from eos_job.faults import Faults
 from eos_job.protocol import SlotLedgerRecord
@@ -178,7 +178,7 @@ def fake_sink(monkeypatch):
     monkeypatch.setattr(sink, "_slot_clients", lambda cfg, slot, fresh: clients)
     monkeypatch.setattr(sink, "read_latest", lambda consumer, topic, partition, key: ledger.get(key))
 
-    def transaction(cfg, clients, slot, key, rows, round_no):
+    def transaction(cfg, clients, slot, key, rows, round_no, verdicts):
         calls.append("commit")
         count, digest = rows.drain()
         ledger[key] = SlotLedgerRecord(cfg.batch, count, digest).encode()
@@ -441,7 +441,7 @@ def test_records_carry_the_audit_headers_unless_the_stream_opts_out():
 
     for audit in (True, False):
         cfg = sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=7, audit=audit)
-        sink._produce_batch(cfg, Producer(), _slot_rows(2)[0], 1, None, {})
+        sink._produce_batch(cfg, Producer(), _slot_rows(2)[0], 1, None, poison.Verdicts())
     assert seen[0] == seen[1] == [("eos.batch", b"7"), ("eos.slot", seen[0][1][1])] and seen[0][1][1].endswith(b"/1")
     assert seen[2:] == [None, None]
 
