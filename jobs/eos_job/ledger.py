@@ -27,6 +27,10 @@ class SinkUnavailable(RuntimeError):
     """The sink cluster or one of its topics cannot be used; the message says what to do."""
 
 
+class LedgerHeldBack(SinkUnavailable):
+    """A ledger read ended at a last stable offset an open transaction holds below the partition's end."""
+
+
 def sink_security(sink, secrets: KafkaSecrets | None = None) -> dict[str, str]:
     """Connection security for every client of the sink cluster (producers, ledger readers, admin).
 
@@ -335,6 +339,14 @@ def records(consumer: Consumer, topic: str, partition: int, start: int, end: int
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
+                if msg.offset() < end:
+                    raise LedgerHeldBack(
+                        f"ledger {topic}[{partition}]: an open transaction holds its last stable offset at "
+                        f"{msg.offset()}, below its end {end}, so a read_committed read stops short and could miss "
+                        "committed records; it is not taken as the answer. A producer this driver did not fence "
+                        "(a driver of another generation or checkpoint still running, or another stream writing "
+                        "this ledger) has a transaction open there: the restart's resolution fences every "
+                        "generation of the stream, and the broker aborts it after transaction.timeout.ms")
                 return
             raise SinkUnavailable(f"reading ledger {topic}[{partition}]: {err}")
         if msg.offset() >= end:
