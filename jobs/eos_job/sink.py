@@ -246,20 +246,25 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
         started = time.monotonic()
         producer.begin_transaction()
         dead = 0
-        for b in rows:
-            dead += _produce_batch(cfg, producer, b, slot, on_delivery, verdicts)
-        record = SlotLedgerRecord(cfg.batch, rows.count, rows.digest, dead, cfg.spec_hash, cfg.input,
-                                  cfg.output_hash, cfg.epoch)
-        producer.produce(cfg.ledger_topic, value=record.encode(), key=key.encode(),
-                         partition=protocol.ledger_partition(slot))
-        faults.in_transaction(cfg.batch, slot, round_no)
-        faults.committing(cfg.batch, slot)
         try:
+            for b in rows:
+                dead += _produce_batch(cfg, producer, b, slot, on_delivery, verdicts)
+            record = SlotLedgerRecord(cfg.batch, rows.count, rows.digest, dead, cfg.spec_hash, cfg.input,
+                                      cfg.output_hash, cfg.epoch)
+            producer.produce(cfg.ledger_topic, value=record.encode(), key=key.encode(),
+                             partition=protocol.ledger_partition(slot))
+            faults.in_transaction(cfg.batch, slot, round_no)
+            faults.committing(cfg.batch, slot)
             producer.commit_transaction(cfg.transaction_timeout_ms / 1000)
             _warn_if_slow(cfg, slot, time.monotonic() - started)
             return dead
         except KafkaException as exc:
-            if not exc.args[0].txn_requires_abort() or not verdicts.learn(failures, slot, cfg.batch):
+            # A request the broker refused while records were still being produced leaves the transaction in
+            # an erroneous state, and the next produce() says so (_STATE): gather the broker's answers first.
+            failed = exc.args[0].txn_requires_abort() or exc.args[0].code() == KafkaError._STATE
+            if failed:
+                producer.flush(cfg.transaction_timeout_ms / 1000)
+            if not failed or not verdicts.learn(failures, slot, cfg.batch):
                 raise
             producer.abort_transaction(cfg.transaction_timeout_ms / 1000)
     raise KafkaException(KafkaError(KafkaError._FAIL, "records kept being refused after dead-lettering"))

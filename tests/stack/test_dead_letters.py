@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos_job import protocol, sink
-from eos_job.ledger import admin_client, ensure_ledger_topic
+from eos_job.ledger import Durability, admin_client, ensure_ledger_topic
 from eos_job.request_limits import check_sink_limits
 from eos_job.verify import audit_ids, open_transactions, read_committed
 
@@ -38,7 +38,7 @@ def topics(bootstrap):
                      config={"max.message.bytes": str(LIMIT)}),
             NewTopic(names["dlq"], num_partitions=1, replication_factor=1)], operation_timeout=30).values():
         fut.result(timeout=TIMEOUT)
-    ensure_ledger_topic(admin, names["ledger"], 1, timeout_s=TIMEOUT)
+    ensure_ledger_topic(admin, names["ledger"], 1, Durability(1, 1), timeout_s=TIMEOUT)
     yield names
     for fut in admin.delete_topics(list(names.values()), operation_timeout=30).values():
         fut.result(timeout=TIMEOUT)
