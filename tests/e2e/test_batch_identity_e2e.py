@@ -77,7 +77,7 @@ def test_restore_of_an_older_snapshot_re_runs_the_ledgers_batches_not_new_ones(c
     assert checkpoint.checkpoint_id(restored) == checkpoint.checkpoint_id(run.live_checkpoint)
 
     if safety == "on":
-        m = re.search(r"re-ran (\d+) batches with the input the ledger recorded", log)
+        m = re.search(r"re-ran (\d+) batches with their original input from the ledger", log)
         assert m, run.log_tail(80)
         assert int(m.group(1)) in (later - at, later - at + 1), (m.group(0), at, later)
         assert_ids_exact(run, expected)

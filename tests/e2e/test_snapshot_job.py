@@ -106,7 +106,7 @@ def test_live_snapshots_while_running_then_restore_the_older_one(colors_run, sta
     log = run.log_path.read_text()
     assert "seeded from snapshot" in log
     assert "2/2 slots skipped as already committed" in log  # the replays after the snapshot
-    rerun = re.search(r"re-ran (\d+) batches after the snapshot with their original offsets", log)
+    rerun = re.search(r"re-ran (\d+) batches with their original input from the ledger", log)
     assert rerun, log[-3000:]
     # Every batch the first run logged after the snapshot (the last may have been logged, not committed).
     assert int(rerun.group(1)) in (stopped_at - older["lastBatch"], stopped_at - older["lastBatch"] + 1), \
