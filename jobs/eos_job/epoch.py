@@ -104,7 +104,8 @@ def stamp(*, bootstrap: str, sec: dict[str, str], ledger_topic: str, tx_prefix: 
         consumer = ledger_consumer(bootstrap, sec)
         try:
             producer.init_transactions(transaction_timeout_ms / 1000)      # fence first, then read
-            raw = read_latest(consumer, ledger_topic, protocol.ledger_partition(slot), key)
+            raw = read_latest(consumer, ledger_topic, protocol.ledger_partition(slot), key,
+                              held_back_ok=faults.unsafe("fence"))
             recorded = protocol.SlotLedgerRecord.decode(raw) if raw is not None else None
             if recorded is not None and recorded.epoch > epoch:
                 raise DriverSuperseded(f"slot {slot} carries epoch {recorded.epoch}, newer than this "

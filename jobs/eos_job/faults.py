@@ -42,7 +42,8 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     checkpoint that is behind the ledger; ``ledger-skip``: a slot writes even
     when the ledger says its batch is committed; ``fence``: every producer of a
     slot (and every epoch stamp) takes a transactional id of its own, so
-    ``init_transactions`` aborts nothing an older attempt left open;
+    ``init_transactions`` aborts nothing an older attempt left open, and a
+    ledger read an open transaction holds back is taken as the answer;
     ``slot-order``: with ``job.slotsFrom: sourcePartitions`` the source
     partitions are ranked into slots the other way round. Never set
     in production; the driver logs an error when one is.

@@ -166,19 +166,22 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
         count, digest = rows.drain()
         return SlotCommit(slot, cfg.batch, count, digest, skipped=True, attempt=attempt)
     key = protocol.slot_key(cfg.stream_uid, cfg.checkpoint_id, cfg.generation, slot)
+    unfenced = faults.unsafe("fence", cfg.unsafe)   # the negative control also trusts a held-back read
     verdicts = poison.Verdicts()   # what the broker said of single records: kept across fresh fences
     last_exc: Exception | None = None
     for round_no in range(MAX_FENCE_ROUNDS):
         clients = _slot_clients(cfg, slot, fresh=round_no > 0)
         try:
-            raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key)
+            raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key,
+                              held_back_ok=unfenced)
             recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
             if not clients.fresh and (recorded is None or clients.last_commit != (cfg.ledger_topic, key,
                                                                                   recorded.batch)):
                 # The slot moved to another Python worker and back: that worker's fence made this
                 # producer useless. Fence again now (fence, then read) rather than fail mid-transaction.
                 clients = _slot_clients(cfg, slot, fresh=True)
-                raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key)
+                raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key,
+                                  held_back_ok=unfenced)
                 recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
             clients.fresh = False
             decision = protocol.decide_slot(cfg.batch, recorded, input=cfg.input, output_hash=cfg.output_hash,

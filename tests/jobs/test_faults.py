@@ -176,7 +176,7 @@ def fake_sink(monkeypatch):
     ledger: dict[str, bytes] = {}
     clients = _Clients()
     monkeypatch.setattr(sink, "_slot_clients", lambda cfg, slot, fresh: clients)
-    monkeypatch.setattr(sink, "read_latest", lambda consumer, topic, partition, key: ledger.get(key))
+    monkeypatch.setattr(sink, "read_latest", lambda consumer, topic, partition, key, **_: ledger.get(key))
 
     def transaction(cfg, clients, slot, key, rows, round_no, verdicts):
         calls.append("commit")
@@ -362,7 +362,7 @@ def test_a_slot_is_produced_as_its_batches_arrive_and_its_record_carries_the_who
     clients = _Clients()
     clients.producer = Producer()
     monkeypatch.setattr(sink, "_slot_clients", lambda cfg, slot, fresh: clients)
-    monkeypatch.setattr(sink, "read_latest", lambda *a: None)
+    monkeypatch.setattr(sink, "read_latest", lambda *a, **_: None)
     commit = sink.write_slot(_cfg(3), 1, 0, arriving())
     assert commit.count == 4 and commit.digest == (1 + 2 + 3 + 7)
     assert events.index("produce out b'k0'") < events.index("batch 1 arrives")
@@ -404,7 +404,7 @@ def test_a_second_round_writes_the_same_rows_again_though_spark_delivered_them_o
     monkeypatch.setattr(sink, "_slot_clients", clients_for)
     monkeypatch.setattr(sink, "_discard", lambda cfg, slot: None)
     monkeypatch.setattr(sink.time, "sleep", lambda s: None)
-    monkeypatch.setattr(sink, "read_latest", lambda *a: None)
+    monkeypatch.setattr(sink, "read_latest", lambda *a, **_: None)
     batches = iter(_slot_rows(3) + _slot_rows(3))     # a one-shot iterator, as Spark's is
     commit = sink.write_slot(_cfg(3), 0, 0, batches)
     assert produced[0] == [b"k0", b"k1", b"k2", b"k0"]            # failed on the second batch's first row

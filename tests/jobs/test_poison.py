@@ -145,7 +145,7 @@ def slot(monkeypatch):
 
         monkeypatch.setattr(sink, "_slot_clients", clients_for)
         monkeypatch.setattr(sink, "_discard", lambda cfg, slot: held.clear())
-        monkeypatch.setattr(sink, "read_latest", lambda *a: None)
+        monkeypatch.setattr(sink, "read_latest", lambda *a, **_: None)
         monkeypatch.setattr(sink.time, "sleep", lambda s: None)
         return sink.write_slot(cfg, 0, 0, _rows(values))
     return run
