@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from eos_job.spec import load_run_config
-from eos_job.verify import audit_counts, audit_ids, ledger_monotone, open_transactions
+from eos_job.verify import audit_counts, audit_ids, ledger_monotone, open_transactions, read_committed
 from eos_stack import cluster
 from eos_stack.cluster import Kubectl, wait_until
 from examples.colors.generator import counted, event_value, events, expected_ids, produce
@@ -33,6 +33,7 @@ from tests.e2e.exactness import assert_exactly_once, assert_slots_exact
 from tests.harness.kubelet import ProcessKubelet
 
 NAME = "colors"
+IDS = "examples.colors.ids"   # the unique-id stream's job: every kept event passed through, keyed by its id
 PYTHONPATH = cluster.PYTHONPATH
 
 # The operator as a program, with test-only switches applied from outside its code: slow resolution,
@@ -169,9 +170,10 @@ class Trickle(threading.Thread):
 class IdFeed(threading.Thread):
     """Produces events with unique ids in small chunks while the job is being killed; knows every id sent."""
 
-    def __init__(self, bootstrap: str, topic: str, chunk: int = 100, pause: float = 2.0):
+    def __init__(self, bootstrap: str, topic: str, chunk: int = 100, pause: float = 2.0, first_id: int = 0):
         super().__init__(daemon=True)
         self.bootstrap, self.topic, self.chunk, self.pause = bootstrap, topic, chunk, pause
+        self.first_id = first_id   # the chunks' ids start here (another feed of the same topic: further on)
         self.chunks: list[tuple[int, int, int]] = []   # (n, seed, first id)
         self.sent = 0
         self.stop_flag = threading.Event()
@@ -188,7 +190,7 @@ class IdFeed(threading.Thread):
             while not self.stop_flag.is_set():
                 with self._producing:
                     if not self.paused.is_set():
-                        self.send(self.chunk, self.sent, self.sent)
+                        self.send(self.chunk, self.sent, self.first_id + self.sent)
                         self.sent += self.chunk
                 time.sleep(self.pause)
         except Exception as exc:  # noqa: BLE001 - surfaced by the test
@@ -224,6 +226,7 @@ class Rig:
         self.kubelet = kubelet
         self.operator: OperatorProcess | None = None
         self.diag = Diagnostics(kubectl, namespace, None, kubelet)
+        self.feeds: list[IdFeed] = []    # stopped when the rig closes, also after a failure
 
     def start_operator(self, metrics_port: int | None = None, leader_election: bool = False,
                        log: str = "operator.log", **switches: str) -> OperatorProcess:
@@ -246,6 +249,21 @@ class Rig:
         trickle.start()
         return trickle
 
+    def run_ids(self, doc: dict[str, Any], *, seed: int, first_output: bool = True) -> IdFeed:
+        """``run_stream`` for the unique-id stream (``stream(module=IDS)``): a backlog of 1000 unique ids
+        (from 1,000,000 on, apart from the feed's), the stream; once it runs (and wrote its first output),
+        an id feed. Returns the feed (its ``finish()`` gives every kept id sent, the backlog's too)."""
+        self.start_operator()
+        feed = IdFeed(self.bootstrap, self.topics.events, chunk=50, pause=1.0)
+        self.feeds.append(feed)
+        feed.send(1000, seed, 1_000_000)
+        self.kubectl.apply(doc, self.ns)
+        self.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
+        if first_output:
+            wait_until(lambda: self.output_total() > 0, "first output", 240, self.diag, 2)
+        feed.start()
+        return feed
+
     def status(self, name: str = NAME) -> dict[str, Any]:
         return self.kubectl.status(self.ns, name)
 
@@ -263,8 +281,13 @@ class Rig:
     def counts_total(self, topic: str | None = None) -> int:
         return sum(audit_counts(self.bootstrap, topic or self.topics.counts).final.values())
 
-    def stream(self, **spec_changes: Any) -> dict[str, Any]:
-        doc = colors_stream(NAME, self.topics, self.tmp / "checkpoint", attempts=10, delay=2)
+    def output_total(self, topic: str | None = None) -> int:
+        """Records in the sink, read_committed (the unique-id stream's progress)."""
+        return len(read_committed(self.bootstrap, topic or self.topics.counts))
+
+    def stream(self, module: str | None = None, **spec_changes: Any) -> dict[str, Any]:
+        """The colors stream of the rig (``module=IDS``: the unique-id stream), snapshot upgrades."""
+        doc = colors_stream(NAME, self.topics, self.tmp / "checkpoint", attempts=10, delay=2, module=module)
         del doc["spec"]["upgradeMode"]          # snapshot, the default
         doc["spec"].update(spec_changes)
         return doc
@@ -278,6 +301,8 @@ def rig(stack_env, kubectl, namespace, tmp_path, env_for=None) -> Iterator[Rig]:
         try:
             yield r
         finally:
+            for feed in r.feeds:
+                feed.stop_flag.set()
             kubectl.run("delete", "exactlyoncestream", "--all", "-n", namespace, "--timeout=120s", check=False)
             if r.operator is not None:
                 r.operator.stop()
@@ -290,6 +315,34 @@ def finish_exact(r: Rig, trickle: Trickle, name: str = NAME, counts: str | None 
                r.diag, 2)
     assert_exactly_once(r.bootstrap, counts, f"{counts}.eos-ledger.{r.ns}.{name}", expected, (r.topics.dlq,))
     return expected
+
+
+def finish_ids(r: Rig, feed: IdFeed, name: str = NAME, topic: str | None = None,
+               also: set[int] | frozenset[int] = frozenset()) -> set[int]:
+    """Stop ``feed``; once every id it sent (and those of ``also``) is in the output: the unique-id audit
+    (set equality, none twice, read_committed; the ledger; no open transaction; the sink audit)."""
+    return settle_ids(r, feed.finish() | set(also), name, topic)
+
+
+def settle_ids(r: Rig, expected: set[int], name: str = NAME, topic: str | None = None) -> set[int]:
+    """Once every id of ``expected`` is in ``topic`` (the rig's sink by default), the unique-id audit of
+    stream ``name`` writing it, with its own ledger."""
+    topic = topic or r.topics.counts
+    wait_ids(r.bootstrap, topic, expected, r.diag, timeout=300)
+    assert_ids_exactly_once(r.bootstrap, topic, f"{topic}.eos-ledger.{r.ns}.{name}", expected, (r.topics.dlq,))
+    return expected
+
+
+def kept_ids_from(bootstrap: str, topic: str, offsets: dict[str, int]) -> set[int]:
+    """The ids the unique-id stream keeps of ``topic``'s records at or after ``offsets`` (partition -> offset,
+    as a checkpoint's offset log holds them): what a stream restored at those offsets must write."""
+    ids = set()
+    for m in read_committed(bootstrap, topic):
+        if m.offset() >= offsets[str(m.partition())]:
+            event = json.loads(m.value())
+            if counted(event["color"]):
+                ids.add(int(event["id"]))
+    return ids
 
 
 # ------------------------------------------------------------ the secured listener
