@@ -10,6 +10,11 @@ seeded from it. The operator reads the snapshot manifests and the checkpoints st
 the bucket with the keys of the stream's Secret (its own environment has none). After the
 upgrades, the output is exactly once (final counts, no count update twice), and the
 output gap of each upgrade is measured from the read_committed record timestamps.
+
+It stays on the counting job: its point is the aggregation state carried through the S3 snapshot (the
+counts go on from the snapshot's state, not from zero) and the gap is read from the ``version`` field the
+upgraded counts carry. Final counts per key can hide a lost batch that a later one rewrote; the unique-id
+audit of snapshot upgrades is in test_upgrade_safety_e2e.py and test_chaos_lifecycle.py.
 """
 from __future__ import annotations
 
