@@ -128,7 +128,11 @@ def ledger_durability(admin: AdminClient, sink_topic: str, timeout_s: float = 15
     md = describe_topics(admin, timeout_s).get(sink_topic)
     brokers = getattr(admin, "_eos_brokers", 1)
     sink_rf = replication_factor(md) if md is not None and md.error is None else 1
-    sink_isr = int(topic_config(admin, sink_topic, timeout_s).get("min.insync.replicas") or 1)
+    try:
+        sink_isr = int(topic_config(admin, sink_topic, timeout_s).get("min.insync.replicas") or 1)
+    except SinkUnavailable as exc:   # a stream's principal may hold no DescribeConfigs on its sink topic
+        log.warning("%s: the ledger's min.insync.replicas follows its replication factor only", exc)
+        sink_isr = 1
     rf = max(min(3, brokers), sink_rf)
     return Durability(rf, max(2 if rf >= 3 else 1, min(sink_isr, rf)), sink_topic, brokers)
 

@@ -36,10 +36,10 @@ def _trickle(run, stop: threading.Event, sent: list[tuple[int, int, int]]) -> No
         stop.wait(0.4)
 
 
-@pytest.mark.parametrize("safety", ["on", "off"], ids=["input-check", "negative-control-without-it"])
-def test_restore_of_an_older_snapshot_re_runs_the_ledgers_batches_not_new_ones(colors_run, tmp_path, safety):
-    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None)
-    run.setup()
+def _snapshot_then_run_on(run, tmp_path) -> tuple:
+    """The unique-id stream commits small batches while events trickle in; a live snapshot is taken after a
+    few of them; the run goes on for four more batches and stops. Returns the run's config, the snapshot, its
+    last batch, the run's last committed batch and the chunks sent."""
     produce(run.bootstrap, run.events, 200, seed=1)
     sent = [(200, 1, 0)]
     cfg = run_config(run)
@@ -59,7 +59,14 @@ def test_restore_of_an_older_snapshot_re_runs_the_ledgers_batches_not_new_ones(c
         stop.set()
         feeder.join(30)
     assert run.stop() == 0, run.log_tail()
-    later = run.committed_batches()
+    return cfg, snap, at, run.committed_batches(), sent
+
+
+@pytest.mark.parametrize("safety", ["on", "off"], ids=["input-check", "negative-control-without-it"])
+def test_restore_of_an_older_snapshot_re_runs_the_ledgers_batches_not_new_ones(colors_run, tmp_path, safety):
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None)
+    run.setup()
+    cfg, snap, at, later, sent = _snapshot_then_run_on(run, tmp_path)
     assert later >= at + 4, (at, later)
     produce(run.bootstrap, run.events, 600, seed=2, start_id=50_000)   # the topic now holds more than then
     sent.append((600, 2, 50_000))
@@ -182,26 +189,7 @@ def test_a_restore_with_a_rescale_skips_what_the_older_generation_committed(colo
     old order of things) writes those batches again under the new generation: the audit reports duplicates."""
     run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None)
     run.setup()
-    produce(run.bootstrap, run.events, 200, seed=1)
-    sent = [(200, 1, 0)]
-    cfg = run_config(run)
-    run.start()
-    stop = threading.Event()
-    feeder = threading.Thread(target=_trickle, args=(run, stop, sent), daemon=True)
-    feeder.start()
-    try:
-        run.wait_for_batches(2)
-        snap = tmp_path / "snapshots" / "older"
-        r = run_job(["snapshot", "take", "--checkpoint", str(run.live_checkpoint), "--dest", str(snap),
-                     "--stream-json", json.dumps(cfg.stream.wire()), "--spec-hash", cfg.spec.spec_hash()])
-        assert r.returncode == 0, r.stderr[-3000:]
-        at = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])["lastBatch"]
-        run.wait_for_batches(4)
-    finally:
-        stop.set()
-        feeder.join(30)
-    assert run.stop() == 0, run.log_tail()
-    later = run.committed_batches()
+    cfg, snap, at, later, sent = _snapshot_then_run_on(run, tmp_path)
     produce(run.bootstrap, run.events, 600, seed=2, start_id=50_000)
     sent.append((600, 2, 50_000))
     expected = set().union(*(expected_ids(n, seed, start) for n, seed, start in sent))

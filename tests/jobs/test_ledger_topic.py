@@ -112,3 +112,21 @@ def test_a_ledger_less_durable_than_the_sink_is_refused_saying_how_to_fix_it(no_
     assert msg.startswith("ledger topic 'ledger' has "), msg
     for part in says:
         assert part in msg, msg
+
+
+def test_a_sink_topic_whose_configs_the_stream_may_not_read_still_gets_a_ledger_by_its_replication(caplog):
+    """A stream's principal with Describe but no DescribeConfigs on its sink topic (the secured e2e's user): the
+    start goes on, the ledger's min.insync.replicas from its replication factor, and a warning names the ACL."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    admin = FakeAdmin(3, out=(3, {}))
+
+    def refused(resources):
+        return {r: SimpleNamespace(result=lambda timeout=None: (_ for _ in ()).throw(
+            KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))) for r in resources}
+
+    admin.describe_configs = refused
+    ledger.describe_topics(admin, 1)
+    need = ledger.ledger_durability(admin, "out", 1)
+    assert (need.replication, need.min_insync) == (3, 2)
+    assert "grant the sink principal DescribeConfigs" in caplog.text
