@@ -19,6 +19,7 @@ from eos_operator.pools import Pools
 from examples.colors.manifest import colors_manifest
 
 BAD, GOOD = 8, 50
+BLACK_HOLE_TIMEOUT_S = 25.0
 
 
 class BlackHole:
@@ -59,7 +60,9 @@ def config(name: str, bootstrap: str) -> RunConfig:
 
 
 def finish_times(pools: Pools, good_bootstrap: str, bad_bootstrap: list[str]) -> tuple[list[float], list[float]]:
-    progress = LedgerProgress(min_interval=0, timeout_s=10.0, pools=pools)
+    # The black-holed reads wait this long: far longer than fifty healthy reads take on a busy two-core machine
+    # (a clean-clone run beside two e2e tests saw them end 0.5 s after a 10 s timeout).
+    progress = LedgerProgress(min_interval=0, timeout_s=BLACK_HOLE_TIMEOUT_S, pools=pools)
     try:
         return _finish_times(progress, good_bootstrap, bad_bootstrap)
     finally:
