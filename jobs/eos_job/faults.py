@@ -66,6 +66,7 @@ worker that held the transaction go on and commit.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -311,27 +312,19 @@ def kill_tree(tree: list[int], groups: set[int] = frozenset()) -> None:
     me, mine = os.getpid(), os.getpgrp()
     groups = set(groups)
     for pid in tree:
-        with _gone_ok():
+        with contextlib.suppress(ProcessLookupError):
             group = os.getpgid(pid)
             if group != mine or me in tree:
                 groups.add(group)
     for pid in tree:
         if pid != me:
-            with _gone_ok():
+            with contextlib.suppress(ProcessLookupError):
                 _kill(pid, signal.SIGKILL)
     for group in sorted(groups, key=lambda g: g == mine):     # our own group last: it holds this process
-        with _gone_ok():
+        with contextlib.suppress(ProcessLookupError):
             _killpg(group, signal.SIGKILL)
     if me in tree:
         _kill(me, signal.SIGKILL)
-
-
-class _gone_ok:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, _exc, _tb) -> bool:
-        return kind is not None and issubclass(kind, ProcessLookupError)
 
 
 def descendants(root: int) -> list[int]:
