@@ -10,15 +10,18 @@ Driver epochs: "never two drivers" without trusting that the old Pod is gone.
 A driver on an unreachable node, or a second driver started by hand, keeps
 running: its slot tasks fence the new driver's producers, and a fenced producer
 simply fences again. So every driver start takes the next epoch of the stream
-(recorded in ledger partition 0) and, before its query starts, stamps it on the
-newest ledger record of every slot of its checkpoint (fence, read, write the
-same record with the new epoch, commit: the slot's own transactional id, so
-the write path's fence-then-read order covers it). Every slot record the driver
-writes afterwards carries its epoch. A slot task reads its record after its own
-fence (step 2 of the write path); a record of a newer epoch means a newer
-driver runs the stream, and the task fails for good (``DriverSuperseded``)
-instead of fencing again. An older driver's commit that raced the stamp fails
-on the stamp's fence and, retried, reads the stamp.
+(recorded in ledger partition 0) and, before its query starts, marks it
+(``mark``): under every transactional id of every generation that ever wrote,
+it fences the id and writes an epoch marker into that slot's ledger partition,
+and on the newest record of each slot of its own checkpoint and generation it
+stamps the epoch. A slot task reads its record after its own fence (step 2 of
+the write path), back from the partition's end, so it meets every marker
+written since its last commit; a newer epoch there, or on its record, means a
+newer driver runs the stream, whatever generation or checkpoint this one has,
+and the task fails for good (``DriverSuperseded``) instead of fencing again.
+An older driver's commit that raced the marker fails on the marker's fence
+and, retried, reads it. The driver's own partition-0 writes are not
+transactional: ``EpochWatch`` looks for newer epochs before each.
 
 Two drivers that start within the same moment could read the same last epoch;
 the operator never starts two at once, so that takes a second driver started by
