@@ -41,8 +41,8 @@ from confluent_kafka import KafkaException, Producer
 from . import faults, protocol
 from .contract import DriverSuperseded, JobFailed
 from .fencing import fence_config
-from .ledger import (idempotent_producer, ledger_consumer, produce_sync, read_latest, records, refuse_foreign,
-                     watermarks)
+from .ledger import (SinkUnavailable, base_config, idempotent_producer, ledger_consumer, produce_sync, read_latest,
+                     records, refuse_foreign, watermarks)
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,43 @@ class EpochWatch:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def driver_producer(bootstrap: str, sec: dict[str, str], tx_prefix: str, unsafe: frozenset[str]) -> Producer:
+    """The driver's partition-0 writer, transactional under ``<prefix>-driver``: its ``init_transactions``, at
+    the driver's start before it takes its epoch, fences the previous driver's, so a superseded driver's
+    next batch record fails (``write_driver_record``) instead of landing after the newer driver's. With
+    ``stream-epoch`` switched off (the negative control) an id of its own that fences nothing."""
+    txid = protocol.driver_transactional_id(tx_prefix)
+    if faults.unsafe("stream-epoch", unsafe):
+        txid = f"{txid}-unfenced-{os.getpid()}-{time.time_ns()}"
+    producer = Producer({**base_config(bootstrap, sec), "transactional.id": txid, "acks": "all", "linger.ms": 0,
+                         "transaction.timeout.ms": DRIVER_TRANSACTION_MS})
+    producer.init_transactions(30)
+    return producer
+
+
+# A batch record's transaction lasts milliseconds: one left open by a killed driver holds partition 0's last
+# stable offset back only this long, if no newer driver fences it first.
+DRIVER_TRANSACTION_MS = 10_000
+
+
+def write_driver_record(producer: Producer, topic: str, key: str, value: bytes,
+                        more: tuple[tuple[str, bytes | None], ...] = ()) -> None:
+    """``key: value`` (then ``more``) to partition 0 in one transaction of the driver's producer."""
+    try:
+        producer.begin_transaction()
+        for k, v in ((key, value), *more):
+            producer.produce(topic, value=v, key=k.encode(), partition=protocol.BATCH_PARTITION)
+        producer.commit_transaction(30)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if err.fatal():
+            raise DriverSuperseded(f"this driver's ledger writer was fenced ({err.str()}): a newer driver of the "
+                                   "stream started; this one stops without writing to the ledger") from exc
+        if err.txn_requires_abort():
+            producer.abort_transaction(30)
+        raise SinkUnavailable(f"could not write to {topic}[{protocol.BATCH_PARTITION}]: {err}") from exc
 
 
 MARK_ROUNDS = 5

@@ -36,6 +36,11 @@ def transactional_id(prefix: str, generation: int, slot: int) -> str:
     return f"{prefix}-{generation}-{slot}"
 
 
+def driver_transactional_id(prefix: str) -> str:
+    """The driver's partition-0 writer: one per stream, so each driver start fences the previous driver's."""
+    return f"{prefix}-driver"
+
+
 def slot_key(stream_uid: str, checkpoint_id: str, generation: int, slot: int) -> str:
     # The checkpoint identity keeps a fresh (stateless) checkpoint, whose batch
     # numbers restart at 0, from inheriting the old checkpoint's skips.

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from . import checkpoint, faults, protocol, source_slots
 from .contract import BatchRefused, JobFailed
-from .ledger import (admin_client, base_config, idempotent_producer, ledger_consumer, produce_sync, read_history,
-                     sink_security)
+from .ledger import admin_client, base_config, ledger_consumer, read_history, sink_security
 from .request_limits import SinkLimits
 from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
 from .spec import RunConfig
@@ -59,7 +58,7 @@ class BatchWriter:
         self.summary = RunSummary(reason="Running")
         self.last_done: int | None = None
         self._ckpt_id: str | None = None
-        self._producer = None
+        self._producer = None   # the driver's partition-0 writer (epoch.driver_producer), from claim
         self._watch = None      # epoch.EpochWatch, from claim
         self._nondet_total: int | None = None   # continued from the ledger's last batch record
         # The ledger's batch history of this checkpoint beyond its last commit (load_history): what each
@@ -97,6 +96,8 @@ class BatchWriter:
         b["generation"], history = epoch.claim_generation(b["bootstrap"], self.sec, b["ledger_topic"],
                                                           b["stream_uid"], b["generation"], self.slots,
                                                           0 if last is None else last + 1, self.slots_from)
+        # Before the epoch: fence the previous driver's partition-0 writer (its next batch record fails).
+        self._producer = epoch.driver_producer(b["bootstrap"], self.sec, b["tx_prefix"], b["unsafe"])
         e, since = epoch.take(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
         # A fresh checkpoint has no records to stamp (its keys are new); its generation's ids are marked.
         epoch.mark(bootstrap=b["bootstrap"], sec=self.sec, ledger_topic=b["ledger_topic"], tx_prefix=b["tx_prefix"],
@@ -236,8 +237,8 @@ class BatchWriter:
     def _write_ledger(self, key: str, value: bytes, more: tuple = ()) -> None:
         if self._watch is not None:
             self._watch.check()    # a superseded driver writes nothing more to partition 0
-        produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION, key, value,
-                     more=more)
+        from .epoch import write_driver_record
+        write_driver_record(self._producer, self.base["ledger_topic"], key, value, more=more)
 
     def _nondeterministic_total(self) -> int:
         """Detections so far, from the ledger's last batch record (read once per driver)."""
@@ -259,8 +260,4 @@ class BatchWriter:
             log.debug("source offsets of batch %d not read: %s", batch_id, exc)
             return {}
 
-    def _batch_producer(self):
-        if self._producer is None:
-            self._producer = idempotent_producer(self.base["bootstrap"], self.sec)
-        return self._producer
 

@@ -62,10 +62,13 @@ def _slot(bootstrap: str, names: dict, *, generation: int, checkpoint: str, epoc
         sink._discard(cfg, slot)
 
 
-def _start(bootstrap: str, names: dict, *, generation: int, slots: int, checkpoint: str | None):
-    """A driver's start as ``BatchWriter.claim`` does it: generation, epoch, markers; its partition-0 watch."""
+def _start(bootstrap: str, names: dict, *, generation: int, slots: int, checkpoint: str | None,
+           unsafe: frozenset[str] = frozenset()):
+    """A driver's start as ``BatchWriter.claim`` does it: generation, its partition-0 writer (fencing the
+    previous driver's), epoch, markers; its partition-0 watch."""
     gen, history = epoch.claim_generation(bootstrap, {}, names["ledger"], names["uid"], generation, slots, 0)
     assert gen == generation
+    names.setdefault("writers", []).append(epoch.driver_producer(bootstrap, {}, names["prefix"], unsafe))
     e, since = epoch.take(bootstrap, {}, names["ledger"], names["uid"])
     epoch.mark(bootstrap=bootstrap, sec={}, ledger_topic=names["ledger"], tx_prefix=names["prefix"],
                history=history, generation=gen, stream_uid=names["uid"], checkpoint_id=checkpoint, epoch=e,
@@ -76,7 +79,7 @@ def _start(bootstrap: str, names: dict, *, generation: int, slots: int, checkpoi
 @pytest.mark.parametrize("safety", ["on", "off"], ids=["stream-epoch", "negative-control-without-it"])
 def test_a_driver_of_another_generation_and_checkpoint_supersedes_the_old_one(bootstrap, names, safety):
     unsafe = frozenset() if safety == "on" else frozenset({"stream-epoch"})
-    ea, watch_a = _start(bootstrap, names, generation=0, slots=2, checkpoint="a")
+    ea, watch_a = _start(bootstrap, names, generation=0, slots=2, checkpoint="a", unsafe=unsafe)
     for slot in (0, 1):   # A's batch 0, ids 0..99
         _slot(bootstrap, names, generation=0, checkpoint="a", epoch_=ea, batch=0, slot=slot,
               ids=range(slot * 50, slot * 50 + 50), unsafe=unsafe)
@@ -107,15 +110,20 @@ def test_a_driver_of_another_generation_and_checkpoint_supersedes_the_old_one(bo
             assert f"newer driver (epoch {eb})" in str(exc)
             outcome.append("superseded")
     watch_b.check()
+    writer_a = names["writers"][0]
     ids = audit_ids(bootstrap, names["out"], set(range(200)), TIMEOUT)
     if safety == "on":
         assert outcome == ["superseded", "superseded"]
         with pytest.raises(DriverSuperseded, match=f"epoch {eb}"):
             watch_a.check()
+        # Past the watch (it looked just before B took its epoch): the write itself fails, B fenced its writer.
+        with pytest.raises(DriverSuperseded, match="ledger writer was fenced"):
+            epoch.write_driver_record(writer_a, names["ledger"], f"{names['uid']}/a/input/1", b"{}")
         assert ids.missing == list(range(100, 200)) and not ids.duplicates and ids.records == 100, ids.violations()
     else:   # the control: A's batch goes on as if nobody had started, ids B writes too
         assert outcome == ["wrote", "wrote"]
         assert ids.missing == [] and not ids.duplicates and ids.records == 200, ids.violations()
+        epoch.write_driver_record(writer_a, names["ledger"], f"{names['uid']}/a/input/1", b"{}")   # lands
     watch_a.close()
     watch_b.close()
 
