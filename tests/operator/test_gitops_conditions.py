@@ -1,13 +1,20 @@
 """Reconciling and Stalled, the kstatus conditions Flux reads, beside Ready/Progressing/Degraded: the rule
-(conditions.kstatus_conditions) and what the operator writes in every state (gitops_states.py)."""
+(conditions.kstatus_conditions), what the operator writes in every state (gitops_states.py), and the
+argocd-cm snippet in the chart README being the shipped Lua health checks. What kstatus itself and Argo CD's
+Lua make of the same documents: test_gitops_health.py."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 
 from eos_operator.conditions import kstatus_conditions, snapshot_kstatus_conditions
 
 from .gitops_states import gitops_states
 
+CHART = Path(__file__).resolve().parents[2] / "charts" / "spark-eos-operator"
 STATES = gitops_states()
 
 RUNNING = ("True", "Running", "driver Pod colors-driver-0 is running")
@@ -130,3 +137,23 @@ def test_stalled_keeps_its_transition_time_while_it_stays_stalled():
     rig.rec()
     again = next(c for c in rig.doc()["status"]["conditions"] if c["type"] == "Stalled")
     assert again == stalled
+
+
+# ---------------------------------------------------------------- the argocd-cm snippet in the chart README
+def argocd_cm_snippet() -> dict[str, str]:
+    text = (CHART / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "resource.customizations.health" in b]
+    assert len(blocks) == 1, "the chart README has one argocd-cm snippet with the health checks"
+    doc = yaml.safe_load(blocks[0])
+    assert (doc["kind"], doc["metadata"]["name"]) == ("ConfigMap", "argocd-cm")
+    return doc["data"]
+
+
+def test_the_readme_snippet_is_the_shipped_health_checks():
+    data = argocd_cm_snippet()
+    assert data == {
+        "resource.customizations.health.streaming.eos.dev_ExactlyOnceStream":
+            (CHART / "health" / "exactlyoncestream.lua").read_text(),
+        "resource.customizations.health.streaming.eos.dev_ExactlyOnceSnapshot":
+            (CHART / "health" / "exactlyoncesnapshot.lua").read_text(),
+    }
