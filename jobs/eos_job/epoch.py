@@ -201,8 +201,12 @@ def mark(*, bootstrap: str, sec: dict[str, str], ledger_topic: str, tx_prefix: s
                 log.warning("epoch marker of %s: %s; fencing again", txid, exc.args[0])
                 time.sleep(0.2 * 2 ** round_no)
 
+    # Other generations' markers first: the own generation's read of a slot partition must not meet one of
+    # them still open there (a ledger partition is per slot, shared by every generation): LedgerHeldBack.
+    own = [gs for gs in ids if gs[0] == generation and checkpoint_id is not None]
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(ids))), thread_name_prefix="eos-mark") as pool:
-        list(pool.map(lambda gs: one(*gs), ids))
+        for phase in ([gs for gs in ids if gs not in own], own):
+            list(pool.map(lambda gs: one(*gs), phase))
     log.info("driver epoch %d marked in %d transactional ids of %d generation(s) in %.0f ms", epoch, len(ids),
              len(history.generations), (time.monotonic() - t0) * 1000)
 
