@@ -10,15 +10,18 @@ Driver epochs: "never two drivers" without trusting that the old Pod is gone.
 A driver on an unreachable node, or a second driver started by hand, keeps
 running: its slot tasks fence the new driver's producers, and a fenced producer
 simply fences again. So every driver start takes the next epoch of the stream
-(recorded in ledger partition 0) and, before its query starts, stamps it on the
-newest ledger record of every slot of its checkpoint (fence, read, write the
-same record with the new epoch, commit: the slot's own transactional id, so
-the write path's fence-then-read order covers it). Every slot record the driver
-writes afterwards carries its epoch. A slot task reads its record after its own
-fence (step 2 of the write path); a record of a newer epoch means a newer
-driver runs the stream, and the task fails for good (``DriverSuperseded``)
-instead of fencing again. An older driver's commit that raced the stamp fails
-on the stamp's fence and, retried, reads the stamp.
+(recorded in ledger partition 0) and, before its query starts, marks it
+(``mark``): under every transactional id of every generation that ever wrote,
+it fences the id and writes an epoch marker into that slot's ledger partition,
+and on the newest record of each slot of its own checkpoint and generation it
+stamps the epoch. A slot task reads its record after its own fence (step 2 of
+the write path), back from the partition's end, so it meets every marker
+written since its last commit; a newer epoch there, or on its record, means a
+newer driver runs the stream, whatever generation or checkpoint this one has,
+and the task fails for good (``DriverSuperseded``) instead of fencing again.
+An older driver's commit that raced the marker fails on the marker's fence
+and, retried, reads it. The driver's own partition-0 writes are not
+transactional: ``EpochWatch`` looks for newer epochs before each.
 
 Two drivers that start within the same moment could read the same last epoch;
 the operator never starts two at once, so that takes a second driver started by
@@ -33,12 +36,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from . import faults, protocol
 from .contract import DriverSuperseded, JobFailed
 from .fencing import fence_config
-from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_latest
+from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_latest, records, watermarks
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,13 @@ def generation(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_ui
                slots: int, next_batch: int, slots_from: str = "key") -> int:
     """The generation this driver writes under, recorded in the ledger's generation history with its slot
     count and how its slots are derived (``job.slotsFrom``)."""
+    return claim_generation(bootstrap, sec, ledger_topic, stream_uid, requested, slots, next_batch, slots_from)[0]
+
+
+def claim_generation(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str, requested: int,
+                     slots: int, next_batch: int,
+                     slots_from: str = "key") -> tuple[int, protocol.GenerationHistory]:
+    """``generation`` and the history it wrote (every generation that ever wrote, this one included)."""
     consumer = ledger_consumer(bootstrap, sec)
     try:
         history = read_generations(consumer, ledger_topic, stream_uid)
@@ -65,7 +75,7 @@ def generation(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_ui
     if updated != history:
         produce_sync(idempotent_producer(bootstrap, sec), ledger_topic, protocol.BATCH_PARTITION,
                      protocol.generations_key(stream_uid), updated.encode())
-    return gen
+    return gen, updated
 
 
 def read_generations(consumer, ledger_topic: str, stream_uid: str,
@@ -75,11 +85,13 @@ def read_generations(consumer, ledger_topic: str, stream_uid: str,
                                                          timeout_s=timeout_s))
 
 
-def take(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str) -> int:
-    """The next epoch of the stream, recorded in the ledger."""
+def take(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str) -> tuple[int, int]:
+    """The next epoch of the stream, recorded in the ledger; and the offset of partition 0 from which an
+    ``EpochWatch`` looks for newer ones (the end before this driver's record)."""
     consumer = ledger_consumer(bootstrap, sec)
     try:
         raw = read_latest(consumer, ledger_topic, protocol.BATCH_PARTITION, protocol.epoch_key(stream_uid))
+        since = watermarks(consumer, ledger_topic, protocol.BATCH_PARTITION, 30.0)[1]
     finally:
         consumer.close()
     epoch = (protocol.EpochRecord.decode(raw).epoch if raw is not None else 0) + 1
@@ -87,40 +99,96 @@ def take(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str
                                   os.environ.get("HOSTNAME") or socket.gethostname())
     producer = idempotent_producer(bootstrap, sec)
     produce_sync(producer, ledger_topic, protocol.BATCH_PARTITION, protocol.epoch_key(stream_uid), record.encode())
-    return epoch
+    return epoch, since
 
 
-def stamp(*, bootstrap: str, sec: dict[str, str], ledger_topic: str, tx_prefix: str, generation: int,
-          stream_uid: str, checkpoint_id: str, slots: int, epoch: int, transaction_timeout_ms: int) -> None:
-    """Put ``epoch`` on every slot's newest ledger record of this checkpoint and generation."""
+class EpochWatch:
+    """The epochs taken in partition 0 since this driver took its own, read incrementally: before each
+    partition-0 write, a driver that a newer one superseded stops instead of writing (the writes are
+    idempotent, not transactional, so no fence stops them)."""
+
+    def __init__(self, bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str, epoch: int,
+                 since: int):
+        self.consumer = ledger_consumer(bootstrap, sec)
+        self.topic, self.key, self.epoch, self.position = ledger_topic, protocol.epoch_key(stream_uid).encode(), \
+            epoch, since
+
+    def check(self) -> None:
+        """Raise ``DriverSuperseded`` if a newer epoch of the stream was taken."""
+        high = watermarks(self.consumer, self.topic, protocol.BATCH_PARTITION, 30.0)[1]
+        newest = 0
+        if high > self.position:
+            for msg in records(self.consumer, self.topic, protocol.BATCH_PARTITION, self.position, high,
+                               time.monotonic() + 30.0):
+                if msg.key() == self.key and msg.value() is not None:
+                    newest = max(newest, protocol.EpochRecord.decode(msg.value()).epoch)
+            self.position = high
+        if newest > self.epoch:
+            raise DriverSuperseded(f"a newer driver (epoch {newest}) runs this stream; this one (epoch "
+                                   f"{self.epoch}) stops without writing to the ledger")
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+MARK_ROUNDS = 5
+
+
+def mark(*, bootstrap: str, sec: dict[str, str], ledger_topic: str, tx_prefix: str, history: protocol.GenerationHistory,
+         generation: int, stream_uid: str, checkpoint_id: str | None, epoch: int,
+         transaction_timeout_ms: int) -> None:
+    """Write ``epoch``'s marker into every ledger slot partition under every generation's transactional id of
+    it (the fence aborts what a driver of that generation left open), and stamp it on the newest record of
+    each slot of this checkpoint and generation."""
     t0 = time.monotonic()
+    ids = sorted({(g, slot) for g, slots, _ in history.generations for slot in range(slots)})
 
-    def one(slot: int) -> None:
-        txid = protocol.transactional_id(tx_prefix, generation, slot)
-        key = protocol.slot_key(stream_uid, checkpoint_id, generation, slot)
-        # A fencing producer (dense: no wait on librdkafka's sparse-connection timer; see eos_job.fencing).
-        producer = Producer({**fence_config(bootstrap, faults.transactional_id(txid), sec, dense=True),
-                             "transaction.timeout.ms": transaction_timeout_ms})
-        consumer = ledger_consumer(bootstrap, sec)
-        try:
-            producer.init_transactions(transaction_timeout_ms / 1000)      # fence first, then read
-            raw = read_latest(consumer, ledger_topic, protocol.ledger_partition(slot), key,
-                              held_back_ok=faults.unsafe("fence"))
+    def one(g: int, slot: int) -> None:
+        txid = protocol.transactional_id(tx_prefix, g, slot)
+        own = g == generation and checkpoint_id is not None
+        key = protocol.slot_key(stream_uid, checkpoint_id, g, slot) if own else None
+        for round_no in range(MARK_ROUNDS):
+            try:
+                return _mark_one(bootstrap, sec, ledger_topic, txid, slot, key, stream_uid, epoch,
+                                 transaction_timeout_ms)
+            except KafkaException as exc:
+                # A driver of that generation still running fenced the marker back: fence again.
+                if round_no == MARK_ROUNDS - 1:
+                    raise
+                log.warning("epoch marker of %s: %s; fencing again", txid, exc.args[0])
+                time.sleep(0.2 * 2 ** round_no)
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(ids))), thread_name_prefix="eos-mark") as pool:
+        list(pool.map(lambda gs: one(*gs), ids))
+    log.info("driver epoch %d marked in %d transactional ids of %d generation(s) in %.0f ms", epoch, len(ids),
+             len(history.generations), (time.monotonic() - t0) * 1000)
+
+
+def _mark_one(bootstrap: str, sec: dict[str, str], ledger_topic: str, txid: str, slot: int, key: str | None,
+              stream_uid: str, epoch: int, transaction_timeout_ms: int) -> None:
+    # A fencing producer (dense: no wait on librdkafka's sparse-connection timer; see eos_job.fencing).
+    producer = Producer({**fence_config(bootstrap, faults.transactional_id(txid), sec, dense=True),
+                         "transaction.timeout.ms": transaction_timeout_ms})
+    consumer = ledger_consumer(bootstrap, sec) if key is not None else None
+    partition = protocol.ledger_partition(slot)
+    try:
+        producer.init_transactions(transaction_timeout_ms / 1000)      # fence first, then read
+        stamped = None
+        if key is not None:
+            raw = read_latest(consumer, ledger_topic, partition, key, held_back_ok=faults.unsafe("fence"))
             recorded = protocol.SlotLedgerRecord.decode(raw) if raw is not None else None
             if recorded is not None and recorded.epoch > epoch:
                 raise DriverSuperseded(f"slot {slot} carries epoch {recorded.epoch}, newer than this "
-                                              f"driver's {epoch}: another driver started since")
+                                       f"driver's {epoch}: another driver started since")
             stamped = replace(recorded, epoch=epoch) if recorded is not None else \
                 protocol.SlotLedgerRecord(batch=-1, count=0, digest=0, epoch=epoch)
-            producer.begin_transaction()
-            producer.produce(ledger_topic, value=stamped.encode(), key=key.encode(),
-                             partition=protocol.ledger_partition(slot))
-            producer.commit_transaction(transaction_timeout_ms / 1000)
-        finally:
+        producer.begin_transaction()
+        producer.produce(ledger_topic, value=protocol.EpochRecord(epoch).encode(),
+                         key=protocol.epoch_key(stream_uid).encode(), partition=partition)
+        if stamped is not None:
+            producer.produce(ledger_topic, value=stamped.encode(), key=key.encode(), partition=partition)
+        producer.commit_transaction(transaction_timeout_ms / 1000)
+    finally:
+        if consumer is not None:
             consumer.close()
-            producer.flush(0)
-
-    with ThreadPoolExecutor(max_workers=min(8, slots), thread_name_prefix="eos-stamp") as pool:
-        list(pool.map(one, range(slots)))
-    log.info("driver epoch %d stamped on %d slots in %.0f ms", epoch, slots, (time.monotonic() - t0) * 1000)
-
+        producer.flush(0)

@@ -301,8 +301,11 @@ def list_offsets(admin: AdminClient, tps: list[TopicPartition], spec, timeout_s:
 
 
 def read_latest(consumer: Consumer, topic: str, partition: int, key: str, *,
-                timeout_s: float = 30.0, held_back_ok: bool = False) -> bytes | None:
-    """The value of the newest committed record with ``key`` in one ledger partition.
+                timeout_s: float = 30.0, held_back_ok: bool = False,
+                met: dict[bytes, list[bytes]] | None = None) -> bytes | None:
+    """The value of the newest committed record with ``key`` in one ledger partition; the values of the keys
+    of ``met`` that the read passed on its way back from the end (at least every one newer than the answer)
+    are appended to their lists.
 
     Call it only after the partition's writer was fenced: then no open
     transaction holds the read_committed end back and the read is complete.
@@ -313,7 +316,7 @@ def read_latest(consumer: Consumer, topic: str, partition: int, key: str, *,
     end, window = high, 8
     while end > low:
         start = max(low, end - window)
-        found = _scan(consumer, topic, partition, start, end, want, deadline, held_back_ok)
+        found = _scan(consumer, topic, partition, start, end, want, deadline, held_back_ok, met)
         if found is not None:
             return found
         end, window = start, window * 8
@@ -321,11 +324,13 @@ def read_latest(consumer: Consumer, topic: str, partition: int, key: str, *,
 
 
 def _scan(consumer: Consumer, topic: str, partition: int, start: int, end: int, want: bytes,
-          deadline: float, held_back_ok: bool = False) -> bytes | None:
+          deadline: float, held_back_ok: bool = False, met: dict[bytes, list[bytes]] | None = None) -> bytes | None:
     found = None
     for msg in records(consumer, topic, partition, start, end, deadline, held_back_ok):
         if msg.key() == want:
             found = msg.value()
+        elif met is not None and msg.key() in met and msg.value() is not None:
+            met[msg.key()].append(msg.value())
     return found
 
 

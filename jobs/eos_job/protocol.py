@@ -57,7 +57,9 @@ def history_prefix(stream_uid: str, checkpoint_id: str) -> str:
 
 
 def epoch_key(stream_uid: str) -> str:
-    """The stream's driver epoch (partition 0): every driver start takes the next one."""
+    """The stream's driver epoch: in partition 0 every driver start takes the next one; in every slot
+    partition the same key is the epoch marker a starting driver writes under every generation's
+    transactional id of that partition (``eos_job.epoch.mark``)."""
     return f"{stream_uid}/epoch"
 
 
@@ -212,15 +214,20 @@ class SlotDecision:
 
 
 def decide_slot(batch: int, recorded: SlotLedgerRecord | None, *, input: str = "",
-                output_hash: str = "", epoch: int = 0) -> SlotDecision:
+                output_hash: str = "", epoch: int = 0, stream_epoch: int = 0) -> SlotDecision:
     """Step 2 of the write path, after the fence: write, skip because already committed, or refuse.
 
     A recorded batch later than ``batch`` happens after restoring an older
     snapshot of the same checkpoint: those batches are in the sink already (the
     driver made sure, from the ledger's batch history, that ``batch`` is the same
     input as then). The same batch number under another input or another spec is
-    never skipped on its number, and never written on top: refused.
+    never skipped on its number, and never written on top: refused. ``stream_epoch`` is the newest epoch
+    marker the slot's read met in its ledger partition: a newer driver of the stream, whatever its
+    generation or checkpoint, supersedes this one.
     """
+    if epoch and stream_epoch > epoch:
+        return SlotDecision(SlotAction.SUPERSEDED, recorded, f"a newer driver (epoch {stream_epoch}) runs this "
+                            f"stream; this one (epoch {epoch}) stops without writing")
     if recorded is None:
         return SlotDecision(SlotAction.WRITE, None, "no ledger record for this slot")
     if epoch and recorded.epoch > epoch:

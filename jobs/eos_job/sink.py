@@ -172,20 +172,16 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
     for round_no in range(MAX_FENCE_ROUNDS):
         clients = _slot_clients(cfg, slot, fresh=round_no > 0)
         try:
-            raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key,
-                              held_back_ok=unfenced)
-            recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
+            recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced)
             if not clients.fresh and (recorded is None or clients.last_commit != (cfg.ledger_topic, key,
                                                                                   recorded.batch)):
                 # The slot moved to another Python worker and back: that worker's fence made this
                 # producer useless. Fence again now (fence, then read) rather than fail mid-transaction.
                 clients = _slot_clients(cfg, slot, fresh=True)
-                raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key,
-                                  held_back_ok=unfenced)
-                recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
+                recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced)
             clients.fresh = False
             decision = protocol.decide_slot(cfg.batch, recorded, input=cfg.input, output_hash=cfg.output_hash,
-                                            epoch=cfg.epoch)
+                                            epoch=cfg.epoch, stream_epoch=stream_epoch)
             if decision.action is SlotAction.SUPERSEDED:
                 raise DriverSuperseded(f"slot {slot}: {decision.reason}")
             if decision.action is SlotAction.REFUSE:
@@ -228,6 +224,21 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
             raise
     raise RuntimeError(f"slot {slot} of batch {cfg.batch}: could not commit after {MAX_FENCE_ROUNDS} fenced "
                        f"attempts; last error: {last_exc}") from last_exc
+
+
+def _read_slot(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str,
+               unfenced: bool) -> tuple[SlotLedgerRecord | None, int]:
+    """Step 2 of the write path, after the fence: the slot's newest ledger record, and the newest epoch
+    marker the read met on its way back to it (a driver that started since this slot's last commit marked
+    the partition under every generation's transactional id: ``eos_job.epoch.mark``)."""
+    marker = protocol.epoch_key(cfg.stream_uid).encode()
+    met: dict[bytes, list[bytes]] = {marker: []}
+    raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key,
+                      held_back_ok=unfenced, met=met)
+    recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
+    if faults.unsafe("stream-epoch", cfg.unsafe):
+        return recorded, 0
+    return recorded, max((protocol.EpochRecord.decode(v).epoch for v in met[marker]), default=0)
 
 
 def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str, rows: SlotRows,

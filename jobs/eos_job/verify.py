@@ -75,7 +75,7 @@ def ledger_monotone(bootstrap: str, ledger_topic: str, timeout_s: float = 60.0) 
     seen: dict[tuple[int, bytes], tuple[int, int]] = {}
     problems = []
     for m in read_committed(bootstrap, ledger_topic, timeout_s):
-        if m.partition() == protocol.BATCH_PARTITION:
+        if m.partition() == protocol.BATCH_PARTITION or m.key().endswith(b"/epoch"):   # epoch markers
             continue
         rec = protocol.SlotLedgerRecord.decode(m.value())
         k = (m.partition(), m.key())

@@ -59,6 +59,7 @@ class BatchWriter:
         self.last_done: int | None = None
         self._ckpt_id: str | None = None
         self._producer = None
+        self._watch = None      # epoch.EpochWatch, from claim
         self._nondet_total: int | None = None   # continued from the ledger's last batch record
         # The ledger's batch history of this checkpoint beyond its last commit (load_history): what each
         # batch number was, so a batch is checked to be that input before it runs.
@@ -87,20 +88,22 @@ class BatchWriter:
 
     def claim(self, ckpt: Path) -> int:
         """This driver's generation (the ledger's history may know a later one) and epoch (the next of the
-        stream, stamped on every slot of the checkpoint). Returns the epoch."""
+        stream, marked in every slot partition under every generation's transactional id, and stamped on every
+        slot of the checkpoint). Returns the epoch."""
         from . import epoch
         b = self.base
         last = checkpoint.last_committed_batch(ckpt)
-        b["generation"] = epoch.generation(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"],
-                                           b["generation"], self.slots, 0 if last is None else last + 1,
-                                           self.slots_from)
-        e = epoch.take(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
-        ckpt_id = checkpoint.checkpoint_id(ckpt)
-        if ckpt_id is not None:   # a fresh checkpoint has no records to stamp: its keys are new
-            epoch.stamp(bootstrap=b["bootstrap"], sec=self.sec, ledger_topic=b["ledger_topic"],
-                        tx_prefix=b["tx_prefix"], generation=b["generation"], stream_uid=b["stream_uid"],
-                        checkpoint_id=ckpt_id, slots=self.slots, epoch=e,
-                        transaction_timeout_ms=b["transaction_timeout_ms"])
+        b["generation"], history = epoch.claim_generation(b["bootstrap"], self.sec, b["ledger_topic"],
+                                                          b["stream_uid"], b["generation"], self.slots,
+                                                          0 if last is None else last + 1, self.slots_from)
+        e, since = epoch.take(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
+        # A fresh checkpoint has no records to stamp (its keys are new); its generation's ids are marked.
+        epoch.mark(bootstrap=b["bootstrap"], sec=self.sec, ledger_topic=b["ledger_topic"], tx_prefix=b["tx_prefix"],
+                   history=history, generation=b["generation"], stream_uid=b["stream_uid"],
+                   checkpoint_id=checkpoint.checkpoint_id(ckpt), epoch=e,
+                   transaction_timeout_ms=b["transaction_timeout_ms"])
+        if not faults.unsafe("stream-epoch", b["unsafe"]):
+            self._watch = epoch.EpochWatch(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"], e, since)
         b["epoch"] = e
         return e
 
@@ -213,6 +216,8 @@ class BatchWriter:
         self._nondet_total = nondet_total
 
     def _write_ledger(self, key: str, value: bytes, more: tuple = ()) -> None:
+        if self._watch is not None:
+            self._watch.check()    # a superseded driver writes nothing more to partition 0
         produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION, key, value,
                      more=more)
 

@@ -123,6 +123,17 @@ def test_a_slot_of_a_superseded_driver_stops_instead_of_fencing_again():
     assert decide_slot(0, stamped_empty, epoch=6).action is SlotAction.WRITE
 
 
+def test_a_slot_that_met_a_newer_epoch_marker_stops_whatever_its_own_key_says():
+    """A driver of another generation or checkpoint marked the slot's partition: the slot's own record (or
+    none) says nothing of it."""
+    own = SlotLedgerRecord(batch=4, count=1, digest=1, epoch=5)
+    for recorded in (own, None):
+        d = decide_slot(5, recorded, epoch=5, stream_epoch=7)
+        assert d.action is SlotAction.SUPERSEDED and "epoch 7" in d.reason
+    assert decide_slot(5, own, epoch=5, stream_epoch=5).action is SlotAction.WRITE    # its own marker
+    assert decide_slot(5, own, epoch=7, stream_epoch=5).action is SlotAction.WRITE    # an older driver's
+
+
 def test_the_newer_drivers_history_record_wins_over_a_late_write_of_an_older_one():
     late_zombie = BatchHistoryRecord(9, 0, 2, B, "z", epoch=4)     # written last, by the superseded driver
     newer = BatchHistoryRecord(9, 0, 2, A, "n", complete=True, epoch=5)

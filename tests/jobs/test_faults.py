@@ -2,6 +2,7 @@
 driver at their named points (the real kills are exercised by tests/e2e/test_job_runtime.py)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ import pytest
 
 from eos_job import faults, poison, protocol, runtime, sink
 from eos_job import writer as writer_module
+from eos_job.contract import DriverSuperseded
 from eos_job.faults import Faults
 from eos_job.protocol import SlotLedgerRecord
 
@@ -197,6 +199,24 @@ def test_the_sink_calls_the_hooks_around_the_slot_transaction(fake_sink):
     assert calls == ["before 3/1", "commit", "committed 3/1"]
 
 
+def test_a_slot_stops_on_a_newer_marker_its_read_met_unless_stream_epoch_is_switched_off(monkeypatch, fake_sink):
+    calls, _ = fake_sink
+    marker = protocol.epoch_key("u").encode()
+
+    def read_latest(consumer, topic, partition, key, met=None, **_):
+        met[marker] += [protocol.EpochRecord(9).encode(), protocol.EpochRecord(4).encode()]
+        return None
+
+    monkeypatch.setattr(sink, "read_latest", read_latest)
+    cfg = dataclasses.replace(_cfg(3), stream_uid="u", epoch=8)
+    with pytest.raises(DriverSuperseded, match="epoch 9"):
+        sink.write_slot(cfg, 1, 0, _slot_rows(4))
+    assert calls == []
+    unsafe = dataclasses.replace(cfg, unsafe=frozenset({"stream-epoch"}))
+    assert not sink.write_slot(unsafe, 1, 0, _slot_rows(4)).skipped        # the control writes
+    assert calls == ["before 3/1", "commit", "committed 3/1"]
+
+
 def test_no_hook_runs_for_a_skipped_or_empty_slot(fake_sink):
     calls, _ = fake_sink
     sink.write_slot(_cfg(3), 1, 0, _slot_rows(4))
@@ -232,7 +252,7 @@ def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypa
         (tmp_path / "offsets" / str(n)).write_text(f'v1\n{{"batchTimestampMs":1}}\n{{"t":{{"0":{n * 10}}}}}\n')
     writer = runtime.BatchWriter.__new__(runtime.BatchWriter)
     writer.__dict__.update(slots=2, slots_from="key", lock=threading.Lock(), stopping=False, summary=runtime.RunSummary("Running"),
-                           last_done=None, _ckpt_id="c", _producer=object(), _nondet_total=0,
+                           last_done=None, _ckpt_id="c", _producer=object(), _nondet_total=0, _watch=None,
                            config=SimpleNamespace(checkpoint_dir=str(tmp_path)), base=dict(BASE, epoch=3), history={},
                            output_hash="h", checked=True)
     monkeypatch.setattr(writer, "_source_positions", lambda batch: {}, raising=False)
