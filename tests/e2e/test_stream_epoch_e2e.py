@@ -11,8 +11,10 @@ upgrade launches it. B commits a few batches; then A's processes are continued, 
 A's slots fence their own transactional ids ``<prefix>-<g>-<p>`` and read their own ledger keys
 ``uid/ckpt/g/p``: B's epoch stamp is on generation g+1's keys only. With the stream epoch, B's start wrote an
 epoch marker into every slot partition of the ledger under every generation's transactional id, and A stops
-for good (termination reason Superseded, naming B's epoch) before it writes anything; every id is in the
-output once. Without it (``EOS_UNSAFE_DISABLE=stream-epoch`` in A's environment: the markers are still
+for good (termination reason Superseded, naming B's epoch) at its first batch, before it writes anything;
+every id is in the output once. (Here the driver's look at partition 0 stops A, before it records the batch's
+input: A was stopped between batches, as it must be for B to start with another slot count, since a batch
+generation g started is refused by generation g+1; the slots' markers are the stack test's.) Without it (``EOS_UNSAFE_DISABLE=stream-epoch`` in A's environment: the markers are still
 written, A ignores them) A goes on writing what B writes too, and the unique-id audit reports the duplicates.
 
 A zombie of another checkpoint identity than B's is not a variant of this test: a restore copies the
