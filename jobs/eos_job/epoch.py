@@ -41,7 +41,8 @@ from confluent_kafka import KafkaException, Producer
 from . import faults, protocol
 from .contract import DriverSuperseded, JobFailed
 from .fencing import fence_config
-from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_latest, records, watermarks
+from .ledger import (idempotent_producer, ledger_consumer, produce_sync, read_latest, records, refuse_foreign,
+                     watermarks)
 
 log = logging.getLogger(__name__)
 
@@ -103,23 +104,28 @@ def take(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str
 
 
 class EpochWatch:
-    """The epochs taken in partition 0 since this driver took its own, read incrementally: before each
-    partition-0 write, a driver that a newer one superseded stops instead of writing (the writes are
-    idempotent, not transactional, so no fence stops them)."""
+    """Partition 0 since this driver took its epoch, read incrementally: before each partition-0 write, a
+    driver that a newer one superseded stops instead of writing (the writes are idempotent, not
+    transactional, so no fence stops them). It also reads the few records before its epoch, and refuses any
+    record of another stream: of two streams started together on one empty ``ledgerTopic``, whose start
+    checks (``ledger.check_ledger_topic``) both saw none of the other's records, at least one meets the
+    other's here before it records a batch."""
 
     def __init__(self, bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str, epoch: int,
                  since: int):
         self.consumer = ledger_consumer(bootstrap, sec)
-        self.topic, self.key, self.epoch, self.position = ledger_topic, protocol.epoch_key(stream_uid).encode(), \
-            epoch, since
+        self.topic, self.uid, self.epoch = ledger_topic, stream_uid, epoch
+        self.key = protocol.epoch_key(stream_uid).encode()
+        self.position = max(0, since - 8)    # the start check read up to about there
 
     def check(self) -> None:
         """Raise ``DriverSuperseded`` if a newer epoch of the stream was taken."""
-        high = watermarks(self.consumer, self.topic, protocol.BATCH_PARTITION, 30.0)[1]
+        low, high = watermarks(self.consumer, self.topic, protocol.BATCH_PARTITION, 30.0)
         newest = 0
-        if high > self.position:
-            for msg in records(self.consumer, self.topic, protocol.BATCH_PARTITION, self.position, high,
+        if high > max(low, self.position):
+            for msg in records(self.consumer, self.topic, protocol.BATCH_PARTITION, max(low, self.position), high,
                                time.monotonic() + 30.0):
+                refuse_foreign(self.topic, self.uid, msg.key())
                 if msg.key() == self.key and msg.value() is not None:
                     newest = max(newest, protocol.EpochRecord.decode(msg.value()).epoch)
             self.position = high

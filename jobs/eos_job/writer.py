@@ -15,7 +15,8 @@ from pathlib import Path
 
 from . import checkpoint, faults, protocol, source_slots
 from .contract import BatchRefused, JobFailed
-from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_history, sink_security
+from .ledger import (admin_client, base_config, idempotent_producer, ledger_consumer, produce_sync, read_history,
+                     sink_security)
 from .request_limits import SinkLimits
 from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
 from .spec import RunConfig
@@ -141,6 +142,8 @@ class BatchWriter:
             recorded = self.history.get(batch_id)
             if self.checked:
                 verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash)
+                if verdict.action == "refuse" and self._untouched(recorded, ckpt_id, batch_id):
+                    verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash, untouched=True)
                 if verdict.action == "refuse":
                     raise BatchRefused(verdict.reason)
                 if verdict.action == "replan":
@@ -189,6 +192,21 @@ class BatchWriter:
             log.info("batch %d committed: %d records, %d/%d slots skipped as already committed, %d dead letters%s "
                      "(%.0f ms)", batch_id, count, skipped, self.slots, dead,
                      f", {nondet} NON-DETERMINISTIC slots" if nondet else "", (time.monotonic() - t0) * 1000)
+
+    def _untouched(self, recorded: protocol.BatchHistoryRecord, ckpt_id: str, batch_id: int) -> bool:
+        """No slot of the generation that recorded the batch holds it or a later one. Read after this driver's
+        start fenced every generation's transactional ids (``epoch.mark``), so none of them commits later."""
+        from .ledger_scan import read_latest_many
+        uid, topic = self.base["stream_uid"], self.base["ledger_topic"]
+        wants = {protocol.ledger_partition(s): protocol.slot_key(uid, ckpt_id, recorded.generation, s)
+                 for s in range(recorded.slots)}
+        admin = admin_client(base_config(self.base["bootstrap"], self.sec))
+        consumer = ledger_consumer(self.base["bootstrap"], self.sec)
+        try:
+            latest = read_latest_many(admin, consumer, topic, wants)
+        finally:
+            consumer.close()
+        return all(raw is None or protocol.SlotLedgerRecord.decode(raw).batch < batch_id for raw in latest.values())
 
     def _slot_map(self, df, planned: protocol.Ranges) -> tuple[int, ...]:
         """job.slotsFrom sourcePartitions: the slot of each of the batch's tasks (source_slots); () by key."""
