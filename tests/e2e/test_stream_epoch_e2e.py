@@ -12,10 +12,13 @@ A's slots fence their own transactional ids ``<prefix>-<g>-<p>`` and read their 
 ``uid/ckpt/g/p``: B's epoch stamp is on generation g+1's keys only. With the stream epoch, B's start wrote an
 epoch marker into every slot partition of the ledger under every generation's transactional id, and A stops
 for good (termination reason Superseded, naming B's epoch) at its first batch, before it writes anything;
-every id is in the output once. (Here the driver's look at partition 0 stops A, before it records the batch's
-input: A was stopped between batches, as it must be for B to start with another slot count, since a batch
-generation g started is refused by generation g+1; the slots' markers are the stack test's.) Without it (``EOS_UNSAFE_DISABLE=stream-epoch`` in A's environment: the markers are still
-written, A ignores them) A goes on writing what B writes too, and the unique-id audit reports the duplicates.
+every id is in the output once. Here the driver's look at partition 0 (``EpochWatch``) stops A, before it
+records the batch's input; its slots never run. A was stopped between batches, so that B, with another slot
+count, restores a clean cut (a batch generation g partly committed is refused by generation g+1); the slots'
+own meeting with the markers is the stack test's (``tests/stack/test_stream_epoch.py``). Without the stream
+epoch (``EOS_UNSAFE_DISABLE=stream-epoch`` in A's environment: the markers are still written, A ignores them
+and its partition-0 watch) A goes on writing what B writes too, and the unique-id audit reports the
+duplicates.
 
 A zombie of another checkpoint identity than B's is not a variant of this test: a restore copies the
 checkpoint's ``metadata`` file, and with it the identity (``snapshot.restore_snapshot``,
@@ -47,6 +50,17 @@ def _committed(run) -> list[int]:
     if not run.log_path.exists():
         return []
     return [int(n) for n in re.findall(r"batch (\d+) committed:", run.log_path.read_text(errors="replace"))]
+
+
+def _until(check, what: str, timeout: float, *alive) -> None:
+    """``wait_until(check)``, failing at once, with its log's tail, when a driver of ``alive`` exits."""
+    def gone():
+        return next((run for run in alive if run.proc.poll() is not None), None)
+
+    wait_until(lambda: check() or gone() is not None, what, timeout, alive[0].log_tail if alive else lambda: "")
+    run = gone()
+    assert run is None or check(), (f"driver {run.workdir.name.upper()} exited {run.proc.returncode} while waiting "
+                                    f"for {what}:\n{run.log_tail(30)}")
 
 
 def _stop_tree(root: int) -> list[int]:
@@ -105,9 +119,9 @@ def test_a_stopped_driver_of_an_older_generation_stops_when_it_comes_back(colors
     stopped: list[int] = []
     try:
         feed.start()
-        wait_until(lambda: len(_committed(a)) >= 2, "driver A to commit two batches", 240, a.log_tail)
+        _until(lambda: len(_committed(a)) >= 2, "driver A to commit two batches", 240, a)
         # Between two batches: nothing arrives while A catches up, so it logs no next batch before it stops
-        # (a restore with another slot count refuses a batch the older generation started).
+        # (a restore with another slot count refuses a batch the older generation partly committed).
         feed.hold()
         wait_consumed(a, a.live_checkpoint)
         stopped = _stop_tree(a.proc.pid)
@@ -126,14 +140,13 @@ def test_a_stopped_driver_of_an_older_generation_stops_when_it_comes_back(colors
         b.config_path.write_text(yaml.safe_dump(_config_b(cfg, restored, snap).model_dump(by_alias=True,
                                                                                           mode="json")))
         b.start()
-        wait_until(lambda: len([n for n in _committed(b) if n > at]) >= 3, "driver B to commit three batches",
-                   300, b.log_tail)
+        _until(lambda: len([n for n in _committed(b) if n > at]) >= 3, "driver B to commit three batches", 300, b)
 
         _continue_tree(stopped)
         stopped = []
         # A stops at its first batch; or, superseded by nothing, it writes its backlog's batches beside B.
-        wait_until(lambda: a.proc.poll() is not None or len(_committed(a)) >= batches_before + 3,
-                   "driver A to stop, or to commit three more batches, once it came back", 240, a.log_tail)
+        _until(lambda: a.proc.poll() is not None or len(_committed(a)) >= batches_before + 3,
+               "driver A to stop, or to commit three more batches, once it came back", 240, b)
         assert b.proc.poll() is None, b.log_tail(60)
     finally:
         _continue_tree(stopped)       # a failed wait leaves no stopped process behind (the fixture kills it)
