@@ -41,7 +41,8 @@ from confluent_kafka import KafkaException, Producer
 from . import faults, protocol
 from .contract import DriverSuperseded, JobFailed
 from .fencing import fence_config
-from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_latest, records, watermarks
+from .ledger import (SinkUnavailable, base_config, idempotent_producer, ledger_consumer, produce_sync, read_latest,
+                     records, refuse_foreign, watermarks)
 
 log = logging.getLogger(__name__)
 
@@ -103,23 +104,28 @@ def take(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str
 
 
 class EpochWatch:
-    """The epochs taken in partition 0 since this driver took its own, read incrementally: before each
-    partition-0 write, a driver that a newer one superseded stops instead of writing (the writes are
-    idempotent, not transactional, so no fence stops them)."""
+    """Partition 0 since this driver took its epoch, read incrementally: before each partition-0 write, a
+    driver that a newer one superseded stops instead of writing (the writes are idempotent, not
+    transactional, so no fence stops them). It also reads the few records before its epoch, and refuses any
+    record of another stream: of two streams started together on one empty ``ledgerTopic``, whose start
+    checks (``ledger.check_ledger_topic``) both saw none of the other's records, at least one meets the
+    other's here before it records a batch."""
 
     def __init__(self, bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str, epoch: int,
                  since: int):
         self.consumer = ledger_consumer(bootstrap, sec)
-        self.topic, self.key, self.epoch, self.position = ledger_topic, protocol.epoch_key(stream_uid).encode(), \
-            epoch, since
+        self.topic, self.uid, self.epoch = ledger_topic, stream_uid, epoch
+        self.key = protocol.epoch_key(stream_uid).encode()
+        self.position = max(0, since - 8)    # the start check read up to about there
 
     def check(self) -> None:
         """Raise ``DriverSuperseded`` if a newer epoch of the stream was taken."""
-        high = watermarks(self.consumer, self.topic, protocol.BATCH_PARTITION, 30.0)[1]
+        low, high = watermarks(self.consumer, self.topic, protocol.BATCH_PARTITION, 30.0)
         newest = 0
-        if high > self.position:
-            for msg in records(self.consumer, self.topic, protocol.BATCH_PARTITION, self.position, high,
+        if high > max(low, self.position):
+            for msg in records(self.consumer, self.topic, protocol.BATCH_PARTITION, max(low, self.position), high,
                                time.monotonic() + 30.0):
+                refuse_foreign(self.topic, self.uid, msg.key())
                 if msg.key() == self.key and msg.value() is not None:
                     newest = max(newest, protocol.EpochRecord.decode(msg.value()).epoch)
             self.position = high
@@ -129,6 +135,43 @@ class EpochWatch:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def driver_producer(bootstrap: str, sec: dict[str, str], tx_prefix: str, unsafe: frozenset[str]) -> Producer:
+    """The driver's partition-0 writer, transactional under ``<prefix>-driver``: its ``init_transactions``, at
+    the driver's start before it takes its epoch, fences the previous driver's, so a superseded driver's
+    next batch record fails (``write_driver_record``) instead of landing after the newer driver's. With
+    ``stream-epoch`` switched off (the negative control) an id of its own that fences nothing."""
+    txid = protocol.driver_transactional_id(tx_prefix)
+    if faults.unsafe("stream-epoch", unsafe):
+        txid = f"{txid}-unfenced-{os.getpid()}-{time.time_ns()}"
+    producer = Producer({**base_config(bootstrap, sec), "transactional.id": txid, "acks": "all", "linger.ms": 0,
+                         "transaction.timeout.ms": DRIVER_TRANSACTION_MS})
+    producer.init_transactions(30)
+    return producer
+
+
+# A batch record's transaction lasts milliseconds: one left open by a killed driver holds partition 0's last
+# stable offset back only this long, if no newer driver fences it first.
+DRIVER_TRANSACTION_MS = 10_000
+
+
+def write_driver_record(producer: Producer, topic: str, key: str, value: bytes,
+                        more: tuple[tuple[str, bytes | None], ...] = ()) -> None:
+    """``key: value`` (then ``more``) to partition 0 in one transaction of the driver's producer."""
+    try:
+        producer.begin_transaction()
+        for k, v in ((key, value), *more):
+            producer.produce(topic, value=v, key=k.encode(), partition=protocol.BATCH_PARTITION)
+        producer.commit_transaction(30)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if err.fatal():
+            raise DriverSuperseded(f"this driver's ledger writer was fenced ({err.str()}): a newer driver of the "
+                                   "stream started; this one stops without writing to the ledger") from exc
+        if err.txn_requires_abort():
+            producer.abort_transaction(30)
+        raise SinkUnavailable(f"could not write to {topic}[{protocol.BATCH_PARTITION}]: {err}") from exc
 
 
 MARK_ROUNDS = 5

@@ -211,13 +211,16 @@ def check_ledger_topic(admin: AdminClient, consumer: Consumer, topic: str, strea
                               "cleanup.policy=compact)")
     durability_problem(topic, describe_topics(admin, timeout_s).get(topic), entries, durability)
     low, high = watermarks(consumer, topic, protocol.BATCH_PARTITION, timeout_s)
-    mine = f"{stream_uid}/".encode()
     for msg in records(consumer, topic, protocol.BATCH_PARTITION, max(low, high - 8), high,
                        time.monotonic() + timeout_s):
-        if msg.key() is not None and not msg.key().startswith(mine):
-            raise SinkUnavailable(f"ledger topic {topic!r} holds records of another stream (key "
-                                  f"{msg.key()[:80]!r}): a ledger belongs to one stream. Give this stream its own "
-                                  "sink.ledgerTopic")
+        refuse_foreign(topic, stream_uid, msg.key())
+
+
+def refuse_foreign(topic: str, stream_uid: str, key: bytes | None) -> None:
+    """A partition-0 record of another stream: this ledger is shared, which the protocol cannot allow."""
+    if key is not None and not key.startswith(f"{stream_uid}/".encode()):
+        raise SinkUnavailable(f"ledger topic {topic!r} holds records of another stream (key {key[:80]!r}): a "
+                              "ledger belongs to one stream. Give this stream its own sink.ledgerTopic")
 
 
 def durability_problem(topic: str, md, entries: dict[str, str], need: Durability) -> None:

@@ -36,6 +36,11 @@ def transactional_id(prefix: str, generation: int, slot: int) -> str:
     return f"{prefix}-{generation}-{slot}"
 
 
+def driver_transactional_id(prefix: str) -> str:
+    """The driver's partition-0 writer: one per stream, so each driver start fences the previous driver's."""
+    return f"{prefix}-driver"
+
+
 def slot_key(stream_uid: str, checkpoint_id: str, generation: int, slot: int) -> str:
     # The checkpoint identity keeps a fresh (stateless) checkpoint, whose batch
     # numbers restart at 0, from inheriting the old checkpoint's skips.
@@ -300,8 +305,12 @@ class BatchVerdict:
 
 
 def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None, generation: int,
-                output_hash: str) -> BatchVerdict:
-    """Before batch N's slots run: is N the input the ledger says N was, and may it run under this spec?"""
+                output_hash: str, untouched: bool = False) -> BatchVerdict:
+    """Before batch N's slots run: is N the input the ledger says N was, and may it run under this spec?
+
+    ``untouched``: no slot of the generation that recorded N holds N (read after this driver's start fenced
+    every generation's ids): the record is an intent none of whose slots committed (a driver superseded,
+    or stopped, before its first slot commit), so N is not partial and runs under this spec."""
     if recorded is None:
         return BatchVerdict("run", "the ledger has no record of this batch")
     if not same_input(planned, recorded.input):
@@ -310,6 +319,9 @@ def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None
             f"checkpoint is {describe_ranges(recorded.input)}: skipping it by its number would lose records and "
             "writing it would duplicate them, so nothing was written. Another driver recorded it since this one "
             "started; the restart re-runs the ledger's batches before planning new ones"))
+    if not recorded.complete and untouched:
+        return BatchVerdict("run", f"the ledger's record of batch {batch} (generation {recorded.generation}) is an "
+                                   "intent none of whose slots committed")
     if recorded.generation != generation:
         if recorded.complete:
             return BatchVerdict("skip", f"batch {batch} is complete in the sink (generation "

@@ -137,6 +137,7 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
     held_before = open_transaction_partitions(admin, topics, watched, timeout_s)
     txids = [protocol.transactional_id(stream.transactional_prefix, g, slot)
              for g, n in sorted(to_fence.items()) for slot in range(n)]
+    txids.append(protocol.driver_transactional_id(stream.transactional_prefix))   # the driver's partition-0 writer
     brokers = getattr(admin, "_eos_brokers", 0)
     fenced = fence_all(sink.bootstrap_servers, txids, timeout_s, sec, pool_size=fence_pool,
                        dense=0 < brokers <= DENSE_MAX_BROKERS if dense_fences is None else dense_fences)

@@ -65,5 +65,6 @@ class ExactlyOnceSnapshotStatus(Model):
         "Ready: True once Completed. False with reason Pending, InProgress, Failed or Deleting, or what holds "
         "the current Pod up: SnapshotStartBlocked (it cannot start: ErrImagePull, ImagePullBackOff, "
         "CreateContainerConfigError, Unschedulable; the cause in the message), Refused (the API server refused "
-        "its create; the server's message, retried every 30 s)."))
+        "its create; the server's message, retried every 30 s). Reconciling (kstatus): True until Completed or "
+        "Failed; Stalled: True once Failed."))
     observed_generation: int | None = None

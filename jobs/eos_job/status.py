@@ -10,7 +10,8 @@ from .spec import Model
 
 class Condition(Model):
     """A condition per the Kubernetes API conventions; lastTransitionTime changes only when status flips."""
-    type: str = Field(..., description="Ready, Progressing or Degraded.")
+    type: str = Field(..., description=(
+        "Ready, Progressing or Degraded; Reconciling or Stalled (the kstatus conditions Flux reads)."))
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(..., description="CamelCase reason of the current status.")
     message: str = ""

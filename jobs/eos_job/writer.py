@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import checkpoint, faults, protocol, source_slots
 from .contract import BatchRefused, JobFailed
-from .ledger import idempotent_producer, ledger_consumer, produce_sync, read_history, sink_security
+from .ledger import admin_client, base_config, ledger_consumer, read_history, sink_security
 from .request_limits import SinkLimits
 from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
 from .spec import RunConfig
@@ -58,7 +58,7 @@ class BatchWriter:
         self.summary = RunSummary(reason="Running")
         self.last_done: int | None = None
         self._ckpt_id: str | None = None
-        self._producer = None
+        self._producer = None   # the driver's partition-0 writer (epoch.driver_producer), from claim
         self._watch = None      # epoch.EpochWatch, from claim
         self._nondet_total: int | None = None   # continued from the ledger's last batch record
         # The ledger's batch history of this checkpoint beyond its last commit (load_history): what each
@@ -96,6 +96,8 @@ class BatchWriter:
         b["generation"], history = epoch.claim_generation(b["bootstrap"], self.sec, b["ledger_topic"],
                                                           b["stream_uid"], b["generation"], self.slots,
                                                           0 if last is None else last + 1, self.slots_from)
+        # Before the epoch: fence the previous driver's partition-0 writer (its next batch record fails).
+        self._producer = epoch.driver_producer(b["bootstrap"], self.sec, b["tx_prefix"], b["unsafe"])
         e, since = epoch.take(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
         # A fresh checkpoint has no records to stamp (its keys are new); its generation's ids are marked.
         epoch.mark(bootstrap=b["bootstrap"], sec=self.sec, ledger_topic=b["ledger_topic"], tx_prefix=b["tx_prefix"],
@@ -141,6 +143,8 @@ class BatchWriter:
             recorded = self.history.get(batch_id)
             if self.checked:
                 verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash)
+                if verdict.action == "refuse" and self._untouched(recorded, ckpt_id, batch_id):
+                    verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash, untouched=True)
                 if verdict.action == "refuse":
                     raise BatchRefused(verdict.reason)
                 if verdict.action == "replan":
@@ -190,6 +194,21 @@ class BatchWriter:
                      "(%.0f ms)", batch_id, count, skipped, self.slots, dead,
                      f", {nondet} NON-DETERMINISTIC slots" if nondet else "", (time.monotonic() - t0) * 1000)
 
+    def _untouched(self, recorded: protocol.BatchHistoryRecord, ckpt_id: str, batch_id: int) -> bool:
+        """No slot of the generation that recorded the batch holds it or a later one. Read after this driver's
+        start fenced every generation's transactional ids (``epoch.mark``), so none of them commits later."""
+        from .ledger_scan import read_latest_many
+        uid, topic = self.base["stream_uid"], self.base["ledger_topic"]
+        wants = {protocol.ledger_partition(s): protocol.slot_key(uid, ckpt_id, recorded.generation, s)
+                 for s in range(recorded.slots)}
+        admin = admin_client(base_config(self.base["bootstrap"], self.sec))
+        consumer = ledger_consumer(self.base["bootstrap"], self.sec)
+        try:
+            latest = read_latest_many(admin, consumer, topic, wants)
+        finally:
+            consumer.close()
+        return all(raw is None or protocol.SlotLedgerRecord.decode(raw).batch < batch_id for raw in latest.values())
+
     def _slot_map(self, df, planned: protocol.Ranges) -> tuple[int, ...]:
         """job.slotsFrom sourcePartitions: the slot of each of the batch's tasks (source_slots); () by key."""
         if self.slots_from == "key":
@@ -218,8 +237,8 @@ class BatchWriter:
     def _write_ledger(self, key: str, value: bytes, more: tuple = ()) -> None:
         if self._watch is not None:
             self._watch.check()    # a superseded driver writes nothing more to partition 0
-        produce_sync(self._batch_producer(), self.base["ledger_topic"], protocol.BATCH_PARTITION, key, value,
-                     more=more)
+        from .epoch import write_driver_record
+        write_driver_record(self._producer, self.base["ledger_topic"], key, value, more=more)
 
     def _nondeterministic_total(self) -> int:
         """Detections so far, from the ledger's last batch record (read once per driver)."""
@@ -241,8 +260,4 @@ class BatchWriter:
             log.debug("source offsets of batch %d not read: %s", batch_id, exc)
             return {}
 
-    def _batch_producer(self):
-        if self._producer is None:
-            self._producer = idempotent_producer(self.base["bootstrap"], self.sec)
-        return self._producer
 

@@ -157,7 +157,9 @@ def status_schema() -> dict[str, Any]:
                         keep_defaults=False)
     schema["description"] = "Observed state, written by the operator (and its write-ahead log)."
     conditions = schema["properties"]["conditions"]
-    conditions["description"] = "Ready, Progressing and Degraded, per the Kubernetes API conventions."
+    conditions["description"] = ("Ready, Progressing and Degraded, per the Kubernetes API conventions; Reconciling "
+                                 "(Progressing under the kstatus name) and Stalled (the operator stopped and waits "
+                                 "for a change of the spec), the conditions kstatus and Flux read.")
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
     return _with_kopf(schema)

@@ -2,7 +2,8 @@
 condition, the rule for spec.path, and what happens when a Pod of the snapshot does not start.
 
 Every step ends with the Ready condition (``SnapshotStep.done``): True once Completed, else False with the
-state as its reason, unless a branch knows more about the current Pod. Those Pods (take, inspect, dispose)
+state as its reason, unless a branch knows more about the current Pod; Reconciling and Stalled (for kstatus)
+follow from it and the state. Those Pods (take, inspect, dispose)
 follow the rule every Pod of the operator follows (start_failures.py): one that cannot start is reported
 (``SnapshotStartBlocked``, the cause in the message, one event per cause) and fails at the stream's
 ``job.driver.startTimeoutSeconds``; a create the API server refuses is ``Refused`` with the server's message,
@@ -17,7 +18,7 @@ from eos_job.snapshot_resource import ExactlyOnceSnapshotStatus, SnapshotSpec
 from eos_job.spec_rules import store_problem
 
 from .actions import Event, Plan, Step
-from .conditions import READY, get_condition, set_condition
+from .conditions import READY, RECONCILING, STALLED, get_condition, set_condition, snapshot_kstatus_conditions
 from .observed import PodView
 from .snapshots import MAX_MESSAGE, SnapshotObserved, StreamFacts
 from .start_failures import (DEFAULT_START_TIMEOUT, REFUSED_REASON, REFUSED_RETRY_SECONDS, refusal_text,
@@ -38,9 +39,16 @@ class SnapshotStep(Step):
 
     def done(self, **kw: Any) -> Plan:
         status, reason, message = self.ready or _ready(self.st, self.obs)
-        self.st.conditions = set_condition(self.st.conditions, READY, status, reason, message[:MAX_MESSAGE],
-                                           generation=self.obs.generation, now=self.obs.now)
+        write_conditions(self.st, (status, reason, message[:MAX_MESSAGE]), self.obs)
         return super().done(**kw)
+
+
+def write_conditions(st: ExactlyOnceSnapshotStatus, ready: Cond, obs: SnapshotObserved) -> None:
+    """Ready, and after it Reconciling and Stalled for kstatus (conditions.snapshot_kstatus_conditions)."""
+    reconciling, stalled = snapshot_kstatus_conditions(st.state, ready, deleting=obs.deleting)
+    for type_, (status, reason, message) in ((READY, ready), (RECONCILING, reconciling), (STALLED, stalled)):
+        st.conditions = set_condition(st.conditions, type_, status, reason, message,
+                                      generation=obs.generation, now=obs.now)
 
 
 def _ready(st: ExactlyOnceSnapshotStatus, obs: SnapshotObserved) -> Cond:
@@ -81,8 +89,7 @@ def record_refusal(status: ExactlyOnceSnapshotStatus, what: str, error: str,
     message = refusal_text(what, error)[:MAX_MESSAGE]
     ready = get_condition(st.conditions, READY)
     same = ready is not None and ready.reason == REFUSED_REASON and ready.message == message
-    st.conditions = set_condition(st.conditions, READY, "False", REFUSED_REASON, message,
-                                  generation=observed.generation, now=observed.now)
+    write_conditions(st, ("False", REFUSED_REASON, message), observed)
     st.next_attempt_time = fmt_ceil(observed.now + timedelta(seconds=REFUSED_RETRY_SECONDS))
     st.last_error = st.message = message
     return st, None if same else Event("Warning", REFUSED_REASON, message)

@@ -6,13 +6,14 @@ import fcntl
 import sys
 import time
 
-from . import helm, kafka, kube, prometheus, s3, spark
+from . import gitops, helm, kafka, kube, prometheus, s3, spark
 from .common import Stack, StackError, log
 
 PARTS = {"kafka": kafka, "s3": s3, "kube": kube, "spark": spark, "helm": helm,
-         "prometheus": prometheus}
-# Start order: downloads first, servers after; stop in reverse.
-ORDER = ["spark", "helm", "prometheus", "kafka", "s3", "kube"]
+         "prometheus": prometheus, "gitops": gitops}
+# Start order: downloads first, servers after; stop in reverse. gitops last: its Go build reuses the packages
+# the kube build compiled (gitops.py).
+ORDER = ["spark", "helm", "prometheus", "kafka", "s3", "kube", "gitops"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,7 +49,7 @@ def test_resolution_fences_every_generation_and_a_re_created_stream_continues_th
 
     report = resolve(_config(run, 2, 2), timeout_s=60)
     assert report.generation == 2
-    assert report.fenced_transactional_ids == 2 + 3 + 2        # every slot of every generation that wrote
+    assert report.fenced_transactional_ids == 2 + 3 + 2 + 1    # every slot of every generation that wrote, the driver
     assert report.open_transactions_aborted >= 1
     assert open_transactions(run.bootstrap, [ledger, run.counts]) == set()
 

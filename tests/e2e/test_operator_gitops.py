@@ -13,6 +13,7 @@ from examples.colors.generator import expected_ids, produce
 from tests.e2e.exactness import assert_exactly_once
 from eos_stack.cluster import holds_for, wait_until
 from eos_stack.common import free_port
+from examples.colors.manifest import colors_manifest
 from tests.e2e.streams import (ColorsTopics, Diagnostics, OperatorProcess, assert_ids_exactly_once, colors_stream,
                                wait_ids)
 
@@ -61,6 +62,50 @@ def test_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, kubec
                   "the unique-id stream exactly once")
 
 
+def assert_healthy_to_gitops(stack_env, kubectl, namespace, name):
+    """The live stream as GitOps tools see it: `kubectl wait` as the chart README shows it, then Argo CD's health
+    (the chart's Lua in gopher-lua) and kstatus (Flux) of the object the API server returns."""
+    from eos_stack.gitops import check
+    for condition in ("--for=condition=Ready", "--for=condition=Reconciling=false", "--for=condition=Stalled=false",
+                      "--for=jsonpath={.status.lifecycleState}=Running"):
+        kubectl.run("wait", condition, f"exactlyoncestream/{name}", "-n", namespace, "--timeout=120s", timeout=180)
+    (result,) = check(stack_env["GITOPS_CHECK"], [kubectl.stream(namespace, name)])
+    assert (result["argocd"]["status"], result["kstatus"]["status"]) == ("Healthy", "Current"), result
+
+
+def test_gitops_health_of_what_the_operator_writes_without_a_driver(stack_env, kubectl, namespace, operator,
+                                                                     tmp_path):
+    """Real documents that need no Spark: the operator's status for a stream created suspended, for one only the
+    operator finds invalid (its default ledger topic would pass Kafka's 249 characters in this namespace), and
+    for a snapshot that fails (its stream never ran). kubectl wait as the chart README shows it, and both GitOps
+    tools on what the API server returns."""
+    from eos_stack.gitops import check
+    diag = Diagnostics(kubectl, namespace, operator)
+    bootstrap = stack_env["KAFKA_BOOTSTRAP"]
+    parked = colors_manifest("parked", bootstrap, "gitops-events", "gitops-counts", tmp_path / "parked",
+                             job={"state": "suspended"})
+    long_name = "l" * 50   # 50 + 179 fits the CRD's 235; with ".eos-ledger.<namespace>." the ledger topic does not
+    too_long = colors_manifest(long_name, bootstrap, "gitops-events", "t" * 179, tmp_path / "long")
+    for manifest in (parked, too_long):
+        kubectl.apply(manifest, namespace)
+    kubectl.apply({"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
+                   "metadata": {"name": "parked-now"}, "spec": {"stream": "parked", "maxRetries": 0}}, namespace)
+    waits = [("exactlyoncestream/parked", "--for=jsonpath={.status.lifecycleState}=Suspended"),
+             ("exactlyoncestream/parked", "--for=condition=Stalled=false"),
+             (f"exactlyoncestream/{long_name}", "--for=condition=Stalled"),
+             ("exactlyoncesnapshot/parked-now", "--for=condition=Stalled"),
+             ("exactlyoncesnapshot/parked-now", "--for=jsonpath={.status.state}=Failed")]
+    for ref, condition in waits:
+        proc = kubectl.run("wait", condition, ref, "-n", namespace, "--timeout=120s", check=False, timeout=180)
+        assert proc.returncode == 0, f"kubectl wait {condition} {ref}: {proc.stderr}\n{diag()}"
+    docs = [kubectl.stream(namespace, "parked"), kubectl.stream(namespace, long_name),
+            kubectl.json("get", "exactlyoncesnapshot", "parked-now", "-n", namespace)]
+    verdicts = [(r["argocd"]["status"], r["kstatus"]["status"]) for r in check(stack_env["GITOPS_CHECK"], docs)]
+    assert verdicts == [("Suspended", "InProgress"), ("Degraded", "Failed"), ("Degraded", "Failed")], (verdicts, docs)
+    invalid = next(c for c in docs[1]["status"]["conditions"] if c["type"] == "Stalled")
+    assert invalid["reason"] == "InvalidSpec" and "249" in invalid["message"], invalid
+
+
 @pytest.fixture
 def chart_operator(stack_env, namespace, kubelet, tmp_path):
     """`helm install` of the chart for this namespace; the operator runs with its ServiceAccount's token."""
@@ -85,6 +130,7 @@ def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, names
     expected = produce(topics.bootstrap, topics.events, 3000)
     kubectl.apply(manifest, namespace)
     wait_until(running_as(kubectl, namespace, name, "colors-driver-0"), "the stream to run", 180, diag)
+    assert_healthy_to_gitops(stack_env, kubectl, namespace, name)
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final, "first output", 240, diag, 2)
 
     before = kubectl.stream(namespace, name)
@@ -120,4 +166,5 @@ def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, names
                "the re-created stream to catch up", 420, diag, 2)
     status = kubectl.status(namespace, name)
     assert status["resolution"]["checkpointLastCommittedBatch"] is not None  # it resumed, not restarted
+    assert_healthy_to_gitops(stack_env, kubectl, namespace, name)
     assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))

@@ -63,6 +63,17 @@ def test_the_driver_judges_a_batch_by_its_input(recorded, generation, output_has
         assert "events[0] 10..31" in v.reason   # both ranges named
 
 
+def test_an_intent_none_of_whose_slots_committed_runs_under_this_spec():
+    """Another generation's (or spec's) record of the batch, incomplete, with no slot of it committed (its
+    driver superseded before its first slot commit): not partial, so not refused."""
+    for recorded, generation in ((hist(5, generation=1, complete=False), 2),
+                                 (hist(5, complete=False, output_hash="o0"), 0)):
+        assert judge_batch(5, A, recorded, generation, "o1").action == "refuse"
+        v = judge_batch(5, A, recorded, generation, "o1", untouched=True)
+        assert v.action == "run" and "none of whose slots committed" in v.reason
+    assert judge_batch(5, B, hist(5, complete=False), 0, "o1", untouched=True).action == "replan"   # input first
+
+
 def test_catch_up_re_runs_what_the_ledger_holds_beyond_the_checkpoint():
     history = {n: hist(n) for n in range(3, 8)}
     assert protocol.catch_up(4, history) == ([5, 6, 7], None)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from eos_job import faults, poison, protocol, runtime, sink
+from eos_job import epoch, faults, poison, protocol, runtime, sink
 from eos_job import writer as writer_module
 from eos_job.contract import DriverSuperseded
 from eos_job.faults import Faults
@@ -257,7 +257,7 @@ def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypa
                            output_hash="h", checked=True)
     monkeypatch.setattr(writer, "_source_positions", lambda batch: {}, raising=False)
     monkeypatch.setattr(writer_module.BatchWriter, "checkpoint_identity", lambda self: "c")
-    monkeypatch.setattr(writer_module, "produce_sync", lambda _p, _t, _part, key, value, **kw: calls.append(
+    monkeypatch.setattr(epoch, "write_driver_record", lambda _p, _t, key, value, **kw: calls.append(
         ("complete " if b'"complete": true' in value else "intent ") + key.rsplit("/", 1)[-1]))
     monkeypatch.setattr(faults, "batch_in_sink",
                         lambda batch: calls.append(f"in sink {batch} (last done {writer.last_done})"))

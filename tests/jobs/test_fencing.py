@@ -281,9 +281,9 @@ def test_resolve_fences_both_generations_of_every_slot_and_reports_as_before(mon
     made = Producers()
     report = _resolve(monkeypatch, made)
     prefix = "eos-default-colors-0123abcd"
-    assert made.txids() == sorted(f"{prefix}-{g}-{s}" for g in (0, 1) for s in range(5))
-    assert report.fenced_transactional_ids == 10 and report.generation == 1 and report.slots == 5
-    assert report.summary.startswith("fenced 10 transactional ids; no checkpoint yet")
+    assert made.txids() == sorted([*(f"{prefix}-{g}-{s}" for g in (0, 1) for s in range(5)), f"{prefix}-driver"])
+    assert report.fenced_transactional_ids == 11 and report.generation == 1 and report.slots == 5
+    assert report.summary.startswith("fenced 11 transactional ids; no checkpoint yet")
     assert made.all_closed_once()
     # One broker: dense connections; a larger cluster keeps librdkafka's sparse ones unless asked.
     assert all(p.conf["enable.sparse.connections"] is False for p in made.made)
@@ -304,7 +304,7 @@ def test_resolve_fails_on_a_fence_that_fails_naming_the_id(monkeypatch):
     with pytest.raises(SinkUnavailable, match=r"^resolution could not fence eos-default-colors-0123abcd-0-3: "
                                               r"KafkaError\{code=_TRANSPORT"):
         _resolve(monkeypatch, made)
-    assert len(made.made) == 10 and made.all_closed_once()
+    assert len(made.made) == 11 and made.all_closed_once()
 
 
 # ----------------------------------------------------------------- abort markers after the fences

@@ -62,10 +62,13 @@ def _slot(bootstrap: str, names: dict, *, generation: int, checkpoint: str, epoc
         sink._discard(cfg, slot)
 
 
-def _start(bootstrap: str, names: dict, *, generation: int, slots: int, checkpoint: str | None):
-    """A driver's start as ``BatchWriter.claim`` does it: generation, epoch, markers; its partition-0 watch."""
+def _start(bootstrap: str, names: dict, *, generation: int, slots: int, checkpoint: str | None,
+           unsafe: frozenset[str] = frozenset()):
+    """A driver's start as ``BatchWriter.claim`` does it: generation, its partition-0 writer (fencing the
+    previous driver's), epoch, markers; its partition-0 watch."""
     gen, history = epoch.claim_generation(bootstrap, {}, names["ledger"], names["uid"], generation, slots, 0)
     assert gen == generation
+    names.setdefault("writers", []).append(epoch.driver_producer(bootstrap, {}, names["prefix"], unsafe))
     e, since = epoch.take(bootstrap, {}, names["ledger"], names["uid"])
     epoch.mark(bootstrap=bootstrap, sec={}, ledger_topic=names["ledger"], tx_prefix=names["prefix"],
                history=history, generation=gen, stream_uid=names["uid"], checkpoint_id=checkpoint, epoch=e,
@@ -76,7 +79,7 @@ def _start(bootstrap: str, names: dict, *, generation: int, slots: int, checkpoi
 @pytest.mark.parametrize("safety", ["on", "off"], ids=["stream-epoch", "negative-control-without-it"])
 def test_a_driver_of_another_generation_and_checkpoint_supersedes_the_old_one(bootstrap, names, safety):
     unsafe = frozenset() if safety == "on" else frozenset({"stream-epoch"})
-    ea, watch_a = _start(bootstrap, names, generation=0, slots=2, checkpoint="a")
+    ea, watch_a = _start(bootstrap, names, generation=0, slots=2, checkpoint="a", unsafe=unsafe)
     for slot in (0, 1):   # A's batch 0, ids 0..99
         _slot(bootstrap, names, generation=0, checkpoint="a", epoch_=ea, batch=0, slot=slot,
               ids=range(slot * 50, slot * 50 + 50), unsafe=unsafe)
@@ -107,14 +110,45 @@ def test_a_driver_of_another_generation_and_checkpoint_supersedes_the_old_one(bo
             assert f"newer driver (epoch {eb})" in str(exc)
             outcome.append("superseded")
     watch_b.check()
+    writer_a = names["writers"][0]
     ids = audit_ids(bootstrap, names["out"], set(range(200)), TIMEOUT)
     if safety == "on":
         assert outcome == ["superseded", "superseded"]
         with pytest.raises(DriverSuperseded, match=f"epoch {eb}"):
             watch_a.check()
+        # Past the watch (it looked just before B took its epoch): the write itself fails, B fenced its writer.
+        with pytest.raises(DriverSuperseded, match="ledger writer was fenced"):
+            epoch.write_driver_record(writer_a, names["ledger"], f"{names['uid']}/a/input/1", b"{}")
         assert ids.missing == list(range(100, 200)) and not ids.duplicates and ids.records == 100, ids.violations()
     else:   # the control: A's batch goes on as if nobody had started, ids B writes too
         assert outcome == ["wrote", "wrote"]
         assert ids.missing == [] and not ids.duplicates and ids.records == 200, ids.violations()
+        epoch.write_driver_record(writer_a, names["ledger"], f"{names['uid']}/a/input/1", b"{}")   # lands
     watch_a.close()
     watch_b.close()
+
+
+def test_of_two_streams_started_together_on_one_empty_ledger_one_stops_before_its_first_batch(bootstrap, names):
+    """Both start checks pass (the ledger is empty when each looks); each stream's watch then reads partition 0
+    from before its epoch, so at least one meets the other's records before it records a batch."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from eos_job.ledger import SinkUnavailable, check_ledger_topic, ledger_consumer
+    other = {**names, "uid": uuid.uuid4().hex, "prefix": names["prefix"] + "-b"}
+    for n in (names, other):
+        consumer = ledger_consumer(bootstrap)
+        check_ledger_topic(admin, consumer, n["ledger"], n["uid"], Durability(1, 1), TIMEOUT)   # both pass
+        consumer.close()
+    watches = [_start(bootstrap, n, generation=0, slots=1, checkpoint=None)[1] for n in (names, other)]
+    refused = []
+    for w in watches:
+        try:
+            w.check()
+        except SinkUnavailable as exc:
+            assert "holds records of another stream" in str(exc)
+            refused.append(w.uid)
+        w.close()
+    assert refused, "both streams went on to record batches in one ledger"
+    consumer = ledger_consumer(bootstrap)
+    with pytest.raises(SinkUnavailable, match="another stream"):   # and every later start refuses
+        check_ledger_topic(admin, consumer, names["ledger"], names["uid"], Durability(1, 1), TIMEOUT)
+    consumer.close()

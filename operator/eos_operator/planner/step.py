@@ -2,7 +2,8 @@
 
 A step starts from a copy of the stored status and what the observer saw; branches change the
 copy, add actions and events, and finish with ``step.done(...)``. Conditions are written three at
-a time (Ready, Progressing, Degraded), so no branch forgets one.
+a time (Ready, Progressing, Degraded), so no branch forgets one; Reconciling and Stalled (for kstatus)
+follow from those three (conditions.kstatus_conditions).
 """
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from eos_job.status import ExactlyOnceStreamStatus, RejectedSpec
 
 from .. import children
 from ..actions import DeletePod, Step
-from ..conditions import DEGRADED, PROGRESSING, READY, set_condition
+from ..conditions import DEGRADED, PROGRESSING, READY, RECONCILING, STALLED, kstatus_conditions, set_condition
 from ..observed import Observed
 from ..start_failures import past_start_deadline
 
 POLL_SECONDS = 2.0  # how soon to look again while waiting for a Pod to go or come
 SNAPSHOT_HISTORY = 10  # snapshots kept in status.snapshots (the files stay in the store)
 
-Cond = tuple[Literal["True", "False", "Unknown"], str, str]
+Cond = tuple[Literal["True", "False", "Unknown"], str, str]   # as conditions.Cond
 
 
 class StreamStep(Step):
@@ -30,8 +31,10 @@ class StreamStep(Step):
 
     def conditions(self, ready: Cond, progressing: Cond, degraded: Cond) -> None:
         conds = self.st.conditions
-        for type_, (status, reason, message) in ((READY, ready), (PROGRESSING, progressing),
-                                                 (DEGRADED, degraded)):
+        reconciling, stalled = kstatus_conditions(ready, progressing, degraded,
+                                                  spec_rejected=self.st.rejected_spec is not None)
+        for type_, (status, reason, message) in ((READY, ready), (PROGRESSING, progressing), (DEGRADED, degraded),
+                                                 (RECONCILING, reconciling), (STALLED, stalled)):
             conds = set_condition(conds, type_, status, reason, message,
                                   generation=self.obs.generation, now=self.obs.now)
         self.st.conditions = conds
