@@ -28,29 +28,32 @@ history once: its view, which it judges every batch against and adds its own wri
 driver's (the runtime's ``BatchWriter.history``). A zombie ("split": the running driver is given up for
 dead, on an unreachable node, and keeps running on its own copy of the checkpoint with its view) runs
 batches of its own whenever the exploration says, interleaved with everything else: a whole batch
-("zombie-batch"), or only its planning, judging and input record ("zombie-plan"), its slots then running at
-its next "zombie-batch" after whatever came between. The new driver may be of another generation ("rescale"
-after the split) or on another checkpoint identity ("stateless"): the zombie's own slot keys then never
-carry a newer stamp. Of two input records of a batch the newer epoch's counts (``protocol.newest_history``).
+("zombie-batch"), or in steps: its planning, judging and input record ("zombie-plan"), then one slot at a
+time ("zombie-slot", the last one completing the batch) or the rest ("zombie-batch"), after whatever came
+between. The new driver may be of another generation ("rescale" after the split) or on another checkpoint
+identity ("stateless"): the zombie's own slot keys then never carry a newer stamp. Of two input records of a
+batch the newer epoch's counts (``protocol.newest_history``). A batch recorded incomplete by another
+generation is refused unless no slot of that generation holds it (``judge_batch(untouched=True)``: an
+intent none of whose slots committed runs).
 
 Safeties (each negative control switches one off and must find the violation): ``input-check``,
 ``ledger-skip``, ``slot-order`` and ``stream-epoch`` are the runtime's (``faults.SAFETIES``); ``epoch``
 (stamps, and epochs at all) and ``history-first`` (the ledger's history read before replays) are what the
 protocol did before. With ``stream-epoch`` a slot passes the newest marker of its partition to
-``decide_slot`` as ``stream_epoch``, and a driver looks for a newer epoch in partition 0 before it writes a
-batch's input or complete record (``EpochWatch``) and stops if there is one; without it a driver sees only
-the stamps on its own keys. A lifecycle whose finish ends in a refusal (a batch partially committed under
-another generation, refused by every start) has not finished: nothing in it may be written twice, and the
-tests say which lifecycles end so.
+``decide_slot`` as ``stream_epoch``, and a driver superseded by a newer epoch writes no batch input or
+complete record to partition 0 (the runtime's ``EpochWatch`` and the fenced ``<prefix>-driver`` writer) and
+stops; without it a driver sees only the stamps on its own keys. A lifecycle whose finish ends in a refusal
+(a batch partially committed under another generation, refused by every start) has not finished: nothing in
+it may be written twice, and the tests say which lifecycles end so.
 
 Not modelled: Spark's planning beyond the one rule; the stores' failures; transactions that interleave (a
 slot's fence, read, write and commit are one step; the fence's part is tested on the broker); the order of
-markers and records in a partition (a slot meets its partition's newest marker: with the check on, no
-driver commits a record after a marker newer than its epoch, so the real read, back from the end to the
-slot's record, meets that marker too; with it off, markers are not read at all); the zombie's slots one by
-one; more than one zombie at a time; the operator's drain (it looks at the checkpoint, not at the ledger's
-history the rescale here waits on) and what a refusal asks of the user; stateless starts from ``earliest``
-and restores of another identity's snapshot (duplicates by design); batch-complete records, dead letters.
+markers and records in a partition (a slot meets its partition's newest marker: with the check on, no driver
+commits a record after a marker newer than its epoch, so the real read, back from the end to the slot's
+record, meets that marker too; with it off, markers are not read at all); more than one zombie at a time;
+the operator's drain (it looks at the checkpoint, not at the ledger's history the rescale here waits on) and
+what a refusal asks of the user; stateless starts from ``earliest`` and restores of another identity's
+snapshot (duplicates by design); batch-complete records, dead letters.
 """
 from __future__ import annotations
 
@@ -66,9 +69,9 @@ OPS = ("append", "batch", "kill-after-0-slots", "kill-after-1-slot", "kill-befor
        "restore-latest", "restore-oldest")
 RESCALING = (*OPS, "rescale")
 ZOMBIES = (*OPS, "split", "zombie-batch")
-# Zombies of another generation or checkpoint identity: the zombie's batches split in two, the new driver
+# Zombies of another generation or checkpoint identity: the zombie's batches cut into steps, the new driver
 # of a rescale or a stateless start after the split.
-ELSEWHERE = (*ZOMBIES, "zombie-plan", "rescale", "stateless")
+ELSEWHERE = (*ZOMBIES, "zombie-plan", "zombie-slot", "rescale", "stateless")
 # Restores as the operator launches them: replayOffsetsFrom names the checkpoint the stream ran on, and a
 # restore may come with a parallelism change.
 REPLAYING = ("append", "batch", "kill-after-0-slots", "kill-after-1-slot", "kill-before-commit-log", "snapshot",
@@ -129,15 +132,24 @@ def replay(w: World, planned: tuple[list[int], str | None], previous: Checkpoint
         run_batch(w, kill_after=None, judged=judged)
 
 
+def untouched(w: World, ident: str, recorded: BatchHistoryRecord) -> bool:
+    """No slot of the generation that recorded a batch holds it or a later one: read after the driver's start
+    fenced every generation's transactional ids (``BatchWriter._untouched``), an intent none of whose slots
+    committed, which ``judge_batch`` then lets run."""
+    return all((r := w.slots.get((ident, recorded.generation, s))) is None or r.batch < recorded.batch
+               for s in range(recorded.slots))
+
+
 def driver(w: World, zombie: bool) -> Driver:
     return w.zombie if zombie else Driver(w.ckpt, w.epoch, w.generation, w.n_slots, w.view)
 
 
 def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = False, zombie: bool = False,
-              judged: bool = True, plan_only: bool = False) -> bool:
+              judged: bool = True, step: str = "batch") -> bool:
     """One batch of the driver (or of the zombie): False if there was nothing to run. ``kill_after``: the
     driver dies after that many slots. ``judged`` false: the driver has not read the ledger's history yet.
-    ``plan_only``: the zombie plans and records its batch; its slots run at its next batch."""
+    The zombie's ``step``: "plan" plans, judges and records its batch (in flight); "slot" runs the next slot
+    of the batch in flight (the last one also completes it); "batch" the rest of it, or a whole batch."""
     if not zombie and not w.started:
         start(w)
     d = driver(w, zombie)
@@ -164,8 +176,9 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
             raise failed(f"a newer driver (epoch {w.epoch}) runs this stream")
 
     streamed = {"epoch", "stream-epoch"} <= w.safeties     # the markers and partition 0 are read
+    first = 0
     if d.inflight is not None:
-        n, begin, end = d.inflight
+        n, begin, end, first = d.inflight
         update(inflight=None)
     else:
         planned = plan(d.ckpt, w.source)
@@ -174,8 +187,11 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
         n, (begin, end) = planned
         update(ckpt=d.ckpt.logging(n, (begin, end)))
         if "input-check" in w.safeties:
-            verdict = protocol.judge_batch(n, ranges((begin, end)), d.view.get(n) if judged else None,
-                                           d.generation, OUTPUT_HASH)
+            recorded = d.view.get(n) if judged else None
+            verdict = protocol.judge_batch(n, ranges((begin, end)), recorded, d.generation, OUTPUT_HASH)
+            if verdict.action == "refuse" and untouched(w, d.ckpt.ident, recorded):
+                verdict = protocol.judge_batch(n, ranges((begin, end)), recorded, d.generation, OUTPUT_HASH,
+                                               untouched=True)
             if verdict.action in ("refuse", "replan"):
                 raise failed(verdict.reason, refused=verdict.action == "refuse")
             if verdict.action == "skip":        # complete under another generation: nothing is written
@@ -187,12 +203,15 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
                                         OUTPUT_HASH, epoch=d.epoch)
             record_history(w, d.ckpt.ident, intent)
             update(view={**d.view, n: intent})
-        if plan_only:
-            update(inflight=(n, begin, end))
+        if step == "plan":
+            update(inflight=(n, begin, end, 0))
             return True
     digest = input_digest(begin, end) if "input-check" in w.safeties else ""
     epoch = d.epoch if "epoch" in w.safeties else 0
-    for slot in range(d.n_slots):
+    for slot in range(first, d.n_slots):
+        if step == "slot" and slot > first:
+            update(inflight=(n, begin, end, slot))
+            return True
         if kill_after is not None and slot == kill_after:
             w.started = False
             return True
@@ -265,10 +284,12 @@ def apply(w: World, op: str) -> bool:
                 return False
             w.zombie = driver(w, zombie=False)
             w.started = False
-        elif op in ("zombie-batch", "zombie-plan"):
-            if w.zombie is None or (op == "zombie-plan" and w.zombie.inflight is not None):
+        elif op.startswith("zombie-"):
+            step = op.split("-")[1]
+            if w.zombie is None or (step == "plan" and w.zombie.inflight is not None) or \
+                    (step == "slot" and w.zombie.inflight is None):
                 return False
-            return run_batch(w, None, zombie=True, plan_only=op == "zombie-plan")
+            return run_batch(w, None, zombie=True, step=step)
     except DriverFailed:
         pass   # the driver exited; the next operation starts a new one
     return True

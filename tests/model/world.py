@@ -55,7 +55,7 @@ class Driver:
     generation: int
     n_slots: int
     view: History = field(default_factory=dict)     # never changed in place
-    inflight: tuple[int, int, int] | None = None     # (batch, start, end)
+    inflight: tuple[int, int, int, int] | None = None     # (batch, start, end, next slot)
 
 
 @dataclass
