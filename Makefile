@@ -44,7 +44,7 @@ UNIT := tests/jobs tests/operator $(wildcard tests/model)
 test-unit: venv
 	$(PY) -m pytest -q -m unit $(UNIT)
 
-# Everything. Unit tests first, stopping on their failure before any server starts; then the stack and
+# Everything. Unit tests first (two at a time), stopping on their failure before any server starts; then the stack and
 # the image (`make image`: the tests marked `image` and `containers` run it, the latter their Pods as its
 # containers), and the real-stack tiers in order (stack, chart, e2e, chaos last; see tests/conftest.py),
 # each with its own per-test timeout: two at a time (pytest-xdist), then alone the tests marked `serial`
@@ -52,7 +52,7 @@ test-unit: venv
 # stay under $(EOS_STATE)/pytest* for .ci/run to show when something fails.
 export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
-	$(PY) -m pytest -q -m unit $(UNIT)
+	$(PY) -m pytest -q -n 2 --dist load -m unit $(UNIT)
 	$(PY) -m eos_stack up
 	$(PY) -m eos_stack.image build
 	$(PY) -m pytest -n 2 --dist load --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak and not serial" tests

@@ -233,8 +233,9 @@ def slot_committed(batch: int, slot: int) -> None:
         kill_driver()
 
 
-def in_transaction(batch: int, slot: int, round_no: int) -> None:
-    """A slot task with its transaction open (records and ledger record produced), before the commit."""
+def in_transaction(batch: int, slot: int, round_no: int, producer=None) -> None:
+    """A slot task with its transaction open (records and ledger record produced), before the commit. A kill
+    here flushes ``producer`` first, so the transaction it leaves open is open on the broker."""
     f = current()
     if batch < f.from_batch:
         return
@@ -244,16 +245,21 @@ def in_transaction(batch: int, slot: int, round_no: int) -> None:
         _hold(f.hold_open_s, f.hold_release)
         _say("fault injection: committing the held transaction of slot %d batch %d", slot, batch)
     if f.kill_in_transaction > 0 and _draw(batch, slot) < f.kill_in_transaction:
+        if producer is not None:
+            producer.flush(30)
         _say("fault injection: killing the driver inside the open transaction of slot %d of batch %d",
                     slot, batch)
         kill_driver()
 
 
-def committing(batch: int, slot: int) -> None:
-    """A slot task about to send its commit: a timer may kill the driver while the commit is in flight."""
+def committing(batch: int, slot: int, producer=None) -> None:
+    """A slot task about to send its commit: a timer may kill the driver while the commit is in flight
+    (``producer`` flushed first: the records are on the broker, and the kill falls into the commit itself)."""
     f = current()
     if batch < f.from_batch or f.kill_during_commit <= 0 or _draw(batch, slot) >= f.kill_during_commit:
         return
+    if producer is not None:
+        producer.flush(30)
     delay = random.uniform(0, 0.02)
     _say("fault injection: killing the driver %.0f ms into the commit of slot %d of batch %d",
                 delay * 1000, slot, batch)

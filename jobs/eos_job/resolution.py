@@ -119,6 +119,12 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
     topic_denied(admin, ledger, md)
     ledger_parts = len(md.partitions) if md is not None and md.error is None else 0
     t0 = time.monotonic()
+    brokers = getattr(admin, "_eos_brokers", 0)
+    dense = 0 < brokers <= DENSE_MAX_BROKERS if dense_fences is None else dense_fences
+    # The driver's partition-0 writer first: a driver killed inside one of its (millisecond) transactions
+    # holds partition 0's last stable offset back, and the generation history is read from there.
+    fenced = fence_all(sink.bootstrap_servers, [protocol.driver_transactional_id(stream.transactional_prefix)],
+                       timeout_s, sec, pool_size=fence_pool, dense=dense)
     generations = protocol.GenerationHistory()
     if ledger_parts:
         consumer = ledger_consumer(sink.bootstrap_servers, sec)
@@ -137,10 +143,7 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
     held_before = open_transaction_partitions(admin, topics, watched, timeout_s)
     txids = [protocol.transactional_id(stream.transactional_prefix, g, slot)
              for g, n in sorted(to_fence.items()) for slot in range(n)]
-    txids.append(protocol.driver_transactional_id(stream.transactional_prefix))   # the driver's partition-0 writer
-    brokers = getattr(admin, "_eos_brokers", 0)
-    fenced = fence_all(sink.bootstrap_servers, txids, timeout_s, sec, pool_size=fence_pool,
-                       dense=0 < brokers <= DENSE_MAX_BROKERS if dense_fences is None else dense_fences)
+    fenced += fence_all(sink.bootstrap_servers, txids, timeout_s, sec, pool_size=fence_pool, dense=dense)
     held_after = _still_held(admin, topics, watched, timeout_s)
     held_ledger = sorted(p for t, p in held_after if t == ledger)
     if held_ledger:

@@ -267,8 +267,8 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
                                       cfg.output_hash, cfg.epoch)
             producer.produce(cfg.ledger_topic, value=record.encode(), key=key.encode(),
                              partition=protocol.ledger_partition(slot))
-            faults.in_transaction(cfg.batch, slot, round_no)
-            faults.committing(cfg.batch, slot)
+            faults.in_transaction(cfg.batch, slot, round_no, producer)
+            faults.committing(cfg.batch, slot, producer)
             producer.commit_transaction(cfg.transaction_timeout_ms / 1000)
             _warn_if_slow(cfg, slot, time.monotonic() - started)
             return dead

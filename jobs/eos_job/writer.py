@@ -93,11 +93,12 @@ class BatchWriter:
         from . import epoch
         b = self.base
         last = checkpoint.last_committed_batch(ckpt)
+        # First fence the previous driver's partition-0 writer (its next batch record fails; a transaction it
+        # left open there no longer holds back the reads below).
+        self._producer = epoch.driver_producer(b["bootstrap"], self.sec, b["tx_prefix"], b["unsafe"])
         b["generation"], history = epoch.claim_generation(b["bootstrap"], self.sec, b["ledger_topic"],
                                                           b["stream_uid"], b["generation"], self.slots,
                                                           0 if last is None else last + 1, self.slots_from)
-        # Before the epoch: fence the previous driver's partition-0 writer (its next batch record fails).
-        self._producer = epoch.driver_producer(b["bootstrap"], self.sec, b["tx_prefix"], b["unsafe"])
         e, since = epoch.take(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
         # A fresh checkpoint has no records to stamp (its keys are new); its generation's ids are marked.
         epoch.mark(bootstrap=b["bootstrap"], sec=self.sec, ledger_topic=b["ledger_topic"], tx_prefix=b["tx_prefix"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from collections import Counter
 
@@ -63,6 +64,43 @@ def _journal_since(path, offset: int) -> str:
         return f.read().decode(errors="replace")
 
 
+KILLED = {   # kind -> the journal line of its kill: (slot, batch), or (batch,) for the driver's kill point
+    "in-transaction": re.compile(r"inside the open transaction of slot (\d+) of batch (\d+)"),
+    "during-commit": re.compile(r"into the commit of slot (\d+) of batch (\d+)"),
+    "after-slot-commit": re.compile(r"after slot (\d+) of batch (\d+) committed"),
+    "before-commit-log": re.compile(r"after batch (\d+) reached the sink"),
+}
+
+
+def _what_the_kill_left(kind: str, journal_text: str, report) -> str:
+    """What a planned kill hit, from resolution's report before the next start (read after its fence): an open
+    transaction aborted, a slot's commit that landed, a batch in the sink without its commit log. Fails when
+    the report contradicts the kill point the journal names."""
+    per_slot = {int(s): b for s, b in report.last_committed_batch_per_slot.items()}
+    found = [tuple(map(int, m.groups())) for m in KILLED[kind].finditer(journal_text)]
+    assert found, f"{kind}: no kill line in the journal"
+    outcomes = []
+    for hit in found:
+        if kind == "before-commit-log":
+            (batch,) = hit
+            assert (report.last_complete_batch or -1) >= batch, (kind, hit, report)
+            assert (report.checkpoint_last_committed_batch or -1) < batch, (kind, hit, report)
+            outcomes.append(f"batch {batch}: in the sink without its commit log")
+            continue
+        slot, batch = hit
+        landed = per_slot.get(slot, -1) >= batch
+        if kind == "in-transaction":
+            assert not landed and report.open_transactions_aborted >= 1, (kind, hit, report)
+            outcomes.append(f"slot {slot} batch {batch}: open transaction aborted")
+        elif kind == "during-commit":
+            assert landed or report.open_transactions_aborted >= 1, (kind, hit, report)
+            outcomes.append(f"slot {slot} batch {batch}: commit " + ("landed" if landed else "aborted"))
+        else:
+            assert landed and (report.last_complete_batch or -1) < batch, (kind, hit, report)
+            outcomes.append(f"slot {slot} batch {batch}: committed, batch not complete")
+    return "; ".join(outcomes)
+
+
 def _fault_line(text: str) -> str:
     lines = [ln.split("fault injection: ", 1)[1] for ln in text.splitlines() if "fault injection: killing" in ln]
     return lines[-1] if lines else ""
@@ -82,6 +120,8 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
     journal: list[str] = []
     broker_kill_at, hold_at, outage_at = RUNS // 3, RUNS // 2, (2 * RUNS) // 3
     failures_seen, outage, held = 0, 0.0, 0
+    pending = None                       # (run, kind, journal) of a planned kill, checked by the next resolution
+    outcomes: dict[str, list[str]] = {k: [] for k in PLANNED}
     try:
         for i in range(RUNS):
             assert feed.error is None, f"the event feed failed before run {i}: {feed.error!r}"
@@ -102,6 +142,11 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
             # Like the operator: resolution before every start; afterwards nothing is left open.
             report = resolve(run_config(run), timeout_s=60)
             assert report.fenced_transactional_ids >= 2
+            if pending:
+                left = _what_the_kill_left(pending[1], pending[2], report)
+                outcomes[pending[1]].append(left)
+                journal.append(f"  run {pending[0]} {pending[1]} left: {left}")
+                pending = None
             offset = run.log_path.stat().st_size if run.log_path.exists() else 0
             run.start()
             run.wait_for_batches(1, timeout=240)               # progress before any kill
@@ -113,6 +158,7 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
                     assert where, f"run {i}: killed, but no planned fault said where:\n{text[-3000:]}"
                     hit[kind] += 1
                     journal.append(f"run {i} {kind}: {where}")
+                    pending = (i, kind, _journal_since(journal_file, jstart))
                     continue
                 assert code is None, f"run {i} ({kind}) ended by exit {code}, not by its planned kill:\n{text[-3000:]}"
                 run.kill9()   # the fault's draw never came up within 90 s: say so, do not count it as planned
@@ -163,7 +209,9 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
             hit["random"] += 1
             journal.append(f"run {i} random kill: {where}")
         expected = feed.finish()
-        resolve(run_config(run), timeout_s=60)
+        report = resolve(run_config(run), timeout_s=60)
+        if pending:
+            outcomes[pending[1]].append(_what_the_kill_left(pending[1], pending[2], report))
         run.extra_env = {}
         run.start()
         wait_consumed(run, run.live_checkpoint, timeout=600)
@@ -175,10 +223,11 @@ def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
         if kafka.status(st)[0] != "running":
             kafka.up(st)
     assert_ids_exact(run, expected)
-    planned = sum(hit[k] for k in PLANNED)
     print("\n".join(journal))
+    left = {k: Counter(o.split(": ", 1)[-1] for line in v for o in line.split("; ")) for k, v in outcomes.items()}
     report_result(f"chaos: {sum(hit.values())} driver SIGKILLs ({dict(hit)}), 1 broker SIGKILL under commits, "
                   f"{held} transaction(s) held past the {TX_TIMEOUT_MS / 1000:.0f}s timeout, 1 sink outage of "
                   f"{outage:.0f}s ({failures_seen} job failure(s) from broker and sink, restarted); "
-                  f"{len(expected)} unique ids out of {feed.sent + 20_000} events, every one exactly once")
-    assert planned >= len(PLANNED), f"every planned kill point must have been hit at least once: {dict(hit)}"
+                  f"{len(expected)} unique ids out of {feed.sent + 20_000} events, every one exactly once; "
+                  f"what the planned kills left, per resolution: {({k: dict(c) for k, c in left.items()})}")
+    assert all(outcomes[k] for k in PLANNED), f"every planned kill point must have been hit at least once: {outcomes}"
