@@ -328,8 +328,9 @@ def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None
                                         f"{recorded.generation}, {recorded.slots} slots)")
         return BatchVerdict("refuse", (
             f"batch {batch} is partially committed under generation {recorded.generation} "
-            f"({recorded.slots} slots), and this driver runs generation {generation}: finish it with the spec "
-            "that started it (drain) before another slot count runs; nothing was written"))
+            f"({recorded.slots} slots), and this driver runs generation {generation}: a spec with {recorded.slots} "
+            f"slots (and that generation's job.slotsFrom) finishes it under generation {recorded.generation}, as "
+            "the operator's drain does; change the slot count after that. Nothing was written"))
     if recorded.complete and recorded.output_hash and output_hash and recorded.output_hash != output_hash:
         # Re-run with its recorded input under another spec (a restore of an older snapshot with a changed spec):
         # every slot of it is in the sink, so writing nothing is exactly once; a slot must not refuse it.

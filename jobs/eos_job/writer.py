@@ -60,6 +60,7 @@ class BatchWriter:
         self._ckpt_id: str | None = None
         self._producer = None   # the driver's partition-0 writer (epoch.driver_producer), from claim
         self._watch = None      # epoch.EpochWatch, from claim
+        self._generations = None   # the ledger's generation history, from claim
         self._nondet_total: int | None = None   # continued from the ledger's last batch record
         # The ledger's batch history of this checkpoint beyond its last commit (load_history): what each
         # batch number was, so a batch is checked to be that input before it runs.
@@ -96,13 +97,13 @@ class BatchWriter:
         # First fence the previous driver's partition-0 writer (its next batch record fails; a transaction it
         # left open there no longer holds back the reads below).
         self._producer = epoch.driver_producer(b["bootstrap"], self.sec, b["tx_prefix"], b["unsafe"])
-        b["generation"], history = epoch.claim_generation(b["bootstrap"], self.sec, b["ledger_topic"],
+        b["generation"], self._generations = epoch.claim_generation(b["bootstrap"], self.sec, b["ledger_topic"],
                                                           b["stream_uid"], b["generation"], self.slots,
                                                           0 if last is None else last + 1, self.slots_from)
         e, since = epoch.take(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
         # A fresh checkpoint has no records to stamp (its keys are new); its generation's ids are marked.
         epoch.mark(bootstrap=b["bootstrap"], sec=self.sec, ledger_topic=b["ledger_topic"], tx_prefix=b["tx_prefix"],
-                   history=history, generation=b["generation"], stream_uid=b["stream_uid"],
+                   history=self._generations, generation=b["generation"], stream_uid=b["stream_uid"],
                    checkpoint_id=checkpoint.checkpoint_id(ckpt), epoch=e,
                    transaction_timeout_ms=b["transaction_timeout_ms"])
         if not faults.unsafe("stream-epoch", b["unsafe"]):
@@ -129,6 +130,26 @@ class BatchWriter:
             problem = protocol.committed_mismatch(last, checkpoint.batch_input(ckpt, last), self.history[last])
             if problem:
                 raise BatchRefused(problem)
+        self._resume_generation(ckpt_id, 0 if last is None else last + 1)
+
+    def _resume_generation(self, ckpt_id: str, first: int) -> None:
+        """The first batch the ledger holds incomplete, left partial by another generation with this spec's slot
+        layout, is finished under that generation (its transactional ids and slot keys) instead of refused, and
+        the batches after it run under it too. The way out when a later generation started before the batch
+        was finished (a zombie's slot commit, a rescale that ran ahead of a drain): run the spec with the
+        old slot count, which finishes the batch, then change it again."""
+        partial = [n for n in sorted(self.history) if n >= first and not self.history[n].complete]
+        gen, generations = self.base["generation"], getattr(self, "_generations", None)
+        if not partial or generations is None or self.history[partial[0]].generation == gen:
+            return
+        rec = self.history[partial[0]]
+        layout = (generations.slots_of().get(rec.generation), generations.slots_from(rec.generation))
+        if layout != (self.slots, self.slots_from) or self._untouched(rec, ckpt_id, partial[0]):
+            return
+        log.warning("batch %d is partially committed under generation %d, whose slot layout (%d slots from %s) "
+                    "this spec has: finishing it under that generation, not %d", partial[0], rec.generation,
+                    self.slots, self.slots_from, gen)
+        self.base["generation"] = rec.generation
 
     def __call__(self, df, batch_id: int) -> None:
         with self.lock:

@@ -179,6 +179,50 @@ def test_another_spec_never_finishes_a_partially_committed_batch(colors_run, tmp
     assert_ids_exact(run, expected)
 
 
+def test_a_partial_batch_a_later_generation_refuses_is_finished_by_the_slot_layout_that_started_it(colors_run):
+    """Batch 0 is partially committed under generation 0 (2 slots: slot 0 committed, the driver died). A rescale
+    to 3 slots starts before anything finished it (a zombie's slot commit, a rescale that ran ahead of the drain):
+    generation 1 refuses the batch, nothing written, and is recorded in the ledger's history. Before, every
+    later start refused too (a spec with 2 slots again ran as generation 2): stuck for good. Now a spec with
+    generation 0's slot layout finishes the batch under generation 0 (its ids and slot keys: slot 0 skipped,
+    slot 1 written) and runs on; every id once."""
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None,
+                     extra_env={"EOS_FAULT_PARTIAL_BATCH": "0:0"})
+    run.setup()
+    produce(run.bootstrap, run.events, 800, seed=12)
+    expected = expected_ids(800, 12)
+    cfg = run_config(run)
+    run.start()
+    assert run.proc.wait(240) == -9, run.log_tail()
+    report = resolve(cfg)
+    assert report.partially_committed and report.replay_slots_already_committed == [0], report.summary
+    in_sink = len(read_committed(run.bootstrap, run.counts))
+
+    rescaled = cfg.spec.model_copy(update={"job": cfg.spec.job.model_copy(update={"parallelism": 3})})
+    run.config_path.write_text(yaml.safe_dump(cfg.model_copy(update={"spec": rescaled}).model_dump(
+        by_alias=True, mode="json")))
+    run.extra_env = {}
+    run.start()
+    assert run.proc.wait(240) == 1, run.log_tail()
+    summary = json.loads((run.workdir / "termination.json").read_text())
+    assert summary["reason"] == "BatchRefused" and "partially committed under generation 0" in summary["error"], \
+        summary
+    assert len(read_committed(run.bootstrap, run.counts)) == in_sink       # nothing written
+    assert re.search(r"driver epoch \d+, generation 1\b", run.log_path.read_text()), run.log_tail(80)
+
+    run.config_path.write_text(yaml.safe_dump(cfg.model_dump(by_alias=True, mode="json")))   # 2 slots again
+    produce(run.bootstrap, run.events, 300, seed=13, start_id=5_000)
+    expected |= expected_ids(300, 13, 5_000)
+    run.start()
+    wait_consumed(run, run.live_checkpoint)
+    assert run.stop() == 0, run.log_tail()
+    log = run.log_path.read_text()
+    assert re.search(r"driver epoch \d+, generation 2\b", log), run.log_tail(80)
+    assert "finishing it under that generation, not 2" in log, run.log_tail(80)
+    assert "1/2 slots skipped as already committed" in log, run.log_tail(80)
+    assert_ids_exact(run, expected)
+
+
 @pytest.mark.parametrize("safety", ["on", "off"], ids=["history-first", "negative-control-without-it"])
 def test_a_restore_with_a_rescale_skips_what_the_older_generation_committed(colors_run, tmp_path, safety):
     """``restoreFrom`` of an older snapshot together with a ``job.parallelism`` change, launched as the operator
