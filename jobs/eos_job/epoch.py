@@ -104,12 +104,12 @@ def take(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str
 
 
 class EpochWatch:
-    """Partition 0 since this driver took its epoch, read incrementally: before each partition-0 write, a
-    driver that a newer one superseded stops instead of writing (the writes are idempotent, not
-    transactional, so no fence stops them). It also reads the few records before its epoch, and refuses any
-    record of another stream: of two streams started together on one empty ``ledgerTopic``, whose start
-    checks (``ledger.check_ledger_topic``) both saw none of the other's records, at least one meets the
-    other's here before it records a batch."""
+    """Partition 0 since this driver took its epoch (and the few records before it), read before the run's
+    first partition-0 write: a newer epoch stops the driver with that epoch named (later writes fail anyway:
+    a newer driver's start fences this one's writer), and a record of another stream refuses the ledger: of
+    two streams started together on one empty ``ledgerTopic``, whose start checks
+    (``ledger.check_ledger_topic``) both saw none of the other's records, at least one meets the other's
+    here before it records a batch."""
 
     def __init__(self, bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str, epoch: int,
                  since: int):

@@ -258,7 +258,13 @@ class BatchWriter:
 
     def _write_ledger(self, key: str, value: bytes, more: tuple = ()) -> None:
         if self._watch is not None:
-            self._watch.check()    # a superseded driver writes nothing more to partition 0
+            # Once, before the run's first partition-0 write: a newer epoch, another stream's records. Later
+            # writes need no look: a newer driver's start fences this driver's writer (write_driver_record).
+            watch, self._watch = self._watch, None
+            try:
+                watch.check()
+            finally:
+                watch.close()
         from .epoch import write_driver_record
         write_driver_record(self._producer, self.base["ledger_topic"], key, value, more=more)
 
