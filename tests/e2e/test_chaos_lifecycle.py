@@ -9,7 +9,7 @@ change is made GitOps-style: the whole manifest is applied again. After each ope
 and write new output before the next one. At the end every id sent is in the sink exactly once (set
 equality, read_committed), the ledger only grew per slot and no transaction is open.
 
-``make test`` runs 12 operations (``EOS_LIFECYCLE_OPS``); ``make soak`` runs 100.
+``make test`` runs 15 operations (``EOS_LIFECYCLE_OPS``); ``make soak`` runs 100.
 """
 from __future__ import annotations
 
