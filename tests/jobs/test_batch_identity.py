@@ -175,3 +175,24 @@ def test_a_committed_batch_the_ledger_records_as_another_input_is_named_with_bot
     problem = protocol.committed_mismatch(5, B, hist(5, input=A))
     assert "committed batch 5 covers events[0] 10..31" in problem and "events[0] 10..20" in problem
     assert "offsets/5" in problem and "Restore a snapshot" in problem
+
+
+def test_a_partial_batch_is_finished_under_the_generation_whose_slot_layout_the_spec_has():
+    """``BatchWriter._resume_generation``: the first incomplete batch, touched, of another generation with this
+    spec's slot count and derivation switches the driver to that generation; any other layout does not."""
+    from eos_job import writer as writer_module
+
+    def writer(slots: int, touched: bool):
+        w = writer_module.BatchWriter.__new__(writer_module.BatchWriter)
+        w.__dict__.update(slots=slots, slots_from="key", base={"generation": 2},
+                          _generations=protocol.GenerationHistory([[0, 2, 0], [1, 3, 5], [2, slots, 5]]),
+                          history={4: hist(4), 5: hist(5, generation=0, complete=False)})
+        w._untouched = lambda rec, ckpt_id, batch: not touched
+        return w
+
+    same = writer(2, touched=True)
+    same._resume_generation("c", 4)
+    assert same.base["generation"] == 0                        # finished under generation 0, which started it
+    for other in (writer(3, touched=True), writer(2, touched=False)):
+        other._resume_generation("c", 4)
+        assert other.base["generation"] == 2                   # another layout refuses; untouched just runs
