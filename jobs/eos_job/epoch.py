@@ -103,6 +103,16 @@ def take(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str
     return epoch, since
 
 
+def newest_epoch(bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str) -> int:
+    """The stream's newest epoch, as partition 0 records it (0 if none)."""
+    consumer = ledger_consumer(bootstrap, sec)
+    try:
+        raw = read_latest(consumer, ledger_topic, protocol.BATCH_PARTITION, protocol.epoch_key(stream_uid))
+    finally:
+        consumer.close()
+    return protocol.EpochRecord.decode(raw).epoch if raw is not None else 0
+
+
 class EpochWatch:
     """Partition 0 since this driver took its epoch (and the few records before it), read before the run's
     first partition-0 write: a newer epoch stops the driver with that epoch named (later writes fail anyway:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import checkpoint, faults, protocol, source_slots
-from .contract import BatchRefused, JobFailed
+from .contract import BatchRefused, DriverSuperseded, JobFailed
 from .ledger import admin_client, base_config, ledger_consumer, read_history, sink_security
 from .request_limits import SinkLimits
 from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
@@ -265,8 +265,15 @@ class BatchWriter:
                 watch.check()
             finally:
                 watch.close()
-        from .epoch import write_driver_record
-        write_driver_record(self._producer, self.base["ledger_topic"], key, value, more=more)
+        from .epoch import newest_epoch, write_driver_record
+        try:
+            write_driver_record(self._producer, self.base["ledger_topic"], key, value, more=more)
+        except DriverSuperseded as exc:
+            b = self.base
+            newest = newest_epoch(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
+            # Not chained: the driver's exit reads the first DriverSuperseded of the query's traceback.
+            raise DriverSuperseded(f"a newer driver (epoch {newest}) runs this stream; this one (epoch "
+                                   f"{b['epoch']}) stops: {exc}") from None
 
     def _nondeterministic_total(self) -> int:
         """Detections so far, from the ledger's last batch record (read once per driver)."""
