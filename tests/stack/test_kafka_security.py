@@ -147,7 +147,8 @@ def test_stream_user_commits_transactions_and_reads_committed_over_sasl_ssl(st, 
     assert read(admin_conf, names["sink"], names["group"]) == ["c0", "c1"]
     assert read(admin_conf, names["sink"], names["group"], isolation="read_uncommitted") == ["c0", "a0", "c1"]
 
-    # The job's ledger writer: idempotent, not transactional, no cluster ACL needed.
+    # The job's epoch and generation records: idempotent, not transactional, no cluster ACL needed (its batch
+    # records go through the transactional id <prefix>-driver, under the stream's prefixed ACL: the secured e2e).
     idem = Producer({**conf, "enable.idempotence": True, "acks": "all"})
     idem.produce(names["ledger"], key=b"epoch", value=b"e1")
     assert idem.flush(TIMEOUT) == 0
