@@ -20,8 +20,9 @@ written since its last commit; a newer epoch there, or on its record, means a
 newer driver runs the stream, whatever generation or checkpoint this one has,
 and the task fails for good (``DriverSuperseded``) instead of fencing again.
 An older driver's commit that raced the marker fails on the marker's fence
-and, retried, reads it. The driver's own partition-0 writes are not
-transactional: ``EpochWatch`` looks for newer epochs before each.
+and, retried, reads it. The driver's own partition-0 writes go through one
+transactional id per stream (``driver_producer``), which every start fences
+first; ``EpochWatch`` looks once, before the run's first write.
 
 Two drivers that start within the same moment could read the same last epoch;
 the operator never starts two at once, so that takes a second driver started by
