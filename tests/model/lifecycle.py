@@ -42,11 +42,16 @@ Safeties (each negative control switches one off and must find the violation): `
 protocol did before. With ``stream-epoch`` a slot passes the newest marker of its partition to
 ``decide_slot`` as ``stream_epoch``, and a driver superseded by a newer epoch writes no batch input or
 complete record to partition 0 (the runtime's ``EpochWatch`` and the fenced ``<prefix>-driver`` writer) and
-stops; without it a driver sees only the stamps on its own keys. A lifecycle whose finish ends in a refusal
+stops; without it a driver sees only the stamps on its own keys. ``driver-fence`` is that fenced writer on its
+own: without it the zombie's partition-0 writes land after a newer driver's (the reader's epoch rule still
+takes the newer one; compaction, which keeps the last record written per key, does not: "compact").
+``ledger-durable`` is the start's check that the ledger is as durable as the sink: without it the ledger may
+forget the records of the last operation that wrote to it ("ledger-forgets", once per lifecycle; the sink
+keeps its output). A lifecycle whose finish ends in a refusal
 (a batch partially committed under another generation, refused by every start) has not finished: nothing in
 it may be written twice, and the tests say which lifecycles end so.
 
-Not modelled: Spark's planning beyond the one rule; the stores' failures; transactions that interleave (a
+Not modelled: Spark's planning beyond the one rule; the stores' failures other than the ledger's two; transactions that interleave (a
 slot's fence, read, write and commit are one step; the fence's part is tested on the broker); the order of
 markers and records in a partition (a slot meets its partition's newest marker: with the check on, no driver
 commits a record after a marker newer than its epoch, so the real read, back from the end to the slot's
@@ -76,7 +81,11 @@ ELSEWHERE = (*ZOMBIES, "zombie-plan", "zombie-slot", "rescale", "stateless")
 # restore may come with a parallelism change.
 REPLAYING = ("append", "batch", "kill-after-0-slots", "kill-after-1-slot", "kill-before-commit-log", "snapshot",
              "rescale", "restore-replaying", "restore-rescaled")
-SAFE = frozenset({"input-check", "ledger-skip", "epoch", "history-first", "stream-epoch"})
+# A ledger that forgets its last records (less durable than the start check asks), and compaction.
+FORGETTING = (*REPLAYING, "ledger-forgets")
+COMPACTING = (*ELSEWHERE, "compact")
+SAFE = frozenset({"input-check", "ledger-skip", "epoch", "history-first", "stream-epoch", "driver-fence",
+                  "ledger-durable"})
 
 
 class DriverFailed(Exception):
@@ -171,8 +180,9 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
             w.ckpt, w.view = d.ckpt, d.view
 
     def watch() -> None:
-        """Before a write to partition 0: a newer epoch there stops the driver for good."""
-        if streamed and w.epoch > d.epoch:
+        """Before a write to partition 0: a newer epoch there stops the driver for good (the fenced
+        ``<prefix>-driver`` writer; without it the start's one look found no newer epoch and it writes on)."""
+        if streamed and "driver-fence" in w.safeties and w.epoch > d.epoch:
             raise failed(f"a newer driver (epoch {w.epoch}) runs this stream")
 
     streamed = {"epoch", "stream-epoch"} <= w.safeties     # the markers and partition 0 are read
@@ -238,6 +248,18 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
 
 def apply(w: World, op: str) -> bool:
     """Apply ``op``; False if it does not apply in this state (the sequence is not explored further)."""
+    if op == "ledger-forgets":
+        return w.forget()
+    if op == "compact":
+        return w.compact()
+    before = w.ledger_state() if w.forgetful else None
+    applies = _apply(w, op)
+    if before is not None and applies and w.ledger_state() != before:
+        w.before_last = before
+    return applies
+
+
+def _apply(w: World, op: str) -> bool:
     try:
         if op == "append":
             if w.source >= w.max_ids:
@@ -321,11 +343,12 @@ def finish(w: World) -> str | None:
 
 
 def explore(safeties: frozenset[str], depth: int = 100, ops: tuple[str, ...] = OPS, max_ids: int = MAX_IDS,
-            slots_from: str = "key") -> tuple[int, list[tuple[tuple[str, ...], str]], list]:
+            slots_from: str = "key", invariant=None) -> tuple[int, list[tuple[tuple[str, ...], str]], list]:
     """Every reachable state, breadth first (shortest sequences first), each state expanded once; up to
     ``depth`` operations (the default reaches the fixpoint: no new state). Returns the lifecycles checked,
-    the violations and the lifecycles whose finish stopped at a refusal (sequence, reason)."""
-    initial = World(safeties, source=2, max_ids=max_ids, slots_from=slots_from)
+    the violations (also of ``invariant(world) -> str | None`` in every state reached) and the lifecycles
+    whose finish stopped at a refusal (sequence, reason)."""
+    initial = World(safeties, source=2, max_ids=max_ids, slots_from=slots_from, forgetful="ledger-forgets" in ops)
     frontier = [((), initial)]
     seen = {initial.key()}
     checked, found, refusals = 0, [], []
@@ -344,11 +367,15 @@ def explore(safeties: frozenset[str], depth: int = 100, ops: tuple[str, ...] = O
                 seen.add(k)
                 nxt.append((sequence + (op,), w2))
                 done = w2.copy()
-                refused = finish(done)
                 checked += 1
+                try:
+                    refused = finish(done)
+                except AssertionError as stuck:      # a stream wedged without a refusal: a violation too
+                    found.append((sequence + (op,), f"stuck: {stuck}"))
+                    continue
                 if refused is not None:
                     refusals.append((sequence + (op,), refused))
-                v = violation(done, refused)
+                v = violation(done, refused) or (invariant and invariant(w2))
                 if v:
                     found.append((sequence + (op,), v))
         frontier = nxt

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from .lifecycle import ELSEWHERE, SAFE, ZOMBIES, apply, explore, finish
+from .lifecycle import COMPACTING, ELSEWHERE, SAFE, ZOMBIES, apply, explore, finish
+from .test_ledger_faults import compaction_changes_nothing
 from .world import World, violation
 
 pytestmark = pytest.mark.unit
@@ -77,8 +78,10 @@ def test_zombies_of_another_generation_or_checkpoint_interleaved_with_everything
     new generation's driver claimed its epoch; its next slot meets the marker and stops, the batch stays
     partial under the old generation, and every start of the new one refuses it (``BatchRefused``; the
     operator's drain is not modelled). An intent none of whose slots committed is run by the new generation
-    (``judge_batch(untouched=True)``). A stop, not a duplicate: printed and checked for that shape."""
-    checked, found, refusals = explore(SAFE, ops=ELSEWHERE, max_ids=4)
+    (``judge_batch(untouched=True)``). A stop, not a duplicate: printed and checked for that shape.
+    Compaction may run at any moment, and in every state it would keep the record a reader takes (the fenced
+    partition-0 writer; without it: ``test_ledger_faults.py``)."""
+    checked, found, refusals = explore(SAFE, ops=COMPACTING, max_ids=4, invariant=compaction_changes_nothing)
     print(f"explored {checked} distinct lifecycles with zombies of another generation or checkpoint; "
           f"{len(refusals)} end in a refusal, e.g. {' → '.join(min((s for s, _ in refusals), key=len))}")
     assert checked > 10_000, checked

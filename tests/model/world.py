@@ -78,12 +78,21 @@ class World:
     view: History = field(default_factory=dict)       # the running driver's view of its batch history
     markers: tuple[int, ...] = (0,) * PARTITIONS      # the newest epoch marker of each slot partition
     generations: frozenset[tuple[int, int]] = frozenset()   # (generation, slots) of every driver that started
+    # What partition 0 holds last per (ckpt id, batch), whoever wrote it: what compaction keeps. ``history``
+    # is what a reader takes (``protocol.newest_history``: the newest of the highest epoch).
+    written: dict[tuple[str, int], BatchHistoryRecord] = field(default_factory=dict)
+    # A ledger that can lose its last records (``forgetful``, constant): the ledger as it was before the last
+    # operation that wrote to it, and whether it forgot once already (one loss per lifecycle).
+    forgetful: bool = False
+    before_last: tuple | None = None
+    forgot: bool = False
 
     def copy(self) -> "World":
         c = object.__new__(World)
         c.__dict__.update(self.__dict__)     # the rest is immutable or replaced whole, never changed in place
         c.slots, c.history, c.sink, c.snapshots = dict(self.slots), dict(self.history), list(self.sink), \
             list(self.snapshots)
+        c.written = dict(self.written)
         return c
 
     def key(self):
@@ -97,13 +106,41 @@ class World:
         def hist(h) -> tuple:
             return tuple(sorted((n, r.generation, r.slots, r.offset_log, r.complete, e(r.epoch))
                                 for n, r in h.items()))
+
+        def ledger(slots, history, written, markers, epoch, generations) -> tuple:
+            # Of what partition 0 holds last, only where it is not what a reader takes (never, with the fence).
+            return (tuple(sorted((k, r.batch, r.count, r.input, e(r.epoch)) for k, r in slots.items())),
+                    hist(history), hist({k: r for k, r in written.items() if history.get(k) != r}),
+                    tuple(e(m) for m in markers), e(epoch), generations)
         zombie = self.zombie and (self.zombie.ckpt, self.zombie.generation, self.zombie.n_slots,
                                   hist(self.zombie.view), self.zombie.inflight)
-        slots = tuple(sorted((k, r.batch, r.count, r.input, e(r.epoch)) for k, r in self.slots.items()))
-        return (self.source, self.ckpt, slots,
-                hist(self.history), hist(self.view), tuple(sorted(self.sink)), tuple(self.snapshots), self.started,
-                self.generation, self.n_slots, e(self.epoch), zombie, self.previous,
-                tuple(e(m) for m in self.markers), self.generations)
+        lost = (ledger(*self.before_last) if self.before_last else None, self.forgot) if self.forgetful else ()
+        return (self.source, self.ckpt, ledger(self.slots, self.history, self.written, self.markers, self.epoch,
+                                                self.generations),
+                hist(self.view), tuple(sorted(self.sink)), tuple(self.snapshots), self.started,
+                self.generation, self.n_slots, zombie, self.previous, lost)
+
+    # -- the ledger's own failures ----------------------------------------------------------------------------
+    def ledger_state(self) -> tuple:
+        return (dict(self.slots), dict(self.history), dict(self.written), self.markers, self.epoch,
+                self.generations)
+
+    def forget(self) -> bool:
+        """The ledger loses every record the last operation that wrote to it wrote (acknowledged, then lost
+        with a replica: replication factor 1, or an unclean leader election); the sink keeps its output. Only
+        on a ledger less durable than the runtime's start check asks (``ledger-durable`` off)."""
+        if "ledger-durable" in self.safeties or self.forgot or self.before_last is None:
+            return False
+        self.slots, self.history, self.written, self.markers, self.epoch, self.generations = self.before_last
+        self.before_last, self.forgot = None, True
+        return True
+
+    def compact(self) -> bool:
+        """Compaction: partition 0 keeps the last record written per key, and that is what a reader finds."""
+        if self.history == self.written:
+            return False
+        self.history = dict(self.written)
+        return True
 
 
 
@@ -149,6 +186,7 @@ def plan(ckpt: Checkpoint, source: int) -> tuple[int, tuple[int, int]] | None:
 
 def record_history(w: World, ident: str, rec: BatchHistoryRecord) -> None:
     """Of the input records of a batch, the newest of the highest epoch counts (``protocol.newest_history``)."""
+    w.written[(ident, rec.batch)] = rec
     old = w.history.get((ident, rec.batch))
     if old is not None and "epoch" in w.safeties and old.epoch > rec.epoch:
         return
