@@ -102,8 +102,19 @@ class CheckpointStore(Protocol):
 
 async def secret_value(kube: Kube, namespace: str, ref, field: str) -> str:
     """The value of one Secret key a stream references, read by name in its own namespace and kept in
-    memory only. Raises LookupError naming the field, the Secret and the key (never a value)."""
-    return key_value(await kube.read_secret(namespace, ref.name), namespace, ref, field)
+    memory only. Raises LookupError naming the field, the Secret and the key (never a value), and the grant
+    to add when the operator may not read Secrets in that namespace."""
+    try:
+        secret = await kube.read_secret(namespace, ref.name)
+    except KubeError as exc:
+        if exc.status != 403:
+            raise
+        raise LookupError(
+            f"{field}: the operator may not read Secret {namespace}/{ref.name} (403). A cluster-wide install "
+            f"reads Secrets only where it is granted: add {namespace} to the chart's rbac.secretNamespaces (or "
+            "install with watchNamespaces including it); rbac.secretsClusterWide: true grants every "
+            "namespace") from None
+    return key_value(secret, namespace, ref, field)
 
 
 def key_value(secret: dict | None, namespace: str, ref, field: str) -> str:

@@ -61,7 +61,8 @@ ADAPTER_CALLS: dict[Call, str] = {
     Call("create", GROUP, SNAPSHOTS): "adapters.create_snapshot: periodic, nonce and upgrade snapshots",
     Call("delete", GROUP, SNAPSHOTS): "adapters.delete_snapshot: retention (maxCount, maxAgeSeconds)",
     Call("patch", GROUP, SNAPSHOTS, "status"): "adapters.patch_snapshot_status: the snapshot's write-ahead log",
-    Call("get", "", "secrets"): "adapters.s3_options: the S3 keys a stream names, by name in its namespace",
+    Call("get", "", "secrets"): "adapters.secret_value: the S3 keys and Kafka credentials a stream names, by name "
+                                "in its namespace (rbac.secretNamespaces in a cluster-wide install)",
 }
 KOPF_CALLS: dict[Call, str] = {
     Call("list", GROUP, PLURAL): "kopf: the watch stream starts with a list",
@@ -92,6 +93,8 @@ LEASE_CALLS: dict[Call, str] = {
 NAMESPACED_CALLS = sorted({*ADAPTER_CALLS, *KOPF_CALLS}, key=str)
 CLUSTER_CALLS = sorted(KOPF_CLUSTER_CALLS, key=str)
 ALL_CALLS = NAMESPACED_CALLS + CLUSTER_CALLS
+# Granted per namespace (watched, or listed in rbac.secretNamespaces), cluster-wide only as an opt-in.
+SECRET_CALLS = [Call("get", "", "secrets")]
 
 # Things the operator never does: its identity must be refused each of them.
 FORBIDDEN = [

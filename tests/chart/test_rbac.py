@@ -32,8 +32,8 @@ from examples.colors.manifest import colors_manifest
 
 from .helpers import (REPO, Helm, Kubectl, by_kind, can_i, install, one, sa_user, token_kubeconfig, unique,
                       wait_until)
-from .rbac_model import (ADAPTER_CALLS, ALL_CALLS, CLUSTER_CALLS, FORBIDDEN, LEASE_CALLS, NAMESPACED_CALLS, Call,
-                         call_of_request)
+from .rbac_model import (ADAPTER_CALLS, ALL_CALLS, CLUSTER_CALLS, FORBIDDEN, LEASE_CALLS, NAMESPACED_CALLS,
+                         SECRET_CALLS, Call, call_of_request)
 
 LEASES = sorted(LEASE_CALLS, key=str)
 
@@ -41,6 +41,11 @@ LEASES = sorted(LEASE_CALLS, key=str)
 def lease_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return one([r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")],
                "Role")["rules"]
+
+
+def secret_rules(docs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    return one([r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-secrets")
+                and r["metadata"]["namespace"] == namespace], "Role")["rules"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -153,7 +158,15 @@ def test_the_adapter_makes_exactly_the_listed_requests():
 def test_the_chart_rules_grant_exactly_the_listed_calls(helm: Helm):
     """Offline: the rendered rules grant every call, and no rule or verb grants anything unlisted."""
     cluster_rules = one(helm.template(), "ClusterRole")["rules"]
-    assert granted(cluster_rules, ALL_CALLS) == set(ALL_CALLS)
+    assert granted(cluster_rules, ALL_CALLS) == set(ALL_CALLS) - set(SECRET_CALLS), "no Secret cluster-wide"
+    opted_in = one(helm.template("--set", "rbac.secretsClusterWide=true"), "ClusterRole")["rules"]
+    assert granted(opted_in, ALL_CALLS) == set(ALL_CALLS)
+    listed = helm.template("--set", "rbac.secretNamespaces={a,b}")
+    secrets = {ns: secret_rules(listed, ns) for ns in ("a", "b")}
+    assert all(granted(rules, ALL_CALLS) == set(SECRET_CALLS) for rules in secrets.values()), secrets
+    assert not [r for r in by_kind(helm.template("--set", "rbac.secretsClusterWide=true", "--set",
+                                                 "rbac.secretNamespaces={a}"), "Role")
+                if r["metadata"]["name"].endswith("-secrets")], "the opt-in makes the per-namespace Roles moot"
     role_rules = next(r for r in by_kind(helm.template("--set", "watchNamespaces={a}"), "Role")
                       if r["metadata"]["namespace"] == "a")["rules"]
     assert granted(role_rules, NAMESPACED_CALLS) == set(NAMESPACED_CALLS)
@@ -161,7 +174,7 @@ def test_the_chart_rules_grant_exactly_the_listed_calls(helm: Helm):
     leases = lease_rules(helm.template())
     assert granted(leases, LEASES) == set(LEASES) and not granted(leases, ALL_CALLS)
     assert not granted(cluster_rules + role_rules, LEASES), "the Lease only in the operator's namespace"
-    for rules in (cluster_rules, role_rules, leases):
+    for rules in (cluster_rules, opted_in, secrets["a"], role_rules, leases):
         for rule in rules:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
@@ -175,15 +188,20 @@ def test_the_chart_rules_grant_exactly_the_listed_calls(helm: Helm):
 def test_cluster_wide_identity_can_do_exactly_its_job(helm: Helm, kubectl: Kubectl, namespaces, releases):
     ns = namespaces("chart-rbac")
     release = unique("rbac")
-    manifest = install(helm, release, ns)
+    tenant = namespaces("chart-rbac-tenant")
+    manifest = install(helm, release, ns, "--set", f"rbac.secretNamespaces={{{tenant}}}")
     releases(release, ns)
     sa = one(manifest, "ServiceAccount")["metadata"]["name"]
     user = sa_user(ns, sa)
     elsewhere = unique("any-namespace")  # cluster-wide: any namespace, existing or not
     wait_until(lambda: can_i(kubectl, user, NAMESPACED_CALLS[0], elsewhere), "the new binding to take effect", 30)
     denied = [f"{c} in {where}" for c in ALL_CALLS for where in (ns, elsewhere)
-              if not can_i(kubectl, user, c, where)]
+              if c not in SECRET_CALLS and not can_i(kubectl, user, c, where)]
     assert not denied, f"{user} may not: {denied}"
+    # Secrets only where listed (rbac.secretNamespaces): not in its own namespace, not anywhere else.
+    wait_until(lambda: can_i(kubectl, user, SECRET_CALLS[0], tenant), "the Secret binding to take effect", 30)
+    leaked = [f"{c} in {where}" for c in SECRET_CALLS for where in (ns, elsewhere) if can_i(kubectl, user, c, where)]
+    assert not leaked, f"{user} may read Secrets outside rbac.secretNamespaces: {leaked}"
     allowed = [str(c) for c in FORBIDDEN if can_i(kubectl, user, c, elsewhere)]
     assert not allowed, f"{user} may, but never needs to: {allowed}"
     lease = [(str(c), can_i(kubectl, user, c, ns), can_i(kubectl, user, c, elsewhere)) for c in LEASES]
@@ -235,8 +253,8 @@ def test_every_rule_and_every_verb_is_needed(helm: Helm, kubectl: Kubectl, stack
     from kubernetes import client, config
 
     # The Lease Role's rules too (as if granted everywhere: what each verb is needed for is the same).
-    rendered = helm.template()
-    rules = one(rendered, "ClusterRole")["rules"] + lease_rules(rendered)
+    rendered = helm.template("--set", "rbac.secretNamespaces={a}")
+    rules = one(rendered, "ClusterRole")["rules"] + lease_rules(rendered) + secret_rules(rendered, "a")
     calls = ALL_CALLS + LEASES
     variants: list[tuple[str, list[dict[str, Any]]]] = []
     for i, rule in enumerate(rules):

@@ -51,15 +51,14 @@ keeps its output). A lifecycle whose finish ends in a refusal
 (a batch partially committed under another generation, refused by every start) has not finished: nothing in
 it may be written twice, and the tests say which lifecycles end so.
 
-Not modelled: Spark's planning beyond the one rule; the stores' failures other than the ledger's two; transactions that interleave (a
-slot's fence, read, write and commit are one step; the fence's part is tested on the broker); the order of
-markers and records in a partition (a slot meets its partition's newest marker: with the check on, no driver
-commits a record after a marker newer than its epoch, so the real read, back from the end to the slot's
-record, meets that marker too; with it off, markers are not read at all); more than one zombie at a time;
-the operator's drain (it looks at the checkpoint, not at the ledger's history the rescale here waits on) and
-what a refusal asks of the user; stateless starts from ``earliest`` and restores of another identity's
-snapshot (duplicates by design); batch-complete records, dead letters.
-"""
+Not modelled: Spark's planning beyond the one rule; the stores' failures other than the ledger's two;
+transactions that interleave (a slot's fence, read, write and commit are one step; the fence's part is tested
+on the broker); the order of markers and records in a partition (a slot meets its partition's newest marker:
+with the check on, no driver commits a record after a marker newer than its epoch, so the real read, back from
+the end to the slot's record, meets that marker too; with it off, markers are not read at all); more than one
+zombie at a time; the operator's drain (it looks at the checkpoint, not at the ledger's history the rescale
+here waits on) and what a refusal asks of the user; stateless starts from ``earliest`` and restores of another
+identity's snapshot (duplicates by design); batch-complete records, dead letters."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -2,16 +2,16 @@
 the last record written per key (the model: ``tests/model/lifecycle.py``; issue 27, hole 3).
 
 A ledger that forgets acknowledged records is one less durable than the runtime's start check asks
-(``eos_job.ledger.ledger_durability``: replication factor at least the sink's, ``min.insync.replicas`` 2
-where it is 3, unclean leader election off; the check itself is tested on the broker in
-``tests/e2e/test_ledger_guards.py`` and ``tests/jobs/test_ledger_topic.py``). With that check the model grants no loss (``ledger-durable``);
-without it, it finds the duplicates a forgotten slot record or epoch causes. Compaction keeps the last
-record written per key, not the one a reader takes (``protocol.newest_history``: the newest of the highest
-epoch): the two are the same only because a superseded driver's partition-0 writes fail (the fenced
-``<prefix>-driver`` writer). The model checks that in every state it reaches, and shows what compaction does
-without the fence: the exploration with the fence is ``test_zombies.py``'s of zombies of another generation
-or checkpoint, which compacts at any moment and checks ``compaction_changes_nothing`` in every state.
-"""
+(``eos_job.ledger.ledger_durability``: replication factor at least the sink's, ``min.insync.replicas`` 2 where
+it is 3, unclean leader election off; the check itself is tested on the broker in
+``tests/e2e/test_ledger_guards.py`` and ``tests/jobs/test_ledger_topic.py``). With that check the model grants
+no loss (``ledger-durable``); without it, it finds the duplicates a forgotten slot record or epoch causes.
+Compaction keeps the last record written per key, not the one a reader takes (``protocol.newest_history``: the
+newest of the highest epoch): the two are the same only because a superseded driver's partition-0 writes fail
+(the fenced ``<prefix>-driver`` writer). The model checks that in every state it reaches, and shows what
+compaction does without the fence: the exploration with the fence is ``test_zombies.py``'s of zombies of
+another generation or checkpoint, which compacts at any moment and checks ``compaction_changes_nothing`` in
+every state."""
 from __future__ import annotations
 
 import pytest
@@ -36,7 +36,7 @@ def test_negative_control_without_the_driver_fence_compaction_keeps_a_zombies_re
     for ever (stuck), or skips and rewrites by the wrong record (duplicates)."""
     unsafe = SAFE - {"driver-fence"}
     checked, found, _ = explore(unsafe, ops=ELSEWHERE, max_ids=4, depth=8)
-    assert found == [], f"without compaction the reader's epoch rule alone keeps {checked} lifecycles exact: {found[:3]}"
+    assert found == [], f"without compaction the reader's epoch rule keeps {checked} lifecycles exact: {found[:3]}"
     _, late, _ = explore(unsafe, ops=ELSEWHERE, max_ids=4, depth=8, invariant=compaction_changes_nothing)
     assert late, "the zombie never wrote after a newer driver: the control does not reach the fence's case"
     checked, found, _ = explore(unsafe, ops=COMPACTING, max_ids=4, depth=8)

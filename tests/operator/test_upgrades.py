@@ -452,3 +452,33 @@ def test_on_a_pvc_a_check_pod_verifies_the_snapshot_and_reads_the_checkpoint_sta
     recorded = plan(new, check.status, replace(gone, aux_pods=(done,)))
     fell_back = plan(new, recorded.status, gone)
     assert "SnapshotFallback" in reasons(fell_back) and fell_back.status.upgrade.restore_from is None
+
+
+def test_a_secret_the_operator_may_not_read_names_the_grant_to_add():
+    """A cluster-wide install reads Secrets only in the namespaces granted (rbac.secretNamespaces): a 403
+    is a clear error naming the namespace and the chart value, for the S3 keys and the Kafka credentials."""
+    from eos_job.kafka_security import KafkaSecretMissing
+
+    from eos_operator.adapters import KubeError, kafka_secrets, s3_options
+
+    class Refusing(FakeKube):
+        async def read_secret(self, namespace, name):
+            raise KubeError(403, f'secrets "{name}" is forbidden')
+
+    s3 = spec(checkpoint={"store": "s3", "path": "/streams/colors",
+                          "s3": {"bucket": "ckpt", "accessKeyId": {"name": "s3-keys", "key": "id"},
+                                 "secretAccessKey": {"name": "s3-keys", "key": "secret"}}})
+    with pytest.raises(StoreUnreadable, match=r"may not read Secret team-a/s3-keys \(403\).*"
+                                              r"add team-a to the chart's rbac.secretNamespaces"):
+        asyncio.run(s3_options(Refusing(), "team-a", s3))
+    credentials = {"mechanism": "SCRAM-SHA-512", "username": {"name": "kafka-user", "key": "u"},
+                   "password": {"name": "kafka-user", "key": "p"}}
+    secured = spec(sink={"bootstrapServers": "localhost:9092", "topic": "out", "credentials": credentials})
+    with pytest.raises(KafkaSecretMissing, match="may not read Secret team-a/kafka-user"):
+        asyncio.run(kafka_secrets(Refusing(), "team-a", secured))
+
+    class Failing(FakeKube):
+        async def read_secret(self, namespace, name):
+            raise KubeError(500, "etcd timeout")
+    with pytest.raises(KubeError):                 # not a grant to add: retried like any API failure
+        asyncio.run(s3_options(Failing(), "team-a", s3))

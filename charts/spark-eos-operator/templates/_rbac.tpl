@@ -74,19 +74,27 @@ Not granted, on purpose:
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "create", "update", "delete"]
-# Secrets: get by name only, the keys a stream with checkpoint.store s3 names in its own
-# namespace (adapters.s3_options): the operator reads that checkpoint straight from the bucket
-# (resolution, snapshot manifests, upgrade checks), with the stream's own keys; never listed,
-# watched or kept beyond the read.
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
 # Events on the stream and on snapshots (adapters.post_event): create, and patch to count the same
 # event again on the first one (events.py). kopf posts none of its own (settings.posting.enabled is off
 # in handlers.configure).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end -}}
+
+{{/*
+Secrets: get by name only, the keys a stream names in its own namespace (adapters.secret_value):
+the S3 keys of checkpoint.s3 (the operator reads that checkpoint straight from the bucket for
+resolution, snapshot manifests and upgrade checks) and the Kafka credentials and TLS material of
+source and sink (the operator's own Kafka clients fence and read the ledger). Never listed, watched
+or kept beyond the read. Granted in every watched namespace (watchNamespaces set); in a cluster-wide
+install only in the namespaces of rbac.secretNamespaces (a Role each), or everywhere with
+rbac.secretsClusterWide: true (opt-in: the operator could then read any Secret it is told the name of).
+*/}}
+{{- define "eos.secretRules" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
 {{- end -}}
 
 {{/*
