@@ -70,6 +70,13 @@ class ResolutionReport(Model):
     summary: str = ""
 
 
+class FailedDriver(Model):
+    """The last driver Pod that ended, kept with its log until a later driver commits a batch."""
+    pod: str = Field(..., description="Name of the Pod; its log: kubectl logs -n <namespace> <pod>.")
+    batch: int | None = Field(None, description="Last committed batch when it ended (unset: none yet).")
+    time: str = Field(..., description="When the operator saw it end (RFC 3339).")
+
+
 class PendingLaunch(Model):
     """Write-ahead record of a driver launch in flight.
 
@@ -206,6 +213,10 @@ class ExactlyOnceStreamStatus(Model):
     last_reconciled_spec: str | None = Field(None, description="JSON of the spec the current driver was launched with.")
     tx_generation: int = Field(0, description="Transactional-id generation of the running spec.")
     driver_pod: str | None = Field(None, description="Name of the current driver Pod.")
+    failed_driver: FailedDriver | None = Field(None, description=(
+        "The last driver Pod that failed, kept (not deleted) with its log until a later driver commits a batch "
+        "beyond the one it ended at; only the newest is kept. Not in deployMode cluster, whose executor Pods "
+        "the driver Pod owns (lastError holds its termination message)."))
     driver_attempt: int = Field(0, description="Attempt counter n of the current (or next) driver Pod.")
     pending_launch: PendingLaunch | None = None
     observed_restart_nonce: int | None = Field(None, description="spec.restartNonce the counters were last reset for.")

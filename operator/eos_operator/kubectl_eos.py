@@ -142,6 +142,10 @@ def status_text(s: dict, snapshots: list[dict], now: datetime) -> str:
              + (f"; failures at {', '.join(st.get('failureTimes') or [])}" if st.get("failureTimes") else "")]
     if st.get("lastError"):
         lines.append(f"Last error:    {st['lastError']}")
+    failed = st.get("failedDriver")
+    if failed:
+        lines.append(f"Failed driver: {failed['pod']} (ended {failed.get('time', '?')}; its log until a later driver "
+                     f"commits a batch: kubectl logs -n {meta['namespace']} {failed['pod']})")
     lines.append("Conditions:")
     lines += [f"  {c.get('type')}={c.get('status')} {c.get('reason', '')}: {c.get('message', '')}"
               for c in st.get("conditions") or []]

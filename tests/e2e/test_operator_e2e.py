@@ -211,10 +211,20 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
                       if p["metadata"]["name"].startswith(f"{name}-")),
               "Failed with no new driver", 6, diag, 1)
 
+    # The failed driver's Pod is kept with its log, and the DriverFailed event says where.
+    failed = status["failedDriver"]["pod"]
+    assert failed == status["driverPod"] and f"kubectl logs -n {namespace} {failed}" in " ".join(
+        kubectl.event_messages(namespace, name, "DriverFailed"))
+
     # The sink comes back; the user asks for a restart with a new nonce.
     topics.create_sink()
     expected = produce(topics.bootstrap, topics.events, 1000)
     kubectl.patch_spec(namespace, name, {"restartNonce": 1})
+    wait_until(lambda: kubectl.status(namespace, name).get("driverPod") not in (None, failed),
+               "the next driver to be created", 120, diag)
+    # The failed Pod is still there while its successor starts (it ended: never two drivers), log and all.
+    assert kubectl.json("get", "pod", failed, "-n", namespace)["status"]["phase"] == "Failed"
+    assert kubelet.log_path(namespace, failed).stat().st_size > 0
     status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(
         kubectl.status(namespace, name)), "the stream to resume after the nonce", 120, diag)
     assert status["restartCount"] == 0 and status["observedRestartNonce"] == 1
@@ -222,9 +232,13 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     for pod in (status["driverPod"], operator.pod):
         cid = kubectl.json("get", "pod", pod, "-n", namespace)["status"]["containerStatuses"][0].get("containerID")
         assert cid and cid.startswith("podman://"), (pod, cid)
-    assert [p["metadata"]["name"] for p in kubectl.pods(namespace)
-            if "-driver-" in p["metadata"]["name"]] == [status["driverPod"]]
+    assert [p["metadata"]["name"] for p in kubectl.pods(namespace) if "-driver-" in p["metadata"]["name"]
+            and p["status"]["phase"] != "Failed"] == [status["driverPod"]]
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output", 300, diag, 2)
+    # The new driver committed batches: the failed Pod goes.
+    wait_until(lambda: failed not in [p["metadata"]["name"] for p in kubectl.pods(namespace)]
+               and kubectl.status(namespace, name).get("failedDriver") is None,
+               f"{failed} to be removed after its successor committed", 120, diag, 2)
     assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
 
     # A snapshot upgrade on the claim: the old driver stops with a snapshot, a check Pod verifies it where the

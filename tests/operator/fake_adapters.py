@@ -43,8 +43,11 @@ class FakeResolver:
         self.calls.append(config)
         self.s3, self.facts = s3, facts
         if self.kube is not None:
-            alive = [p for p in self.kube.driver_pods(config.stream.namespace, config.stream.name)]
-            assert not alive, f"resolution ran while driver Pods exist: {[p['metadata']['name'] for p in alive]}"
+            # A driver Pod that ended (Failed or Succeeded: its containers stopped) may stay for its log; one
+            # that may still run may not.
+            alive = [p for p in self.kube.driver_pods(config.stream.namespace, config.stream.name)
+                     if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
+            assert not alive, f"resolution ran while driver Pods may run: {[p['metadata']['name'] for p in alive]}"
         if self.fail_next > 0:
             self.fail_next -= 1
             raise RuntimeError(self.error)

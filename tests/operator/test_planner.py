@@ -273,11 +273,12 @@ def test_failed_pod_restarts_after_the_strategy_delay():
     wait = plan(s, p.status, observed(failed, at=35))
     assert wait.actions == [] and wait.events == []
     assert wait.requeue_after == pytest.approx(5.0)
-    # After it: the failed Pod goes first, then resolution, then the new Pod.
+    # After it: resolution, then the new Pod. The failed Pod stays for its log (it ended: never a second
+    # driver) until a later driver commits a batch beyond its last.
+    assert p.status.failed_driver.pod == "colors-driver-0" and p.status.failed_driver.batch is None
+    assert "kubectl logs -n default colors-driver-0" in p.events[0].message
     go = plan(s, p.status, observed(failed, at=41))
-    assert go.actions == [DeletePod("colors-driver-0", 0)]
-    resolve = plan(s, go.status, observed(at=42))
-    assert [type(a) for a in resolve.actions] == [Resolve]
+    assert [type(a) for a in go.actions] == [Resolve]
 
 
 def test_a_sub_second_restart_delay_is_kept_to_the_millisecond_and_so_is_the_wait():
@@ -291,7 +292,7 @@ def test_a_sub_second_restart_delay_is_kept_to_the_millisecond_and_so_is_the_wai
     wait = plan(s, p.status, observed(failed, at=30.4))
     assert wait.actions == [] and wait.requeue_after == pytest.approx(0.15)
     go = plan(s, p.status, observed(failed, at=30.55))
-    assert go.actions == [DeletePod("colors-driver-0", 0)]
+    assert [type(a) for a in go.actions] == [Resolve]   # the failed Pod is kept
 
 
 def test_a_zero_restart_delay_waits_for_no_second_boundary():
@@ -300,7 +301,7 @@ def test_a_zero_restart_delay_waits_for_no_second_boundary():
     p = plan(s, running_status(s), observed(failed, at=30.2504))
     assert p.status.pending_launch.not_before == "2026-01-01T12:00:30.251Z"   # never before now: rounded up
     go = plan(s, p.status, observed(failed, at=30.252))
-    assert go.actions == [DeletePod("colors-driver-0", 0)]
+    assert [type(a) for a in go.actions] == [Resolve]   # the failed Pod is kept
 
 
 def test_a_restart_time_an_older_operator_wrote_in_whole_seconds_is_still_honoured():
@@ -406,7 +407,7 @@ def test_restart_nonce_resumes_a_failed_stream_and_resets_counters():
     assert p.status.pending_launch.not_before is None
     assert "Restarting" in reasons(p)
     nxt = plan(bumped, p.status, observed(pod("colors-driver-2", "Failed"), at=100))
-    assert nxt.actions == [DeletePod("colors-driver-2", 0)]
+    assert [type(a) for a in nxt.actions] == [Resolve]         # the failed Pod stays for its log
 
 
 def test_restart_nonce_restarts_a_running_driver_gracefully():
@@ -627,3 +628,12 @@ def test_a_deletion_that_waits_on_a_driver_that_does_not_stop_says_so_once():
     assert reasons(late) == ["DeletionWaiting"] and "colors-driver-0" in late.events[0].message
     again = plan_deletion(late.status, dc_replace(observed(going, at=210), deleting=True))
     assert reasons(again) == []
+
+
+def test_a_failed_cluster_mode_driver_is_not_kept_since_it_owns_its_executors():
+    s = spec(job={"module": "tests.e2e.jobs.sleeper", "parallelism": 2, "deployMode": "cluster"})
+    failed = pod("colors-driver-0", "Failed", exit_code=1)
+    p = plan(s, running_status(s), observed(failed, at=30))
+    assert p.status.failed_driver is None and "kubectl logs" not in p.events[0].message
+    go = plan(s, p.status, observed(failed, at=41))
+    assert go.actions == [DeletePod("colors-driver-0", 0)]

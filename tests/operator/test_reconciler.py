@@ -84,9 +84,42 @@ def test_failed_driver_restarts_after_delay_with_resolution():
     clock.advance(11)
     rec(deps)
     assert kube.created_pods == ["colors-driver-0", "colors-driver-1"]
-    assert ("default", "colors-driver-0") not in kube.pods   # the old one is gone first
+    assert kube.pods[("default", "colors-driver-0")]["status"]["phase"] == "Failed"   # kept for its log
     assert len(resolver.calls) == 2
     assert kube.reasons()[-4:] == ["DriverFailed", "Restarting", "Resolved", "Submitted"]
+    assert kube.max_alive_drivers == 1
+
+
+def test_a_failed_driver_pod_stays_for_its_log_until_a_later_driver_commits_a_batch_beyond_its_last():
+    kube, resolver, clock, deps = make()
+    deps.progress = progress = FakeProgress(batch=3)
+    rec(deps)
+    kube.set_pod_phase("colors-driver-0", "Running")
+    rec(deps)
+    kube.set_pod_phase("colors-driver-0", "Failed", exit_code=1, message="boom")
+    rec(deps)
+    assert status(kube)["failedDriver"]["pod"] == "colors-driver-0" and status(kube)["failedDriver"]["batch"] == 3
+    event = [m for (_, _, r, m) in kube.events if r == "DriverFailed"][-1]
+    assert "kubectl logs -n default colors-driver-0" in event
+    clock.advance(11)
+    rec(deps)
+    kube.set_pod_phase("colors-driver-1", "Running")
+    rec(deps)                          # the ledger still says batch 3: the new driver proved nothing yet
+    assert ("default", "colors-driver-0") in kube.pods and status(kube)["failedDriver"]["pod"] == "colors-driver-0"
+    # The second one fails too: only the newest failed Pod is kept.
+    kube.set_pod_phase("colors-driver-1", "Failed", exit_code=1, message="boom again")
+    rec(deps)
+    clock.advance(11)
+    rec(deps)
+    assert ("default", "colors-driver-0") not in kube.pods
+    assert kube.pods[("default", "colors-driver-1")]["status"]["phase"] == "Failed"
+    kube.set_pod_phase("colors-driver-2", "Running")
+    progress.batch = 4
+    clock.advance(60)
+    rec(deps)
+    rec(deps)
+    assert ("default", "colors-driver-1") not in kube.pods and "failedDriver" not in status(kube) or \
+        status(kube).get("failedDriver") is None
     assert kube.max_alive_drivers == 1
 
 

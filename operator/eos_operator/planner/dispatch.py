@@ -39,8 +39,9 @@ from ..upgrades import classify, run_affecting_changes
 from ..validation import InvalidSpec
 from .housekeeping import snapshot_housekeeping
 from .launch import continue_launch, plan_deletion
-from .restarts import REFUSALS, batch_refused, driver_failed, start_launch
-from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, not_starting, rejected_text,
+from .restarts import (REFUSALS, batch_refused, driver_failed, keep_failed_driver, release_failed_driver,
+                       start_launch)
+from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, kept, not_starting, rejected_text,
                    stop_pods, watch_nondeterminism, watch_replay_horizon)
 from .upgrade import blocked, check_upgrade, overlay_spec, pre_flight, spec_changed
 
@@ -174,11 +175,13 @@ def _driver_gone(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
 
 def _driver_ended(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     pod = step.obs.pod(step.st.driver_pod)
+    # Kept for its log; in cluster deploy mode not: its executor Pods are owned by it and would stay too.
+    hint = keep_failed_driver(step, pod.name) if spec.job.deploy_mode != "cluster" else ""
     if pod.summary_reason in REFUSALS:
         return batch_refused(step, pod.failure_text(), pod.summary_reason)
     if pod.phase == "Failed":
-        return driver_failed(step, spec, pod.failure_text())
-    return driver_failed(step, spec, pod.failure_text() + " while job.state is running")
+        return driver_failed(step, spec, pod.failure_text(), hint)
+    return driver_failed(step, spec, pod.failure_text() + " while job.state is running", hint)
 
 
 def _driver_terminating(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
@@ -196,7 +199,7 @@ def _driver_up(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     """RUNNING or DRIVER_STARTING: leftovers of earlier attempts (terminal) or a stray driver go; never two."""
     st = step.st
     pod = step.obs.pod(st.driver_pod)
-    stop_pods(step, step.obs.others(pod.name))
+    stop_pods(step, [p for p in step.obs.others(pod.name) if not kept(st, p)])
     if pod.phase == "Running":
         return running(step, pod)
     # Pending or Unknown: the Pod exists but is not running yet; past its start deadline it failed.
@@ -301,6 +304,7 @@ def running(step: StreamStep, pod: PodView) -> Plan:
         st.running_since = fmt(step.obs.now)
     if step.obs.last_committed_batch is not None:
         st.last_committed_batch = step.obs.last_committed_batch
+    release_failed_driver(step)
     watch_nondeterminism(step)
     st.next_restart_time = None
     progressing: Cond = ("False", "Running", "the driver runs the current spec")

@@ -25,7 +25,7 @@ from ..start_failures import REFUSED_FIX, REFUSED_REASON, REFUSED_RETRY_SECONDS,
 from ..timeutil import fmt, fmt_ceil, parse, seconds_between
 from ..upgrades import current_checkpoint_dir, run_affecting_changes, spec_json
 from .housekeeping import snapshot_resource_for
-from .step import POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, stop_pods
+from .step import POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, kept, stop_pods
 
 DELETION_SLACK_SECONDS = 60.0   # past the driver's grace period: a deletion that waits says so
 from .upgrade import after_stop, drain, needs_drain, restore_source_missing, restore_text, spec_changed
@@ -59,7 +59,8 @@ def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: Pendi
         return step.done(requeue_after=max(wait, 0.1))
 
     # 2. Never two drivers: every other driver Pod of the stream must be gone first.
-    others = [p for p in obs.pods if p.name != launch.pod or p.owner_uid not in (None, obs.uid)]
+    others = [p for p in obs.pods if (p.name != launch.pod or p.owner_uid not in (None, obs.uid))
+              and not (kept(st, p) and p.owner_uid in (None, obs.uid))]
     if others:
         stop_pods(step, others)
         names = ", ".join(p.name for p in others)

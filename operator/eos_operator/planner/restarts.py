@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from eos_job.spec import ExactlyOnceStreamSpec
-from eos_job.status import ExactlyOnceStreamStatus, PendingLaunch
+from eos_job.status import ExactlyOnceStreamStatus, FailedDriver, PendingLaunch
 
 from .. import children
-from ..actions import Plan
+from ..actions import DeletePod, Plan
 from ..observed import Observed
 from ..restart import RestartMemory, decide, jitter_unit_for
 from ..timeutil import fmt, fmt_ms_ceil, parse, seconds_between, utc
@@ -25,8 +25,9 @@ def restart_memory(st: ExactlyOnceStreamStatus) -> RestartMemory:
 
 
 def apply_failure(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str, *, attempt: int | None,
-                   failed_reason: str) -> tuple[bool, float, str]:
-    """Count one failure by the restart strategy; returns (restart?, delay, explanation)."""
+                   failed_reason: str, hint: str = "") -> tuple[bool, float, str]:
+    """Count one failure by the restart strategy; returns (restart?, delay, explanation). ``hint`` goes into
+    the event only (where to read more)."""
     st = step.st
     now = step.obs.now
     started = parse(st.running_since)
@@ -40,7 +41,7 @@ def apply_failure(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str, *, 
     st.restart_count = mem.restarts
     st.failure_times = [fmt(datetime.fromtimestamp(t, tz=timezone.utc)) for t in mem.failure_times]
     st.last_restart_delay_seconds = mem.last_delay
-    step.event("Warning", failed_reason, error)
+    step.event("Warning", failed_reason, error + hint)
     return decision.restart, decision.delay_seconds, decision.explanation
 
 
@@ -105,9 +106,32 @@ def batch_refused(step: StreamStep, error: str, reason: str = BATCH_REFUSED) -> 
     return step.done()
 
 
-def driver_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str) -> Plan:
+def keep_failed_driver(step: StreamStep, pod_name: str) -> str:
+    """Keep the driver Pod that just ended (not deleted at the next launch) until a later driver commits a
+    batch beyond this one's last (``release_failed_driver``); returns where its log is, for the event."""
+    st, obs = step.st, step.obs
+    st.failed_driver = FailedDriver(pod=pod_name, batch=st.last_committed_batch, time=fmt(obs.now))
+    return f". Its log stays until a later driver commits a batch: kubectl logs -n {obs.namespace} {pod_name}"
+
+
+def release_failed_driver(step: StreamStep) -> None:
+    """The running driver committed a batch beyond the failed one's last: the kept Pod goes."""
+    st, obs = step.st, step.obs
+    failed = st.failed_driver
+    if failed is None or obs.last_committed_batch is None:
+        return
+    if failed.batch is not None and obs.last_committed_batch <= failed.batch:
+        return
+    pod = obs.pod(failed.pod)
+    if pod is not None and not pod.deleting:
+        step.act(DeletePod(pod.name, 0))
+    st.failed_driver = None
+
+
+def driver_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str, hint: str = "") -> Plan:
     st = step.st
-    restart, delay, explanation = apply_failure(step, spec, error, attempt=None, failed_reason="DriverFailed")
+    restart, delay, explanation = apply_failure(step, spec, error, attempt=None, failed_reason="DriverFailed",
+                                                hint=hint)
     if not restart:
         return exhausted(step, explanation)
     not_before = step.obs.now + timedelta(seconds=delay)

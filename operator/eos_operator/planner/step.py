@@ -46,6 +46,12 @@ class StreamStep(Step):
         self.st.lifecycle_state = state  # type: ignore[assignment]
 
 
+def kept(st: ExactlyOnceStreamStatus, pod) -> bool:
+    """The kept failed driver (``restarts.keep_failed_driver``): ended, so never a second driver, and left
+    for its log."""
+    return st.failed_driver is not None and pod.name == st.failed_driver.pod and pod.terminal
+
+
 def stop_pods(step: StreamStep, pods) -> None:
     """Delete each Pod not already going: a finished one at once, a running one with SIGTERM and the
     grace period in which the runtime stops at a clean batch boundary."""
