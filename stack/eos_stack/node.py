@@ -24,7 +24,8 @@ plain ``eos_stack up``: the Pods of the end-to-end tests still run on the proces
   by InternalIP with its own client certificate (``kubectl logs``).
 
 Host changes (undone by ``down``): one bridge interface per node with its gateway address, cgroup folders
-``/eos-<tag>-n<i>`` in each cgroup v1 hierarchy, and the iptables chains the kubelet makes. Not changed:
+``/eos-<tag>-n<i>`` in each cgroup v1 hierarchy, and the iptables chains the kubelet makes (KUBE-FIREWALL,
+canaries; removed when no kubelet runs any more). Not changed:
 ``net.ipv4.ip_forward`` (left as found; Pods on different nodes do not reach each other yet), masquerading.
 """
 from __future__ import annotations
@@ -192,6 +193,25 @@ def unmount_under(root: Path) -> int:
     return len(mine)
 
 
+def remove_kubelet_chains() -> None:
+    """Remove the iptables chains kubelets make (KUBE-FIREWALL, which drops non-loopback packets to 127/8, the
+    canaries and the hint), unless a kubelet of another stack on this machine still runs."""
+    if subprocess.run(["pgrep", "-x", "kubelet"], capture_output=True).returncode == 0:
+        return
+    for tool in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            rules = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True).stdout.splitlines()
+            chains = [r.split()[1] for r in rules if r.startswith("-N KUBE-")]
+            for r in rules:
+                words = r.split()
+                if words[0] == "-A" and words[-2:-1] == ["-j"] and words[-1] in chains and words[1] not in chains:
+                    subprocess.run([tool, "-t", table, "-D", *words[1:]], capture_output=True)
+            for c in chains:
+                subprocess.run([tool, "-t", table, "-F", c], capture_output=True)
+            for c in chains:
+                subprocess.run([tool, "-t", table, "-X", c], capture_output=True)
+
+
 # -- containerd --------------------------------------------------------------------------------
 def start_containerd(st: Stack, n: NodeLayout) -> None:
     name = f"{n.name}-containerd"
@@ -205,7 +225,8 @@ def start_containerd(st: Stack, n: NodeLayout) -> None:
 
 
 # -- kubelet and scheduler --------------------------------------------------------------------------------
-def start_kubelet(st: Stack, n: NodeLayout, p: dict[str, int]) -> None:
+def start_kubelet(st: Stack, n: NodeLayout, p: dict[str, int]) -> bool:
+    """Start the node's kubelet unless it runs; True when started."""
     name = f"{n.name}-kubelet"
     ids = ensure_identities(st, n)
     for d in (n.cni_conf_dir, n.kubelet_root, n.home / "pod-logs", n.home / "volume-plugins"):
@@ -218,8 +239,10 @@ def start_kubelet(st: Stack, n: NodeLayout, p: dict[str, int]) -> None:
         port=p[f"{n.name}-kubelet"], healthz_port=p[f"{n.name}-healthz"], resolv_conf=n.home / "resolv.conf"),
         indent=2) + "\n")
     argv = kubelet_argv(bin_dir(st) / "kubelet", n, cfg, ids["kubeconfig"])
-    if st.running_pid(name) is None:
-        st.start_daemon(name, argv, marker=str(cfg))
+    if st.running_pid(name) is not None:
+        return False
+    st.start_daemon(name, argv, marker=str(cfg))
+    return True
 
 
 def healthz(port: int) -> bool:
@@ -232,8 +255,9 @@ def healthz(port: int) -> bool:
 
 
 def node_ready(st: Stack, name: str, since: float = 0.0) -> bool:
-    """The Node is Ready, by a heartbeat at or after ``since`` (no node lifecycle controller runs here to mark
-    a stopped kubelet's Node NotReady: its last Ready condition stays)."""
+    """The Node is Ready, by a status the kubelet posted at or after ``since``: no node lifecycle controller runs
+    here to mark a stopped kubelet's Node NotReady, its last Ready condition stays. (A kubelet posts its status
+    when it starts, then every 5 minutes unless it changes: give ``since`` only for a kubelet just started.)"""
     from datetime import datetime
     proc = kubectl(st, "get", "node", name, "-o", "json", check=False)
     if proc.returncode != 0:
@@ -273,18 +297,20 @@ def up(st: Stack) -> dict[str, str]:
     _apply(st, RBAC)
     nodes = layouts(st.state, count())
     since = time.time() - 1   # heartbeat times have whole seconds
+    fresh = set()
     for n in nodes:
         n.home.mkdir(parents=True, exist_ok=True)
         ensure_bridge(n)
         ensure_cgroups(n)
         start_containerd(st, n)
         import_images(st, n, pause, project)
-        start_kubelet(st, n, p)
+        if start_kubelet(st, n, p):
+            fresh.add(n.name)
     start_scheduler(st, p[SCHEDULER])
     for n in nodes:
         wait_for(lambda n=n: _alive(st, f"{n.name}-kubelet") and healthz(p[f"{n.name}-healthz"]),
                  f"{n.name}'s kubelet /healthz", 120, on_fail=lambda n=n: st.log_tail(f"{n.name}-kubelet"))
-        wait_for(lambda n=n: _alive(st, f"{n.name}-kubelet") and node_ready(st, n.name, since),
+        wait_for(lambda n=n: _alive(st, f"{n.name}-kubelet") and node_ready(st, n.name, since if n.name in fresh else 0.0),
                  f"Node {n.name} Ready",
                  180, on_fail=lambda n=n: st.log_tail(f"{n.name}-kubelet"), interval=1)
         # The kubelet registers with the not-ready taint; the node lifecycle controller, which would lift it,
@@ -347,6 +373,7 @@ def down(st: Stack, purge: bool = False) -> None:
         remove_cgroups(n)
         if subprocess.run(["ip", "link", "show", n.bridge], capture_output=True).returncode == 0:
             subprocess.run(["ip", "link", "delete", n.bridge], capture_output=True)
+    remove_kubelet_chains()
     if purge and (st.state / "node").exists():
         shutil.rmtree(st.state / "node", ignore_errors=True)
     st.drop_env(ENV_KEYS)
