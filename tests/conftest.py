@@ -30,6 +30,7 @@ SERIAL_FILES = {
     "stack/test_s3.py": "stops and restarts the S3 server",
     "e2e/test_s3_checkpoint.py": "kills the S3 server",
     "e2e/test_cluster_mode_e2e.py": "stops the S3 server for 15 s",
+    "stack/test_node.py": "starts real nodes and kube-scheduler, which take the Pods the process kubelet waits for",
 }
 
 

@@ -6,14 +6,17 @@ import fcntl
 import sys
 import time
 
-from . import gitops, helm, kafka, kube, prometheus, s3, spark
+from . import gitops, helm, kafka, kube, node, prometheus, s3, spark
 from .common import Stack, StackError, log
 
 PARTS = {"kafka": kafka, "s3": s3, "kube": kube, "spark": spark, "helm": helm,
-         "prometheus": prometheus, "gitops": gitops}
+         "prometheus": prometheus, "gitops": gitops, "node": node}
 # Start order: downloads first, servers after; stop in reverse. gitops last: its Go build reuses the packages
 # the kube build compiled (gitops.py).
-ORDER = ["spark", "helm", "prometheus", "kafka", "s3", "kube", "gitops"]
+ORDER = ["spark", "helm", "prometheus", "kafka", "s3", "kube", "node", "gitops"]
+# Started only when named (`up node`): real nodes and a scheduler would take the Pods the tests' process kubelet
+# waits for (node.py). A plain `down` stops them too, before the API server they report to.
+ON_DEMAND = {"node"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown part(s) {unknown}; choose from {ORDER}")
     st = Stack()
-    parts = [p for p in ORDER if p in (args.parts or ORDER)]
+    default = ORDER if args.action == "down" else [p for p in ORDER if p not in ON_DEMAND]
+    parts = [p for p in ORDER if p in (args.parts or default)]
     try:
         if args.action == "up":
             # One `up` at a time (pytest-xdist workers each make sure the stack runs): a second one waits, then

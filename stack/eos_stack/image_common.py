@@ -122,14 +122,18 @@ def run_argv(*, read_only: bool = False) -> list[str]:
 
 
 # -- tools ---------------------------------------------------------------------------
-def ensure_tools() -> None:
-    missing = [t for t in TOOLS if not shutil.which(t)]
+def ensure_tools(tools: tuple[str, ...] = TOOLS, *, packages: tuple[str, ...] | None = None,
+                 needed_by: str = "the image build (`make image`)") -> None:
+    """Install the Debian packages of the ``tools`` that are not on PATH (``packages``: their package names,
+    default the tools' own names) with apt-get, as root, saying what it installs and for what."""
+    packages = packages or tools
+    missing = list(dict.fromkeys(pkg for tool, pkg in zip(tools, packages) if not shutil.which(tool)))
     if not missing:
         return
     if os.geteuid() != 0:
         raise StackError(f"missing {', '.join(missing)}: install them (apt-get install {' '.join(missing)}) as "
-                         "root; `make image` runs buildah rootful, so run it as root")
-    log(f"installing {', '.join(missing)} with apt-get (Debian packages; first run only)")
+                         f"root; {needed_by} needs them")
+    log(f"installing {', '.join(missing)} with apt-get for {needed_by} (Debian packages; first run only)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for argv, what in ((["apt-get", "update", "-qq"], "apt-get update"),
                        (["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
@@ -138,11 +142,11 @@ def ensure_tools() -> None:
                               timeout=1200)
         if proc.returncode != 0:
             tail = "\n".join(proc.stdout.splitlines()[-15:])
-            raise StackError(f"{what} failed (exit {proc.returncode}); the image build needs the Debian "
+            raise StackError(f"{what} failed (exit {proc.returncode}); {needed_by} needs the Debian "
                              f"package(s) {', '.join(missing)}. Install them by hand (apt-get install "
                              f"{' '.join(missing)}), or check that Debian's mirror in /etc/apt/sources.list.d "
-                             f"is reachable, then run `make image` again.\n{tail}")
-    still = [t for t in TOOLS if not shutil.which(t)]
+                             f"is reachable, then try again.\n{tail}")
+    still = [t for t in tools if not shutil.which(t)]
     if still:
         raise StackError(f"apt-get installed the packages but {', '.join(still)} is still not on PATH")
 

@@ -264,7 +264,7 @@ def ensure_pki(st: Stack) -> None:
              "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"], what="openssl CA")
         (pki / "ca.key").chmod(0o600)
         # Everything signed by an older CA is now worthless.
-        for stale in ("apiserver", "admin", "controller-manager"):
+        for stale in ("apiserver", "admin", "controller-manager", "apiserver-kubelet-client"):
             (pki / f"{stale}.crt").unlink(missing_ok=True)
     if not (pki / "apiserver.crt").exists():
         sans = ["IP:127.0.0.1", f"IP:{SERVICE_IP}", "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
@@ -281,6 +281,10 @@ def ensure_pki(st: Stack) -> None:
         # The GC and namespace controllers act on every resource type; with
         # --use-service-account-credentials=false they need a superuser identity.
         _issue_cert(st, "controller-manager", "system:kube-controller-manager", ["system:masters"],
+                    _client_ext())
+    if not (pki / "apiserver-kubelet-client.crt").exists():
+        # The API server's identity towards kubelets (logs, exec, port-forward) when real nodes run (node.py).
+        _issue_cert(st, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ["system:masters"],
                     _client_ext())
     if not ((pki / "sa.key").exists() and (pki / "sa.pub").exists()):
         ossl = ossl or _openssl()
@@ -505,30 +509,37 @@ def up(st: Stack) -> dict[str, str]:
 
     # kube-apiserver
     url = apiserver_url(st)
-    if _reusable(st, "kube-apiserver", lambda: apiserver_ready(st)):
+    apiserver_argv = [
+        str(binary(st, "kube-apiserver")),
+        f"--etcd-servers=http://127.0.0.1:{ports['etcd_client']}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--secure-port={ports['apiserver']}",
+        f"--cert-dir={st.dir('kube', 'apiserver-certs')}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        "--authorization-mode=RBAC",
+        "--disable-admission-plugins=ServiceAccount",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--allow-privileged=true",
+        f"--service-account-issuer={url}",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        # The endpoints of the "kubernetes" Service may not be loopback addresses:
+        # without this the apiserver logs a failed reconcile every 10 seconds.
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+        # Real nodes (node.py): reach a kubelet at its node IP, with a client certificate, checking its serving
+        # certificate against the stack CA.
+        f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        "--kubelet-preferred-address-types=InternalIP",
+    ]
+    if _reusable(st, "kube-apiserver", lambda: apiserver_ready(st), apiserver_argv):
         log("kube: kube-apiserver already running")
     else:
         st.stop_daemon("kube-apiserver")
-        st.start_daemon("kube-apiserver", [
-            str(binary(st, "kube-apiserver")),
-            f"--etcd-servers=http://127.0.0.1:{ports['etcd_client']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--secure-port={ports['apiserver']}",
-            f"--cert-dir={st.dir('kube', 'apiserver-certs')}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=RBAC",
-            "--disable-admission-plugins=ServiceAccount",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--allow-privileged=true",
-            f"--service-account-issuer={url}",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            # The endpoints of the "kubernetes" Service may not be loopback addresses:
-            # without this the apiserver logs a failed reconcile every 10 seconds.
-            "--endpoint-reconciler-type=none",
-            "--profiling=false",
-        ], marker=str(pki / "apiserver.crt"))
+        st.start_daemon("kube-apiserver", apiserver_argv, marker=str(pki / "apiserver.crt"))
         _wait_daemon(st, "kube-apiserver", lambda: apiserver_ready(st), "kube-apiserver /readyz", 180)
 
     # kube-controller-manager (owner-reference GC, namespace deletion, PersistentVolume binding and protection)

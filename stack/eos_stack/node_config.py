@@ -1,0 +1,291 @@
+"""What the node part (:mod:`eos_stack.node`) writes: each node's layout and names, containerd's configuration,
+the kubelet's configuration, the CNI network, and the pause image as an OCI archive. Pure functions of their
+arguments (no daemons, no host changes): unit-tested in ``tests/operator/test_node_config.py``.
+
+Names that the host sees (bridge interface, cgroup root) carry a short hash of the state folder, so two
+worktrees' stacks on one machine do not share them; the Pod CIDR is derived from it too.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+NODES = (1, 2)
+CLUSTER_DNS = "10.0.0.10"          # inside kube.SERVICE_CIDR; no DNS server answers there yet
+CLUSTER_DOMAIN = "cluster.local"
+PAUSE_IMAGE = "localhost/eos-pause:1.0"
+CNI_BIN_DIR = "/usr/lib/cni"        # Debian's containernetworking-plugins
+RUNC = "/usr/sbin/runc"             # Debian's runc
+# The kubelet's cgroup v1 controllers (cgroupfs driver): the cgroup root must exist in each mounted one.
+CGROUP_V1 = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer", "blkio", "hugetlb", "systemd")
+
+PAUSE_C = r"""/* The Pod sandbox's process (eos_stack.node): holds the Pod's namespaces, reaps orphans, stops on a signal. */
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void stop(int sig) { (void)sig; _exit(0); }
+static void reap(int sig) { (void)sig; while (waitpid(-1, 0, WNOHANG) > 0) {} }
+
+int main(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = stop;
+    sigaction(SIGINT, &sa, 0);
+    sigaction(SIGTERM, &sa, 0);
+    sa.sa_handler = reap;
+    sa.sa_flags = SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, 0);
+    for (;;) pause();
+}
+"""
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """One node: its name, folders, host-visible names and addresses."""
+    index: int
+    home: Path                 # <state>/node/n<index>
+    tag: str                   # 4 hex digits of the state folder's hash
+
+    @property
+    def name(self) -> str:
+        return f"eos-node-{self.index}"
+
+    @property
+    def subnet_octet(self) -> int:
+        return (int(self.tag, 16) % 100) * 2 + self.index      # 1..200, this stack's nodes side by side
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"10.244.{self.subnet_octet}.0/24"
+
+    @property
+    def node_ip(self) -> str:
+        """The bridge's own (gateway) address: private, on this machine only, reachable from the node's Pods."""
+        return f"10.244.{self.subnet_octet}.1"
+
+    @property
+    def bridge(self) -> str:
+        return f"eos{self.tag}n{self.index}"                    # <= 15 characters (IFNAMSIZ)
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/eos-{self.tag}-n{self.index}"
+
+    @property
+    def socket(self) -> Path:
+        return self.home / "containerd.sock"
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.home / "containerd" / "root"
+
+    @property
+    def containerd_state(self) -> Path:
+        return self.home / "containerd" / "state"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.home / "kubelet"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.home / "cni" / "net.d"
+
+
+def stack_tag(state: Path) -> str:
+    return hashlib.sha256(str(Path(state).resolve()).encode()).hexdigest()[:4]
+
+
+def layouts(state: Path, count: int = len(NODES)) -> list[NodeLayout]:
+    tag = stack_tag(state)
+    return [NodeLayout(i, Path(state) / "node" / f"n{i}", tag) for i in NODES[:count]]
+
+
+# -- containerd -------------------------------------------------------------------------------------------
+def containerd_toml(n: NodeLayout) -> str:
+    """containerd 1.6 (config version 2): its own root, state and sockets; the CRI plugin with runc (cgroupfs),
+    the local pause image, no negative OOM score adjustments (runc cannot set them without CAP_SYS_RESOURCE
+    here: "can't get final child's PID from pipe: EOF"), a streaming server on a free loopback port."""
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    q = json.dumps
+    return f"""# Written by eos_stack.node for {n.name}.
+version = 2
+root = {q(str(n.containerd_root))}
+state = {q(str(n.containerd_state))}
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = {q(str(n.socket))}
+
+[ttrpc]
+  address = {q(str(n.socket) + ".ttrpc")}
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {q(str(n.home / "containerd" / "opt"))}
+
+[{cri}]
+  sandbox_image = {q(PAUSE_IMAGE)}
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_selinux = false
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  netns_mounts_under_state_dir = true
+
+  [{cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [{cri}.containerd.runtimes.runc.options]
+        BinaryName = {q(RUNC)}
+        SystemdCgroup = false
+
+  [{cri}.cni]
+    bin_dir = {q(CNI_BIN_DIR)}
+    conf_dir = {q(str(n.cni_conf_dir))}
+    max_conf_num = 1
+"""
+
+
+# -- CNI ----------------------------------------------------------------------------------------------------
+def cni_conflist(n: NodeLayout) -> dict:
+    """A bridge with host-local addresses from the node's Pod CIDR. No masquerade and no default route: a Pod
+    reaches its node (the gateway) and the Pods on its bridge, nothing off the machine."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": f"eos-{n.name}",
+        "plugins": [{
+            "type": "bridge",
+            "bridge": n.bridge,
+            "isGateway": True,
+            "ipMasq": False,
+            "hairpinMode": True,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": n.pod_cidr, "gateway": n.node_ip}]],
+                "dataDir": str(n.home / "cni" / "ipam"),
+            },
+        }],
+    }
+
+
+# -- kubelet ------------------------------------------------------------------------------------------------
+def kubelet_config(n: NodeLayout, *, ca: Path, serving_crt: Path, serving_key: Path, port: int,
+                   healthz_port: int, resolv_conf: Path) -> dict:
+    """KubeletConfiguration (v1beta1) for this machine kind: cgroups v1 (``failCgroupV1: false``) with the
+    cgroupfs driver under the node's own cgroup root; client certificates of the stack CA and webhook
+    authorization (the API server's ``kubectl logs``/``exec``); a serving certificate for the node IP."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": n.cgroup_root,
+        "cgroupsPerQOS": True,
+        "containerRuntimeEndpoint": f"unix://{n.socket}",
+        "address": n.node_ip,
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "tlsCertFile": str(serving_crt),
+        "tlsPrivateKeyFile": str(serving_key),
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(ca)}},
+        "authorization": {"mode": "Webhook"},
+        "clusterDNS": [CLUSTER_DNS],
+        "clusterDomain": CLUSTER_DOMAIN,
+        "resolvConf": str(resolv_conf),
+        "podCIDR": n.pod_cidr,
+        "podLogsDir": str(n.home / "pod-logs"),
+        "volumePluginDir": str(n.home / "volume-plugins"),
+        "maxPods": 40,
+        "failSwapOn": False,
+        "serializeImagePulls": False,
+        "registerNode": True,
+        "syncFrequency": "10s",
+        "fileCheckFrequency": "10s",
+        # This machine's disk is shared with builds and other stacks: evict only when it is really full.
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%", "imagefs.available": "2%",
+                         "nodefs.inodesFree": "2%"},
+        "imageGCHighThresholdPercent": 95,
+        "imageGCLowThresholdPercent": 90,
+    }
+
+
+def kubelet_argv(binary: Path, n: NodeLayout, config: Path, kubeconfig: Path) -> list[str]:
+    return [str(binary), f"--config={config}", f"--kubeconfig={kubeconfig}", f"--root-dir={n.kubelet_root}",
+            f"--cert-dir={n.home / 'kubelet-pki'}", f"--hostname-override={n.name}", f"--node-ip={n.node_ip}",
+            f"--node-labels=eos.local/node={n.index}", "--v=1"]
+
+
+def resolv_conf() -> str:
+    """The Pods' upstream resolver (``dnsPolicy: Default``): none reachable from a Pod network that leaves no
+    packet off the machine; ClusterFirst Pods get ``clusterDNS`` instead."""
+    return "# Written by eos_stack.node: no resolver is reachable from the Pod network.\nnameserver 127.0.0.1\n"
+
+
+# -- the pause image as an OCI archive ---------------------------------------------------------------------
+def _blob(data: bytes) -> tuple[str, bytes]:
+    return "sha256:" + hashlib.sha256(data).hexdigest(), data
+
+
+def pause_oci_archive(pause_binary: bytes, name: str = PAUSE_IMAGE) -> bytes:
+    """An OCI image layout (as a tar) of one layer holding ``/pause``; ``io.containerd.image.name`` names it for
+    ``ctr images import``. Runs as 65535, as Kubernetes' own pause image does. Reproducible: fixed mtimes."""
+    layer_tar = io.BytesIO()
+    with tarfile.open(fileobj=layer_tar, mode="w", format=tarfile.PAX_FORMAT) as t:
+        info = tarfile.TarInfo("pause")
+        info.size, info.mode, info.mtime = len(pause_binary), 0o755, 0
+        t.addfile(info, io.BytesIO(pause_binary))
+    diff_id, layer_raw = _blob(layer_tar.getvalue())
+    layer_digest, layer = _blob(gzip.compress(layer_raw, mtime=0))
+    config = json.dumps({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": ["/pause"], "User": "65535:65535"},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    }, sort_keys=True).encode()
+    config_digest, config = _blob(config)
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
+                   "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
+                    "size": len(layer)}],
+    }, sort_keys=True).encode()
+    manifest_digest, manifest = _blob(manifest)
+    index = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest,
+                       "size": len(manifest), "platform": {"architecture": "amd64", "os": "linux"},
+                       "annotations": {"io.containerd.image.name": name,
+                                       "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}}],
+    }, sort_keys=True).encode()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as t:
+        files = [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index)]
+        files += [(f"blobs/sha256/{d.split(':')[1]}", b) for d, b in
+                  ((layer_digest, layer), (config_digest, config), (manifest_digest, manifest))]
+        for path, data in files:
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            t.addfile(info, io.BytesIO(data))
+    return out.getvalue()
