@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import kube
@@ -303,7 +304,12 @@ def up(st: Stack) -> dict[str, str]:
         ensure_bridge(n)
         ensure_cgroups(n)
         start_containerd(st, n)
-        import_images(st, n, pause, project)
+    # Every node's import at once: each is mostly unpacking layers into its own containerd (about a minute
+    # each for the project's image, one after the other).
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        for done in [pool.submit(import_images, st, n, pause, project) for n in nodes]:
+            done.result()
+    for n in nodes:
         if start_kubelet(st, n, p):
             fresh.add(n.name)
     start_scheduler(st, p[SCHEDULER])
