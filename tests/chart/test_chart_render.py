@@ -332,3 +332,28 @@ def test_the_operator_cli_accepts_the_rendered_arguments(helm: Helm, tmp_path, e
                 parsed.horizon_interval) == (2.5, 90.0, 20.0, 120.0)
     else:
         assert parsed.all_namespaces and parsed.namespace == [] and not parsed.verbose
+
+
+def test_network_policies_are_opt_in_and_confine_the_operator_and_the_stream_pods(helm: Helm, tmp_path):
+    """Off by default; with every option (values-all.yaml, which the API server also validates above): the
+    operator's Pods take health and metrics only from the listed peers and reach only DNS, the API server and
+    the listed egress; each watched namespace's stream Pods reach those and their own namespace."""
+    assert not by_kind(helm.template(), "NetworkPolicy")
+    docs = helm.template("-f", str(values_all(tmp_path / "v.yaml", "team-a", "team-b")), namespace="ops")
+    policies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+    assert set(policies) == {("ops", "stream-operator"), ("team-a", "stream-operator-streams"),
+                             ("team-b", "stream-operator-streams")}
+    op = policies[("ops", "stream-operator")]
+    assert op["podSelector"]["matchLabels"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert op["policyTypes"] == ["Ingress", "Egress"]
+    assert [p["port"] for p in op["ingress"][0]["ports"]] == ["health", "metrics"]
+    assert op["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "monitoring"}}}]
+    assert op["egress"] == [
+        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 9093, "protocol": "TCP"}]},
+        {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 6443, "protocol": "TCP"}]}]
+    streams = policies[("team-a", "stream-operator-streams")]
+    assert streams["podSelector"] == {"matchLabels": {"app.kubernetes.io/managed-by": "eos-operator"}}
+    assert streams["ingress"] == [{"from": [{"podSelector": {}}]}]
+    assert streams["egress"] == [{"to": [{"podSelector": {}}]}] + op["egress"]
