@@ -34,10 +34,10 @@ class SnapshotSpec(Model):
 class SnapshotAccess(Model):
     """How a Pod reaches the snapshot's files, recorded at its first attempt: disposal works after its
     stream is gone (snapshots outlive their streams)."""
-    image: str
-    service_account_name: str | None = None
-    store: Literal["pvc", "local", "s3"]
-    claim_name: str | None = None
+    image: str = Field(..., description="The stream's job image, which the snapshot's Pods run.")
+    service_account_name: str | None = Field(None, description="The stream's job ServiceAccount.")
+    store: Literal["pvc", "local", "s3"] = Field(..., description="checkpoint.store of the stream.")
+    claim_name: str | None = Field(None, description="checkpoint.claimName of the stream (store pvc).")
     s3: S3Store | None = Field(None, description="The bucket (store s3): endpoint settings and Secret references.")
     mount_path: str = Field(..., description="checkpoint.path of the stream (the claim's mount path).")
     security: PodSecurity = Field(default_factory=PodSecurity, description=(
@@ -49,22 +49,22 @@ class ExactlyOnceSnapshotStatus(Model):
         "Pending: waiting to start (or to retry); InProgress: the copy runs; Completed; Failed: retries exhausted."))
     path: str | None = Field(None, description="Snapshot directory in the checkpoint store.")
     batch: int | None = Field(None, description="Last batch committed in the snapshot.")
-    checkpoint_id: str | None = None
+    checkpoint_id: str | None = Field(None, description="Spark query id of the checkpoint it copies.")
     stream_uid: str | None = Field(None, description="Stream id in the manifest (eos_job.spec.stream_uid).")
-    spec_hash: str | None = None
-    size_bytes: int | None = None
+    spec_hash: str | None = Field(None, description="Hash of the stream's spec when it was taken (manifest).")
+    size_bytes: int | None = Field(None, description="Bytes of its files.")
     taken_at: str | None = Field(None, description="When the snapshot was written (RFC 3339, from the manifest).")
     attempts: int = Field(0, description="Attempts started so far.")
     pod: str | None = Field(None, description="The Pod of the current attempt.")
     next_attempt_time: str | None = Field(None, description="A retry starts no earlier than this (RFC 3339).")
-    last_error: str | None = None
+    last_error: str | None = Field(None, description="Why the last attempt failed.")
     access: SnapshotAccess | None = Field(None, description=(
         "The stream's image, ServiceAccount and checkpoint volume, as the snapshot's Pods use them."))
-    message: str = ""
+    message: str = Field("", description="What the snapshot is doing or why it failed, in words.")
     conditions: list[Condition] = Field(default_factory=list, description=(
         "Ready: True once Completed. False with reason Pending, InProgress, Failed or Deleting, or what holds "
         "the current Pod up: SnapshotStartBlocked (it cannot start: ErrImagePull, ImagePullBackOff, "
         "CreateContainerConfigError, Unschedulable; the cause in the message), Refused (the API server refused "
         "its create; the server's message, retried every 30 s). Reconciling (kstatus): True until Completed or "
         "Failed; Stalled: True once Failed."))
-    observed_generation: int | None = None
+    observed_generation: int | None = Field(None, description="metadata.generation the operator last acted on.")

@@ -12,9 +12,9 @@ class Condition(Model):
     """A condition per the Kubernetes API conventions; lastTransitionTime changes only when status flips."""
     type: str = Field(..., description=(
         "Ready, Progressing or Degraded; Reconciling or Stalled (the kstatus conditions Flux reads)."))
-    status: Literal["True", "False", "Unknown"]
+    status: Literal["True", "False", "Unknown"] = Field(..., description="Whether the condition holds.")
     reason: str = Field(..., description="CamelCase reason of the current status.")
-    message: str = ""
+    message: str = Field("", description="What happened and, where something is wrong, what to do.")
     observed_generation: int | None = Field(None, description="metadata.generation this condition was computed for.")
     last_transition_time: str | None = Field(None, description="When status last flipped (RFC 3339).")
 
@@ -28,11 +28,11 @@ class SlotRecord(Model):
 
 class ProbedSnapshot(Model):
     """A snapshot's manifest as a probe read it (``eos-job probe --snapshot``)."""
-    path: str
-    stream_uid: str | None = None
+    path: str = Field(..., description="The snapshot's directory.")
+    stream_uid: str | None = Field(None, description="Stream id in its manifest (eos_job.spec.stream_uid).")
     batch: int | None = Field(None, description="Its last committed batch.")
-    time: str | None = None
-    checkpoint_id: str | None = None
+    time: str | None = Field(None, description="When it was written (RFC 3339).")
+    checkpoint_id: str | None = Field(None, description="Spark query id of the checkpoint it copies.")
 
 
 class CheckpointFacts(Model):
@@ -51,23 +51,26 @@ class CheckpointFacts(Model):
 
 class ResolutionReport(Model):
     """What resolution found before a (re)start; kept compact in status."""
-    stream_uid: str
+    stream_uid: str = Field(..., description="The stream id the transactional ids and ledger keys derive from.")
     checkpoint_id: str | None = Field(None, description="Spark query id from the checkpoint's metadata, if any.")
     checkpoint_readable: bool = Field(True, description=(
         "False: the checkpoint store is not mounted where resolution ran (a PVC seen from the operator); "
         "the transactions were fenced, and the driver reads its checkpoint itself."))
-    generation: int
-    slots: int
-    fenced_transactional_ids: int = 0
-    open_transactions_aborted: int = 0
-    last_committed_batch_per_slot: dict[str, int] = Field(default_factory=dict)
-    checkpoint_last_offsets_batch: int | None = None
-    checkpoint_last_committed_batch: int | None = None
+    generation: int = Field(..., description="Transactional-id generation resolved for.")
+    slots: int = Field(..., description="Output slots of that generation.")
+    fenced_transactional_ids: int = Field(0, description="Transactional ids fenced (every generation's, the driver's).")
+    open_transactions_aborted: int = Field(0, description="Of them, those that held an open transaction (aborted).")
+    last_committed_batch_per_slot: dict[str, int] = Field(default_factory=dict, description=(
+        "Per slot, the last batch its ledger record says it committed."))
+    checkpoint_last_offsets_batch: int | None = Field(None, description="Newest batch in the checkpoint's offset log.")
+    checkpoint_last_committed_batch: int | None = Field(None, description=(
+        "Newest batch in the checkpoint's commit log."))
     last_complete_batch: int | None = Field(None, description="Last batch with a batch-complete ledger record.")
     replay_batch: int | None = Field(None, description="Batch the restart replays (offsets logged, not committed).")
-    replay_slots_already_committed: list[int] = Field(default_factory=list)
+    replay_slots_already_committed: list[int] = Field(default_factory=list, description=(
+        "Slots that committed the replay batch already (they skip it)."))
     partially_committed: bool = Field(False, description="Some but not all slots committed the replay batch.")
-    summary: str = ""
+    summary: str = Field("", description="The report in one line.")
 
 
 class FailedDriver(Model):
@@ -127,7 +130,7 @@ class UpgradeProgress(Model):
         "checkpoint, nothing is started (see note)."))
     target_spec_hash: str = Field(..., description="Hash of the spec the upgrade was decided for.")
     from_pod: str | None = Field(None, description="The driver being replaced.")
-    snapshot_name: str | None = None
+    snapshot_name: str | None = Field(None, description="Name of the snapshot the upgrade takes or restores.")
     snapshot_path: str | None = Field(None, description="Where the old driver writes its snapshot on stop.")
     checkpoint_dir: str = Field(..., description="Checkpoint location of the new driver.")
     restore_from: str | None = Field(None, description="Snapshot that seeds checkpoint_dir (snapshot mode).")
@@ -140,7 +143,7 @@ class UpgradeProgress(Model):
     drain_pod: str | None = Field(None, description="The Pod finishing a partially committed batch (step Draining).")
     drained: bool = Field(False, description="The partially committed batch was finished with the old spec.")
     rollback: bool = Field(False, description="This upgrade is a rollback to the last stable spec.")
-    requested_at: str | None = None
+    requested_at: str | None = Field(None, description="When the upgrade was decided (RFC 3339).")
     note: str = Field("", description="Why the upgrade deviates from its mode (e.g. no snapshot could be taken).")
     checked: CheckpointFacts | None = Field(None, description=(
         "checkpoint.store pvc: the old driver's snapshot and checkpoint as the check Pod read them on the claim."))
@@ -148,27 +151,28 @@ class UpgradeProgress(Model):
 
 class UpgradeCheck(Model):
     """An upgrade (or restore) whose new driver has not yet proven itself: Running and a batch committed."""
-    target_spec_hash: str
+    target_spec_hash: str = Field(..., description="Hash of the upgraded spec being verified.")
     pod: str = Field(..., description="The new driver.")
     deadline: str = Field(..., description="Roll back if the new driver is not ready by then (RFC 3339).")
     baseline_batch: int | None = Field(None, description="A batch after this one must commit.")
     rollback_snapshot: str | None = Field(None, description="Snapshot taken before the upgrade (rollback source).")
     previous_spec: str | None = Field(None, description="JSON of the last stable spec (rollback target).")
-    previous_tx_generation: int = 0
+    previous_tx_generation: int = Field(0, description="Transactional-id generation of the last stable spec.")
 
 
 class RejectedSpec(Model):
     """A spec the operator will not run (pre-flight refused it, or it was rolled back); the old one keeps running."""
-    spec_hash: str
-    reason: Literal["PreFlightFailed", "RolledBack"]
-    message: str = ""
-    time: str | None = None
+    spec_hash: str = Field(..., description="Hash of the spec that is not run.")
+    reason: Literal["PreFlightFailed", "RolledBack"] = Field(..., description=(
+        "PreFlightFailed: pre-flight refused it, the old driver runs on; RolledBack: it did not become ready."))
+    message: str = Field("", description="Why, with what to change.")
+    time: str | None = Field(None, description="When it was rejected (RFC 3339).")
     run_spec: str | None = Field(None, description="JSON of the spec that runs instead (the last stable one).")
 
 
 class PartitionLag(Model):
-    topic: str
-    partition: int
+    topic: str = Field(..., description="Source topic.")
+    partition: int = Field(..., description="Source partition.")
     records: int = Field(..., description="Records the source partition holds beyond the last committed batch.")
 
 
@@ -191,7 +195,7 @@ class ReplayHorizon(Model):
     seconds_left: float | None = Field(None, description=(
         "Least time before retention may delete an unprocessed record; unset: no backlog or no time limit."))
     partition: str | None = Field(None, description="The partition that decided the state (topic/partition).")
-    message: str = ""
+    message: str = Field("", description="The state in words, with what to do.")
     lag: list[PartitionLag] = Field(default_factory=list, description=(
         f"Per source partition, the records beyond the last committed batch (the consumer lag), largest first; "
         f"at most {MAX_LAG_PARTITIONS} partitions, those behind by 0 left out."))
