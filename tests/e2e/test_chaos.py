@@ -106,9 +106,10 @@ def _fault_line(text: str) -> str:
 
 
 @pytest.mark.timeout(max(2700, RUNS * 60))   # make soak runs longer
-def test_chaos_exactly_once(colors_run, private_kafka, tmp_path, report_result):
+def test_chaos_exactly_once(private_kafka, colors_run, tmp_path, report_result):
     # The broker this test SIGKILLs and takes down is its own (source, sink, ledger, transactions): the stack's
-    # broker, which the tests running beside this one use, is never touched.
+    # broker, which the tests running beside this one use, is never touched. (private_kafka is named before
+    # colors_run: the broker goes after the drivers.)
     st = private_kafka.stack
     rng = random.Random(int(os.environ.get("EOS_CHAOS_SEED", "20261124")))
     run = colors_run(bootstrap=private_kafka.bootstrap, parallelism=2, max_offsets_per_trigger=3000,

@@ -70,7 +70,7 @@ def _wait_batches(run, live: str, more: int, timeout: float = 240) -> int:
 
 
 @pytest.mark.timeout(1200)
-def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(colors_run, private_s3, s3_env, tmp_path, report_result):
+def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(private_s3, s3_env, colors_run, tmp_path, report_result):
     st, s3 = private_s3.stack, private_s3.env
     run = colors_run(parallelism=2, max_offsets_per_trigger=1500, module="examples.colors.ids",
                      trigger_interval_ms=300)
