@@ -46,17 +46,19 @@ test-unit: venv
 
 # Everything. Unit tests first (two at a time), stopping on their failure before any server starts; then the stack and
 # the image (`make image`: the tests marked `image` and `containers` run it, the latter their Pods as its
-# containers), and the real-stack tiers in order (stack, chart, e2e, chaos last; see tests/conftest.py),
-# each with its own per-test timeout: two at a time (pytest-xdist), then alone the tests marked `serial`
-# (they stop or kill the broker or the S3 server; the chaos tier). Test logs (operator, drivers, kubelet)
-# stay under $(EOS_STATE)/pytest* for .ci/run to show when something fails.
+# containers), and the real-stack tiers (chaos first, the longest; then stack, chart, e2e; see tests/conftest.py),
+# each with its own per-test timeout, all two at a time (pytest-xdist, work stealing): a test that kills or
+# stops a broker or an S3 server has its own (tests/harness/private.py); then alone the tests marked `serial`
+# (the real nodes: their scheduler would take the process kubelet's Pods). Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest* for .ci/run to show
+# when something fails.
 export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
 	$(PY) -m pytest -q -n 2 --dist load -m unit $(UNIT)
 	$(PY) -m eos_stack up
 	$(PY) -m eos_stack.image build
-	$(PY) -m pytest -n 2 --dist load --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak and not serial" tests
-	$(PY) -m pytest --durations=10 --basetemp=$(EOS_STATE)/pytest-serial -m "serial and not soak" tests
+	$(PY) -m pytest -n 2 --dist worksteal --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak and not serial" tests
+	@# Tests marked serial (tests/conftest.py SERIAL_FILES: the real nodes) run alone; exit 5 is "none collected".
+	$(PY) -m pytest --durations=10 --basetemp=$(EOS_STATE)/pytest-serial -m "serial and not soak" tests || [ $$? -eq 5 ]
 
 # The chaos tests at length: 100 kills (EOS_CHAOS_RUNS) and 100 lifecycle operations through the operator
 # (EOS_LIFECYCLE_OPS); `make test` runs 15 of each.

@@ -18,18 +18,20 @@ for extra in (REPO / "stack", REPO):
         sys.path.insert(0, str(extra))
 
 
-# Tiers, in the order a run takes them: the cheap ones first, so a broken build fails in seconds, and the
-# chaos test (the longest) last. Each tier has its own per-test timeout (seconds): a hung unit test is
-# caught in a minute, not after the 15 minutes an end-to-end test may need. A test's own
-# ``@pytest.mark.timeout`` wins.
+# Tiers, each with its own per-test timeout (seconds): a hung unit test is caught in a minute, not after the
+# 15 minutes an end-to-end test may need. A test's own ``@pytest.mark.timeout`` wins.
 TIERS = (("unit", 60), ("unit-stack", 180), ("stack", 300), ("chart", 600), ("e2e", 900), ("chaos", 2700))
+# The order a run takes them: the unit tier (run on its own first by ``make test``), then the chaos tier, the
+# longest tests, then the cheap ones first, so a broken build fails in a minute. The real-stack tiers run two at
+# a time (pytest-xdist, ``--dist worksteal``: a worker that runs dry takes half of the other's queue); the two
+# chaos tests (7-10 min each) first means neither starts at the end and makes a long tail.
+ORDER = ("unit", "chaos", "unit-stack", "stack", "chart", "e2e")
 
-# Tests that stop or kill a part every test shares (the Kafka broker, the S3 server): marked ``serial``, run by
-# ``make test`` on their own after the others, which run two at a time (pytest-xdist). The chaos tier is serial.
-SERIAL_FILES = {
-    "stack/test_s3.py": "stops and restarts the S3 server",
-    "e2e/test_s3_checkpoint.py": "kills the S3 server",
-    "e2e/test_cluster_mode_e2e.py": "stops the S3 server for 15 s",
+# Tests that stop or kill a part every test shares, or start one that would disturb the others, are marked
+# ``serial``: ``make test`` runs them on their own after the others. A test that stops or kills a broker or an
+# S3 server has its own instead (the ``private_kafka`` and ``private_s3`` fixtures below), so the chaos tests,
+# the S3-checkpoint and cluster-mode e2e and the S3 stop/start test run two at a time with the rest.
+SERIAL_FILES: dict[str, str] = {
     "stack/test_node.py": "starts real nodes and kube-scheduler, which take the Pods the process kubelet waits for",
 }
 
@@ -46,7 +48,7 @@ def tier_of(item) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    order = {name: rank for rank, (name, _) in enumerate(TIERS)}
+    order = {name: rank for rank, name in enumerate(ORDER)}
     timeouts = dict(TIERS)
     for item in items:
         # A test that uses the stack fixture is a stack test, whatever its marks say.
@@ -57,7 +59,7 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(timeouts[tier_of(item)]))
         rel = Path(str(item.fspath)).relative_to(REPO / "tests").as_posix()
-        if tier_of(item) == "chaos" or rel in SERIAL_FILES:
+        if rel in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
     # Stable: within a tier the collection order (file, then definition) is kept.
     items.sort(key=lambda it: order[tier_of(it)])
@@ -78,6 +80,26 @@ def stack_env() -> dict[str, str]:
             pytest.fail(f"the local stack started but .stack/env has no {key}", pytrace=False)
     os.environ.update(env)
     return env
+
+
+@pytest.fixture
+def private_kafka(stack_env, request):
+    """A Kafka broker of this test alone (tests/harness/private.py), for a test that kills, stops or restarts
+    it: ``.stack`` for ``kafka.hard_kill``/``down``/``up``, ``.bootstrap``, ``.env``. Gone after the test."""
+    from tests.harness.private import private_kafka as make
+
+    with make(request.node.name) as broker:
+        yield broker
+
+
+@pytest.fixture
+def private_s3(stack_env, request):
+    """A MinIO server of this test alone (tests/harness/private.py), for a test that stops or kills it:
+    ``.stack`` for ``s3.stop_server``/``start_server``, ``.env`` (S3_ENDPOINT, keys, S3_BUCKET, S3_REGION)."""
+    from tests.harness.private import private_s3 as make
+
+    with make(request.node.name) as server:
+        yield server
 
 
 _RESULT_LINES: list[str] = []

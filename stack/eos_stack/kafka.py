@@ -84,6 +84,13 @@ def config_file(st: Stack) -> Path:
     return home(st) / "server.properties"
 
 
+def heap_size(st: Stack) -> str:
+    """The broker's heap: ``EOS_KAFKA_HEAP`` (512m), or what ``up(st, heap=...)`` kept in ``<state>/kafka/heap``
+    (a test's private broker is smaller; its restarts after a kill keep the size)."""
+    f = home(st) / "heap"
+    return f.read_text().strip() if f.exists() else HEAP
+
+
 PORT_NAMES = ("client", "controller", "sasl_ssl")
 
 
@@ -303,16 +310,21 @@ def _start(st: Stack) -> int:
     cfg = write_config(st)
     ensure_formatted(st, cfg)
     t0 = time.monotonic()
-    pid = st.start_daemon(NAME, java_argv(st, "kafka.Kafka", str(cfg)), cwd=home(st), marker=str(cfg))
+    pid = st.start_daemon(NAME, java_argv(st, "kafka.Kafka", str(cfg), heap=heap_size(st)), cwd=home(st),
+                          marker=str(cfg))
     log(f"Kafka {VERSION} starting (pid {pid}) at {bootstrap(st)}")
     wait_ready(st, pid)
     log(f"Kafka answered after {time.monotonic() - t0:.1f}s")
     return pid
 
 
-def up(st: Stack) -> dict[str, str]:
+def up(st: Stack, *, heap: str | None = None) -> dict[str, str]:
+    """Start the broker of ``st`` (or reuse it). ``heap``: its JVM heap from now on, restarts included (kept in
+    ``<state>/kafka/heap``); a test's private broker (``Stack(state=...)``, tests/harness/private.py) takes less."""
     require_tool("java", JAVA_HINT)
     ensure_libs(st)
+    if heap is not None:
+        (home(st) / "heap").write_text(heap)
     pid = st.running_pid(NAME)
     if pid is not None and not config_current(st):
         # Started by older code (e.g. without the SASL_SSL listener): same ports and data, new config.

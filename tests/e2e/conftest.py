@@ -74,12 +74,14 @@ def chart_operator(stack_env, kubectl, namespace, kubelet, tmp_path):
 
 @pytest.fixture
 def colors_run(stack_env, tmp_path):
-    """Makes ColorsRuns (a local driver of the colors job); whatever driver one of them still runs at the end
-    is SIGKILLed with its process group, so a failed assertion never leaves a JVM behind."""
+    """Makes ColorsRuns (a local driver of the colors job) on the stack's broker, or on ``bootstrap=`` (a test's
+    private broker); whatever driver one of them still runs at the end is SIGKILLed with its process group, so
+    a failed assertion never leaves a JVM behind."""
     runs: list[ColorsRun] = []
 
     def make(**options) -> ColorsRun:
-        run = ColorsRun(stack_env["KAFKA_BOOTSTRAP"], options.pop("work_dir", tmp_path), **options)
+        run = ColorsRun(options.pop("bootstrap", stack_env["KAFKA_BOOTSTRAP"]), options.pop("work_dir", tmp_path),
+                        **options)
         runs.append(run)
         return run
 

@@ -19,7 +19,6 @@ import pytest
 from eos_job import checkpoint
 from eos_job.resolution import resolve
 from eos_stack import kafka
-from eos_stack.common import Stack
 from examples.colors.local_run import ColorsRun
 from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, wait_consumed
 
@@ -107,11 +106,14 @@ def _fault_line(text: str) -> str:
 
 
 @pytest.mark.timeout(max(2700, RUNS * 60))   # make soak runs longer
-def test_chaos_exactly_once(colors_run, stack_env, tmp_path, report_result):
-    st = Stack()
+def test_chaos_exactly_once(private_kafka, colors_run, tmp_path, report_result):
+    # The broker this test SIGKILLs and takes down is its own (source, sink, ledger, transactions): the stack's
+    # broker, which the tests running beside this one use, is never touched. (private_kafka is named before
+    # colors_run: the broker goes after the drivers.)
+    st = private_kafka.stack
     rng = random.Random(int(os.environ.get("EOS_CHAOS_SEED", "20261124")))
-    run = colors_run(parallelism=2, max_offsets_per_trigger=3000, module="examples.colors.ids",
-                     trigger_interval_ms=300, transaction_timeout_ms=TX_TIMEOUT_MS)
+    run = colors_run(bootstrap=private_kafka.bootstrap, parallelism=2, max_offsets_per_trigger=3000,
+                     module="examples.colors.ids", trigger_interval_ms=300, transaction_timeout_ms=TX_TIMEOUT_MS)
     run.setup()
     feed = IdFeed(run.bootstrap, run.events)
     feed.send(20_000, -1, 1_000_000)   # a backlog for the first runs, then a trickle: every run has new input

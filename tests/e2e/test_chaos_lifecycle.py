@@ -45,8 +45,8 @@ def schedule(rng: random.Random, n: int) -> list[str]:
 class Lifecycle:
     """The stream's manifest as a GitOps repository holds it, and the operations applied to it."""
 
-    def __init__(self, r: Rig, rng: random.Random):
-        self.r, self.rng, self.kubectl, self.ns = r, rng, r.kubectl, r.ns
+    def __init__(self, r: Rig, rng: random.Random, broker: Stack):
+        self.r, self.rng, self.kubectl, self.ns, self.broker = r, rng, r.kubectl, r.ns, broker
         # The readiness timeout is long enough for a cold Spark start on two busy cores, so only the broken
         # upgrade rolls back; the failure rate allows the kills and the broken upgrade's failures.
         self.doc = r.stream(upgradePreFlight=False, upgradeReadinessTimeoutSeconds=60,
@@ -191,17 +191,20 @@ class Lifecycle:
 
     def broker_kill(self) -> str:
         time.sleep(self.rng.uniform(0, 4))
-        kafka.hard_kill(Stack())
+        kafka.hard_kill(self.broker)
         return "broker SIGKILLed under running commits and started again"
 
 
 @pytest.mark.timeout(max(2700, OPS * 60))   # make soak runs longer
-def test_lifecycle_chaos_through_the_operator_keeps_every_id_exactly_once(stack_env, kubectl, namespace,
-                                                                           tmp_path, report_result):
+def test_lifecycle_chaos_through_the_operator_keeps_every_id_exactly_once(stack_env, private_kafka, kubectl,
+                                                                           namespace, tmp_path, report_result):
     rng = random.Random(int(os.environ.get("EOS_LIFECYCLE_SEED", "20261124")))
     ops = schedule(rng, OPS)
-    with rig(stack_env, kubectl, namespace, tmp_path) as r:
-        life = Lifecycle(r, rng)
+    # The stream's source, sink and ledger are on a broker of this test alone, the one its broker-kill SIGKILLs
+    # (the manifest carries the bootstrap: the operator's resolution and the driver Pods go there too); the
+    # stack's broker, which the tests running beside this one use, is never touched.
+    with rig({**stack_env, "KAFKA_BOOTSTRAP": private_kafka.bootstrap}, kubectl, namespace, tmp_path) as r:
+        life = Lifecycle(r, rng, private_kafka.stack)
         feed = IdFeed(r.bootstrap, r.topics.events, chunk=50, pause=1.0)
         feed.send(2_000, -1, 1_000_000)
         r.start_operator()
@@ -225,8 +228,8 @@ def test_lifecycle_chaos_through_the_operator_keeps_every_id_exactly_once(stack_
                                     (r.topics.dlq,))
         finally:
             feed.stop_flag.set()
-            if kafka.status(Stack())[0] != "running":
-                kafka.up(Stack())
+            if kafka.status(private_kafka.stack)[0] != "running":
+                kafka.up(private_kafka.stack)
         reasons = kubectl.events(namespace, NAME)
         assert "UpgradeRolledBack" in reasons or not done["rollback"], reasons
         assert done["driver-kill"] >= 1, f"no driver kill found a process to kill: {dict(done)}"

@@ -13,7 +13,8 @@ missing rule, which reaches the stream's status; the chart's Role is then applie
 next driver runs. Kills: an executor SIGKILLed while batches run (Spark retries its tasks on the other executor or on the
 replacement it requests), then the driver SIGKILLed (its executors lose their driver and end; the operator
 resolves and restarts), then the S3 server stopped for 15 s while input arrives (S3A's retries are set short: the
-query fails, and the restart strategy carries the stream through). At the end every id is in the sink exactly once (set equality, read_committed), and
+query fails, and the restart strategy carries the stream through; the S3 server is the test's own, so the
+tests running beside it keep theirs). At the end every id is in the sink exactly once (set equality, read_committed), and
 deleting the stream collects every executor Pod through its owner reference.
 """
 from __future__ import annotations
@@ -30,7 +31,6 @@ from eos_job.verify import audit_counts
 
 from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
-from eos_stack.common import Stack
 from examples.colors.generator import expected_ids, produce
 from tests.e2e.exactness import assert_exactly_once
 from tests.e2e.streams import (REPO, ColorsTopics, Diagnostics, assert_ids_exactly_once, colors_stream,
@@ -75,17 +75,18 @@ def committed(kubectl, namespace: str) -> int:
     return kubectl.status(namespace, NAME).get("lastCommittedBatch") or -1
 
 
-def in_cluster_mode_on_s3(manifest: dict, stack_env, kubectl, namespace: str, template: dict | None = None) -> dict:
-    """``manifest`` with 2 executors on Kubernetes and its checkpoint in the stack's bucket (keys in a Secret)."""
+def in_cluster_mode_on_s3(manifest: dict, s3_env, kubectl, namespace: str, template: dict | None = None) -> dict:
+    """``manifest`` with 2 executors on Kubernetes and its checkpoint in the bucket of ``s3_env`` (S3_ENDPOINT,
+    S3_BUCKET, S3_ACCESS_KEY, S3_SECRET_KEY: the stack's server or a test's private one; keys in a Secret)."""
     kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
-                   "data": {k: base64.b64encode(stack_env[v].encode()).decode()
+                   "data": {k: base64.b64encode(s3_env[v].encode()).decode()
                             for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
     executor = {"instances": 2, "cpu": "1", "memory": "768Mi", "startTimeoutSeconds": 15}
     manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA,
                                     "executor": {**executor, **({"podTemplate": template} if template else {})},
                                     **({"podTemplate": template} if template else {})})
     manifest["spec"]["checkpoint"] = {"store": "s3", "path": f"/e2e-cluster/{namespace}", "s3": {
-        "bucket": stack_env["S3_BUCKET"], "endpoint": stack_env["S3_ENDPOINT"], "pathStyleAccess": True,
+        "bucket": s3_env["S3_BUCKET"], "endpoint": s3_env["S3_ENDPOINT"], "pathStyleAccess": True,
         "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
     return manifest
 
@@ -123,8 +124,8 @@ def test_colors_counts_in_cluster_mode_on_s3_survive_a_driver_kill(stack_env, ku
 
 
 @pytest.mark.containers   # driver and executor Pods are containers of the image (`make image`)
-def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubectl, namespace, kubelet, operator,
-                                                              tmp_path, report_result):
+def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, private_s3, kubectl, namespace, kubelet,
+                                                              operator, tmp_path, report_result):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     job_rbac(stack_env, kubectl, namespace, without_pod_create=True)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
@@ -138,7 +139,8 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
     manifest["spec"]["job"].setdefault("sparkConf", {}).update({
         "spark.hadoop.fs.s3a.retry.limit": "2", "spark.hadoop.fs.s3a.retry.interval": "200ms",
         "spark.hadoop.fs.s3a.attempts.maximum": "1"})
-    in_cluster_mode_on_s3(manifest, stack_env, kubectl, namespace, template)
+    # The checkpoint's bucket is on an S3 server of this test alone: step 3 stops it.
+    in_cluster_mode_on_s3(manifest, private_s3.env, kubectl, namespace, template)
     produce(topics.bootstrap, topics.events, 3000)
     expected, sent = expected_ids(3000), 3000
     journal = []
@@ -211,7 +213,7 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, kubect
     # data: the query fails on its checkpoint, the restart strategy applies (the operator's resolution waits for
     # the bucket), and nothing is lost or duplicated.
     before = kubectl.status(namespace, NAME).get("driverPod")
-    st = Stack()
+    st = private_s3.stack
     s3_server.stop_server(st, kill=True)
     t0 = time.monotonic()
     feed(1000, 15)   # batches to write while the bucket is away

@@ -1,9 +1,10 @@
-"""The unique-id stream with its checkpoint on the stack's S3 server (MinIO), through Hadoop's S3A connector.
+"""The unique-id stream with its checkpoint on an S3 server (MinIO), through Hadoop's S3A connector.
 
 One driver lifecycle on one bucket prefix, nothing on local disk: SIGKILL mid-stream, resolution reading
 the checkpoint straight from S3, a live snapshot (server-side copies) while the driver runs, the S3 server
 down for longer than several triggers and back, a graceful stop, a restore of the snapshot into a new S3
-location (batches after it re-run with their original offsets), and the verifier: every id once.
+location (batches after it re-run with their original offsets), and the verifier: every id once. The S3
+server is the test's own (``private_s3``), the one it kills; the tests running beside it keep the stack's.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from eos_job.resolution import resolve
 from eos_job.snapshot import MANIFEST, verify_snapshot
 from eos_job.storage import Loc
 from eos_stack import s3 as s3_server
-from eos_stack.common import Stack
 from eos_stack.cluster import wait_until
 from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, run_job, wait_consumed
 
@@ -28,29 +28,32 @@ OUTAGE_S = 12.0   # the trigger is 300 ms: the S3 server is away for dozens of t
 
 
 @pytest.fixture
-def s3_env(stack_env, monkeypatch):
-    for key in ("S3_ENDPOINT", "S3_ACCESS_KEY", "S3_SECRET_KEY", "S3_BUCKET", "SPARK_S3_JARS"):
-        if not stack_env.get(key):
-            pytest.fail(f"the local stack has no {key}: `make stack-up` starts the S3 server and fetches the "
-                        "S3A jars", pytrace=False)
-    env = {"AWS_ACCESS_KEY_ID": stack_env["S3_ACCESS_KEY"], "AWS_SECRET_ACCESS_KEY": stack_env["S3_SECRET_KEY"]}
+def s3_env(stack_env, private_s3, monkeypatch):
+    """The private S3 server's keys for the driver (AWS_*), its bucket registered in this process (restored
+    afterwards: the next test of this worker may use the stack's bucket of the same name)."""
+    if not stack_env.get("SPARK_S3_JARS"):
+        pytest.fail("the local stack has no SPARK_S3_JARS: `make stack-up` fetches the S3A jars", pytrace=False)
+    s3 = private_s3.env
+    env = {"AWS_ACCESS_KEY_ID": s3["S3_ACCESS_KEY"], "AWS_SECRET_ACCESS_KEY": s3["S3_SECRET_KEY"]}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    storage.register_s3(stack_env["S3_BUCKET"], storage.S3Options(endpoint=stack_env["S3_ENDPOINT"],
-                                                                  path_style=True))
+    # setitem, not storage.register_s3: the registration (also the one resolution makes from the spec) is undone
+    # at teardown.
+    monkeypatch.setitem(storage._buckets, s3["S3_BUCKET"], storage.S3Options(endpoint=s3["S3_ENDPOINT"],
+                                                                             path_style=True))
     return env
 
 
-def _on_s3(run, stack_env, prefix: str) -> str:
-    """Rewrite the run's manifest: checkpoint.store s3 on the stack's bucket; returns the live location."""
+def _on_s3(run, s3: dict[str, str], prefix: str) -> str:
+    """Rewrite the run's manifest: checkpoint.store s3 on the bucket of ``s3``; returns the live location."""
     doc = yaml.safe_load(run.config_path.read_text())
     doc["spec"]["checkpoint"] = {"store": "s3", "path": prefix,
-                                 "s3": {"bucket": stack_env["S3_BUCKET"], "endpoint": stack_env["S3_ENDPOINT"],
+                                 "s3": {"bucket": s3["S3_BUCKET"], "endpoint": s3["S3_ENDPOINT"],
                                         "pathStyleAccess": True,
                                         "accessKeyId": {"name": "unused-here", "key": "id"},
                                         "secretAccessKey": {"name": "unused-here", "key": "secret"}}}
     run.config_path.write_text(yaml.safe_dump(doc))
-    return f"s3a://{stack_env['S3_BUCKET']}{prefix}/live"
+    return f"s3a://{s3['S3_BUCKET']}{prefix}/live"
 
 
 def _wait_batches(run, live: str, more: int, timeout: float = 240) -> int:
@@ -67,13 +70,13 @@ def _wait_batches(run, live: str, more: int, timeout: float = 240) -> int:
 
 
 @pytest.mark.timeout(1200)
-def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(colors_run, stack_env, s3_env, tmp_path, report_result):
-    st = Stack()
+def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(private_s3, s3_env, colors_run, tmp_path, report_result):
+    st, s3 = private_s3.stack, private_s3.env
     run = colors_run(parallelism=2, max_offsets_per_trigger=1500, module="examples.colors.ids",
                      trigger_interval_ms=300)
     run.setup()
     prefix = f"/e2e/{uuid.uuid4().hex[:8]}"
-    live = _on_s3(run, stack_env, prefix)
+    live = _on_s3(run, s3, prefix)
     run.extra_env = dict(s3_env)
     cfg = run_config(run).model_copy(update={"checkpoint_dir": live})
     feed = IdFeed(run.bootstrap, run.events, chunk=200, pause=0.5)
@@ -98,9 +101,9 @@ def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(colors_run, stack_env
         _wait_batches(run, live, 2)
 
         # 2. A live snapshot while the driver runs: every file a server-side copy inside the bucket.
-        snap = f"s3a://{stack_env['S3_BUCKET']}{prefix}/snapshots/s1"
+        snap = f"s3a://{s3['S3_BUCKET']}{prefix}/snapshots/s1"
         r = run_job(["snapshot", "take", "--checkpoint", live, "--dest", snap, "--stream-json",
-                     json.dumps(cfg.stream.wire())], env_extra={**s3_env, "EOS_S3_ENDPOINT": stack_env["S3_ENDPOINT"],
+                     json.dumps(cfg.stream.wire())], env_extra={**s3_env, "EOS_S3_ENDPOINT": s3["S3_ENDPOINT"],
                                                                 "EOS_S3_PATH_STYLE": "true"})
         assert r.returncode == 0, r.stdout + r.stderr
         manifest = verify_snapshot(snap)
@@ -130,7 +133,7 @@ def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(colors_run, stack_env
         # 4. Restore the older snapshot into a new S3 location; the batches after it are re-run with their
         #    original offsets from the live checkpoint, so the ledger's skips match what the sink holds.
         feed.hold()
-        restored = f"s3a://{stack_env['S3_BUCKET']}{prefix}/ckpt-restored"
+        restored = f"s3a://{s3['S3_BUCKET']}{prefix}/ckpt-restored"
         doc = cfg.model_copy(update={"checkpoint_dir": restored, "restore_from": snap,
                                      "replay_offsets_from": live})
         restored_cfg = tmp_path / "restored.json"

@@ -2,7 +2,8 @@
 
 Against the real server ``eos_stack`` runs: it checks credentials, stores, lists,
 copies and deletes objects, and keeps them (at the same address) across a stop
-and start; the S3A jars match PySpark's Hadoop.
+and start (of a server started the same way for that test alone, ``private_s3``:
+the stack's serves the tests running beside it); the S3A jars match PySpark's Hadoop.
 """
 from __future__ import annotations
 
@@ -125,8 +126,10 @@ def test_server_side_copy(fs, prefix):
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
-def test_stop_and_start_keep_address_and_data(env, fs, prefix, kill):
-    st = Stack()
+def test_stop_and_start_keep_address_and_data(private_s3, kill):
+    st, env = private_s3.stack, private_s3.env
+    fs = s3fs(env)
+    prefix = f"{env['S3_BUCKET']}/test-s3-{uuid.uuid4().hex[:10]}"
     data = uuid.uuid4().bytes * 64
     put(fs, f"{prefix}/durable", data)
     endpoint = s3.endpoint(st)
