@@ -16,18 +16,23 @@ def api(stack_env):
     api_client.close()
 
 
-@pytest.fixture
-def namespace(api, request):
-    """A fresh namespace named after the test module (t-kube-..., t-kubelet-...), deleted afterwards."""
+def fresh_namespace(api, prefix: str, labels: dict[str, str] | None = None):
+    """A namespace ``t-<prefix>-<random>`` with ``labels``, deleted after the fixture that yields from this."""
     v1 = client.CoreV1Api(api)
-    name = f"t-{request.module.__name__.rsplit('.', 1)[-1].removeprefix('test_')}-{uuid.uuid4().hex[:8]}"
-    v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    name = f"t-{prefix}-{uuid.uuid4().hex[:8]}"
+    v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}})
     yield name
     try:
         v1.delete_namespace(name)
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+@pytest.fixture
+def namespace(api, request):
+    """A fresh namespace named after the test module (t-kube-..., t-kubelet-...), deleted afterwards."""
+    yield from fresh_namespace(api, request.module.__name__.rsplit('.', 1)[-1].removeprefix('test_'))
 
 
 KAFKA_TIMEOUT = 60.0

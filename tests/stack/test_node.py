@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,8 @@ from eos_stack import node
 from eos_stack.common import Stack, StackError
 from eos_stack.image_common import image_name
 from eos_stack.node_config import layouts
+
+from .conftest import fresh_namespace
 
 pytestmark = pytest.mark.timeout(900)   # the first test also waits for the nodes (image import: ~1 min a node)
 
@@ -52,16 +53,8 @@ def nodes(stack_env):
 @pytest.fixture
 def ns(api, nodes):
     """A namespace that enforces the restricted Pod Security level, deleted afterwards."""
-    v1 = client.CoreV1Api(api)
-    name = f"t-node-{uuid.uuid4().hex[:8]}"
-    v1.create_namespace({"metadata": {"name": name, "labels": {
-        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
-    yield name
-    try:
-        v1.delete_namespace(name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    yield from fresh_namespace(api, "node", {"pod-security.kubernetes.io/enforce": "restricted",
+                                             "pod-security.kubernetes.io/enforce-version": "latest"})
 
 
 def pod(name: str, command: list[str], *, memory: str | None = None, node_name: str | None = None,
