@@ -199,7 +199,7 @@ def _driver_up(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     """RUNNING or DRIVER_STARTING: leftovers of earlier attempts (terminal) or a stray driver go; never two."""
     st = step.st
     pod = step.obs.pod(st.driver_pod)
-    stop_pods(step, [p for p in step.obs.others(pod.name) if not kept(st, p)])
+    stop_pods(step, [p for p in step.obs.others(pod.name) if not kept(step, p)])
     if pod.phase == "Running":
         return running(step, pod)
     # Pending or Unknown: the Pod exists but is not running yet; past its start deadline it failed.

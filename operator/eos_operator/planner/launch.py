@@ -60,7 +60,7 @@ def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: Pendi
 
     # 2. Never two drivers: every other driver Pod of the stream must be gone first.
     others = [p for p in obs.pods if (p.name != launch.pod or p.owner_uid not in (None, obs.uid))
-              and not (kept(st, p) and p.owner_uid in (None, obs.uid))]
+              and not kept(step, p)]
     if others:
         stop_pods(step, others)
         names = ", ".join(p.name for p in others)

@@ -46,10 +46,12 @@ class StreamStep(Step):
         self.st.lifecycle_state = state  # type: ignore[assignment]
 
 
-def kept(st: ExactlyOnceStreamStatus, pod) -> bool:
-    """The kept failed driver (``restarts.keep_failed_driver``): ended, so never a second driver, and left
-    for its log."""
-    return st.failed_driver is not None and pod.name == st.failed_driver.pod and pod.terminal
+def kept(step: StreamStep, pod) -> bool:
+    """The stream's kept failed driver (``restarts.keep_failed_driver``): ended, so never a second driver,
+    and left for its log."""
+    failed = step.st.failed_driver
+    return (failed is not None and pod.name == failed.pod and pod.terminal
+            and pod.owner_uid in (None, step.obs.uid))
 
 
 def stop_pods(step: StreamStep, pods) -> None:
