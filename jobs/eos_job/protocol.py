@@ -203,6 +203,15 @@ class BatchCompleteRecord:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+# Which records a committed slot holds depends on the spec that cut the batch into slots by key: only that
+# spec may finish the batch. What a user can do when it cannot (a broken upgrade's batch, after a rollback).
+FINISH_WITH_THAT_SPEC = (
+    "finish it with that spec first (the operator's drain does); with job.slotsFrom key another spec would cut "
+    "the batch into other slots and lose or duplicate records. If that spec cannot run, restore a snapshot taken "
+    "before the batch into a new stream with another sink topic; a map-only job with job.slotsFrom: "
+    "sourcePartitions lets any spec finish such a batch")
+
+
 class SlotAction(Enum):
     WRITE = "write"
     SKIP = "skip"
@@ -219,7 +228,8 @@ class SlotDecision:
 
 
 def decide_slot(batch: int, recorded: SlotLedgerRecord | None, *, input: str = "",
-                output_hash: str = "", epoch: int = 0, stream_epoch: int = 0) -> SlotDecision:
+                output_hash: str = "", epoch: int = 0, stream_epoch: int = 0,
+                input_slots: bool = False) -> SlotDecision:
     """Step 2 of the write path, after the fence: write, skip because already committed, or refuse.
 
     A recorded batch later than ``batch`` happens after restoring an older
@@ -228,7 +238,9 @@ def decide_slot(batch: int, recorded: SlotLedgerRecord | None, *, input: str = "
     input as then). The same batch number under another input or another spec is
     never skipped on its number, and never written on top: refused. ``stream_epoch`` is the newest epoch
     marker the slot's read met in its ledger partition: a newer driver of the stream, whatever its
-    generation or checkpoint, supersedes this one.
+    generation or checkpoint, supersedes this one. ``input_slots``: the generation's slots are fixed by the
+    input (``job.slotsFrom: sourcePartitions``), so a slot another spec committed of this batch holds the
+    records this slot would write: skipped, not refused (docs/protocol-amendments.md, A1).
     """
     if epoch and stream_epoch > epoch:
         return SlotDecision(SlotAction.SUPERSEDED, recorded, f"a newer driver (epoch {stream_epoch}) runs this "
@@ -242,9 +254,11 @@ def decide_slot(batch: int, recorded: SlotLedgerRecord | None, *, input: str = "
         return SlotDecision(SlotAction.REPLAN, recorded, f"batch {batch} was committed for another input "
                             f"(ledger {recorded.input}, now {input})")
     if recorded.batch == batch and output_hash and recorded.output_hash and output_hash != recorded.output_hash:
+        if input_slots:
+            return SlotDecision(SlotAction.SKIP, recorded, f"batch {batch} committed by another spec (output hash "
+                                f"{recorded.output_hash}) from this slot's own source partitions")
         return SlotDecision(SlotAction.REFUSE, recorded, f"batch {batch} was partially committed by another spec "
-                            f"(output hash {recorded.output_hash}, now {output_hash}); finish it with that spec "
-                            "(drain) first")
+                            f"(output hash {recorded.output_hash}, now {output_hash}); {FINISH_WITH_THAT_SPEC}")
     if recorded.batch >= batch:
         why = "batch already committed" if recorded.batch == batch else (
             f"a later batch ({recorded.batch}) is already committed")
@@ -305,12 +319,14 @@ class BatchVerdict:
 
 
 def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None, generation: int,
-                output_hash: str, untouched: bool = False) -> BatchVerdict:
+                output_hash: str, untouched: bool = False, input_slots: bool = False) -> BatchVerdict:
     """Before batch N's slots run: is N the input the ledger says N was, and may it run under this spec?
 
     ``untouched``: no slot of the generation that recorded N holds N (read after this driver's start fenced
     every generation's ids): the record is an intent none of whose slots committed (a driver superseded,
-    or stopped, before its first slot commit), so N is not partial and runs under this spec."""
+    or stopped, before its first slot commit), so N is not partial and runs under this spec.
+    ``input_slots``: this generation's slots are fixed by the input (``job.slotsFrom: sourcePartitions``):
+    a batch another spec left partial runs, its committed slots skipped (docs/protocol-amendments.md, A1)."""
     if recorded is None:
         return BatchVerdict("run", "the ledger has no record of this batch")
     if not same_input(planned, recorded.input):
@@ -337,9 +353,14 @@ def judge_batch(batch: int, planned: Ranges, recorded: BatchHistoryRecord | None
         return BatchVerdict("skip", f"batch {batch} is complete in the sink (written by another spec, output "
                                     f"hash {recorded.output_hash})")
     if not recorded.complete and recorded.output_hash and output_hash and recorded.output_hash != output_hash:
+        if input_slots:
+            return BatchVerdict("run", (
+                f"batch {batch} is partially committed by another spec (output hash {recorded.output_hash}); its "
+                "slots are its source partitions (job.slotsFrom: sourcePartitions), the same under every spec: "
+                "the committed ones are skipped, this spec writes the rest"))
         return BatchVerdict("refuse", (
             f"batch {batch} is partially committed by another spec (output hash {recorded.output_hash}, now "
-            f"{output_hash}): finish it with that spec (drain) first; nothing was written"))
+            f"{output_hash}): {FINISH_WITH_THAT_SPEC}; nothing was written"))
     return BatchVerdict("run", "the same input as the ledger's record")
 
 

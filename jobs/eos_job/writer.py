@@ -68,6 +68,8 @@ class BatchWriter:
         self.output_hash = spec.output_hash()
         unsafe = faults.unsafe_switches()      # the driver's own environment only (faults)
         self.checked = not faults.unsafe("input-check", unsafe)
+        # Slots fixed by the input: any spec may finish a batch another one left partial (amendment A1).
+        self.input_slots = self.slots_from == "sourcePartitions" or faults.unsafe("spec-check", unsafe)
         sec = sink_security(spec.sink)
         self.base = dict(bootstrap=spec.sink.bootstrap_servers,
                          producer_config={**spec.sink.producer_config, **limits.producer_overrides(), **sec},
@@ -164,9 +166,11 @@ class BatchWriter:
             gen = self.base["generation"]
             recorded = self.history.get(batch_id)
             if self.checked:
-                verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash)
+                inputs = self.input_slots
+                verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash, input_slots=inputs)
                 if verdict.action == "refuse" and self._untouched(recorded, ckpt_id, batch_id):
-                    verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash, untouched=True)
+                    verdict = protocol.judge_batch(batch_id, planned, recorded, gen, self.output_hash, untouched=True,
+                                                   input_slots=inputs)
                 if verdict.action == "refuse":
                     raise BatchRefused(verdict.reason)
                 if verdict.action == "replan":

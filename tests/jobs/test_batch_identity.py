@@ -34,7 +34,25 @@ def test_a_slot_skips_only_the_input_it_committed():
 def test_a_slot_refuses_to_finish_another_specs_batch():
     d = decide_slot(5, slot_rec(5, "x", "old"), input="x", output_hash="new")
     assert d.action is SlotAction.REFUSE and "drain" in d.reason
+    assert "another sink topic" in d.reason and "sourcePartitions" in d.reason   # the ways out, named
     assert decide_slot(5, slot_rec(5, "x", "old"), input="x", output_hash="old").action is SlotAction.SKIP
+
+
+def test_with_slots_fixed_by_the_input_another_spec_finishes_a_partial_batch():
+    """Amendment A1: a source-partition slot another spec committed holds the records this slot would write."""
+    d = decide_slot(5, slot_rec(5, "x", "old"), input="x", output_hash="new", input_slots=True)
+    assert d.action is SlotAction.SKIP and "another spec" in d.reason
+    assert decide_slot(5, slot_rec(4, "w", "old"), input="x", output_hash="new",
+                       input_slots=True).action is SlotAction.WRITE             # not committed: this spec writes
+    # The input is checked first: another input is never skipped, whatever the slots.
+    assert decide_slot(5, slot_rec(5, "y", "old"), input="x", output_hash="new",
+                       input_slots=True).action is SlotAction.REPLAN
+    v = judge_batch(5, A, hist(5, complete=False, output_hash="o0"), 0, "o1", input_slots=True)
+    assert v.action == "run" and "sourcePartitions" in v.reason
+    # Another generation (another slot count or derivation) is still refused: its slots are other records.
+    v = judge_batch(5, A, hist(5, generation=1, complete=False, output_hash="o0"), 2, "o1", input_slots=True)
+    assert v.action == "refuse" and "generation 1" in v.reason
+    assert judge_batch(5, B, hist(5, complete=False, output_hash="o0"), 0, "o1", input_slots=True).action == "replan"
 
 
 def test_same_input_compares_ends_and_known_starts():

@@ -254,7 +254,7 @@ def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypa
     writer.__dict__.update(slots=2, slots_from="key", lock=threading.Lock(), stopping=False, summary=runtime.RunSummary("Running"),
                            last_done=None, _ckpt_id="c", _producer=object(), _nondet_total=0, _watch=None,
                            config=SimpleNamespace(checkpoint_dir=str(tmp_path)), base=dict(BASE, epoch=3), history={},
-                           output_hash="h", checked=True)
+                           output_hash="h", checked=True, input_slots=False)
     monkeypatch.setattr(writer, "_source_positions", lambda batch: {}, raising=False)
     monkeypatch.setattr(writer_module.BatchWriter, "checkpoint_identity", lambda self: "c")
     monkeypatch.setattr(epoch, "write_driver_record", lambda _p, _t, key, value, **kw: calls.append(
