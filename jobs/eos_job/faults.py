@@ -51,7 +51,9 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     driver of an older generation or another checkpoint is superseded only by a
     stamp on its own keys (what the protocol did before); ``spec-check``: a
     batch another spec left partial is finished by this one even when its slots
-    are cut by key (as if ``job.slotsFrom: sourcePartitions``). Never set
+    are cut by key (as if ``job.slotsFrom: sourcePartitions``); ``poison-alone``:
+    a record the broker refused with a record error is a dead letter at once,
+    even when the request it was in was refused whole. Never set
     in production; the driver logs an error when one is.
 
     Two guards keep them out of a stream's reach. No spec can set an ``EOS_*``
@@ -93,7 +95,7 @@ HOLD_RELEASE_ENV = "EOS_FAULT_HOLD_RELEASE"
 FROM_BATCH_ENV = "EOS_FAULT_FROM_BATCH"
 UNSAFE_ENV = "EOS_UNSAFE_DISABLE"
 JOURNAL_ENV = "EOS_FAULT_JOURNAL"
-SAFETIES = ("input-check", "ledger-skip", "fence", "slot-order", "stream-epoch", "spec-check")
+SAFETIES = ("input-check", "ledger-skip", "fence", "slot-order", "stream-epoch", "spec-check", "poison-alone")
 DRIVER_PGID_ENV = "EOS_DRIVER_PGID"
 DRIVER_PID_ENV = "EOS_DRIVER_PID"
 PARTIAL_HOLD_S = 120   # long enough for the driver to be killed meanwhile

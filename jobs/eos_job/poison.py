@@ -83,9 +83,10 @@ class Verdicts:
     """What the rounds of one slot task learned of its records: ``poison`` (identity -> why) and
     ``suspects`` (refused with a record error in a request of several: sent alone next time)."""
 
-    def __init__(self):
+    def __init__(self, alone: bool = True):
         self.poison: dict[bytes, str] = {}
         self.suspects: set[bytes] = set()
+        self.alone = alone   # False only in the negative control (faults: ``poison-alone``)
 
     def __bool__(self) -> bool:
         return bool(self.poison or self.suspects)
@@ -99,7 +100,7 @@ class Verdicts:
         for topic, ident, err in failures:
             if err.code() not in RECORD_ERRORS:
                 continue
-            if ident in self.suspects:
+            if ident in self.suspects or not self.alone:
                 if ident not in self.poison:     # refused while alone in its request: poison by itself
                     self.poison[ident] = str(err)
                     learned = True

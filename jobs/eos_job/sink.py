@@ -167,7 +167,8 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
         return SlotCommit(slot, cfg.batch, count, digest, skipped=True, attempt=attempt)
     key = protocol.slot_key(cfg.stream_uid, cfg.checkpoint_id, cfg.generation, slot)
     unfenced = faults.unsafe("fence", cfg.unsafe)   # the negative control also trusts a held-back read
-    verdicts = poison.Verdicts()   # what the broker said of single records: kept across fresh fences
+    # What the broker said of single records, kept across fresh fences.
+    verdicts = poison.Verdicts(alone=not faults.unsafe("poison-alone", cfg.unsafe))
     last_exc: Exception | None = None
     for round_no in range(MAX_FENCE_ROUNDS):
         clients = _slot_clients(cfg, slot, fresh=round_no > 0)

@@ -5,7 +5,9 @@ per record batch, librdkafka's default batch being 1 MB. Read back read_committe
 in the sink, and in the dead-letter topic only the one record that is over the limit by itself. Twice: with
 the batch fitted by the start check (``request_limits``), and without it (a limit lowered after the start),
 where the broker refuses whole requests and the slot writes their records again in requests of one.
-The control: a plain transactional producer with librdkafka's defaults really is refused by this topic.
+The negative control: the same write with ``poison-alone`` off (a record refused in a request of several is
+a dead letter at once): good records leave the output for the dead-letter topic, and the audit says so. And
+a plain transactional producer with librdkafka's defaults really is refused by this topic.
 """
 from __future__ import annotations
 
@@ -53,12 +55,14 @@ def _rows() -> list[pa.RecordBatch]:
                                         protocol.HASH_COL: hashes[i:i + 500]}) for i in range(0, len(keys), 500)]
 
 
-def _config(bootstrap: str, names: dict, producer_config: dict, topic_limits: dict) -> sink.SlotWriterConfig:
+def _config(bootstrap: str, names: dict, producer_config: dict, topic_limits: dict,
+            unsafe: frozenset[str] = frozenset()) -> sink.SlotWriterConfig:
     uid = uuid.uuid4().hex
     return sink.SlotWriterConfig(
         bootstrap=bootstrap, producer_config=producer_config, topic=names["out"], dead_letter_topic=names["dlq"],
         ledger_topic=names["ledger"], tx_prefix=f"eos-test-dlq-{uid[:8]}", generation=0, stream_uid=uid,
-        checkpoint_id="c", spec_hash="h", transaction_timeout_ms=60000, batch=0, slots=1, topic_limits=topic_limits)
+        checkpoint_id="c", spec_hash="h", transaction_timeout_ms=60000, batch=0, slots=1, topic_limits=topic_limits,
+        unsafe=unsafe)
 
 
 def _write_and_audit(bootstrap: str, names: dict, cfg: sink.SlotWriterConfig) -> None:
@@ -89,6 +93,21 @@ def test_requests_refused_whole_are_written_again_in_requests_of_one(bootstrap, 
     no limit known to check a record's size against before produce; the broker's answers alone decide."""
     cfg = _config(bootstrap, topics, {"linger.ms": "50"}, {})
     _write_and_audit(bootstrap, topics, cfg)
+
+
+def test_negative_control_records_of_a_request_refused_whole_taken_for_poison(bootstrap, topics):
+    """The same scenario as above with ``poison-alone`` off: a record refused in a request of several is a dead
+    letter at once. The audit must see good records leave the output for the dead-letter topic."""
+    cfg = _config(bootstrap, topics, {"linger.ms": "50"}, {}, unsafe=frozenset({"poison-alone"}))
+    try:
+        commit = sink.write_slot(cfg, 0, 0, iter(_rows()))
+    finally:
+        sink._discard(cfg, 0)
+    ids = audit_ids(bootstrap, topics["out"], set(range(IDS)), TIMEOUT)
+    dead = {m.key() for m in read_committed(bootstrap, topics["dlq"], TIMEOUT)}
+    assert ids.missing and not ids.duplicates, ids.violations()          # good records lost from the output
+    assert {str(i).encode() for i in ids.missing} <= dead and len(dead) > 1
+    assert commit.dead_letters == len(dead)
 
 
 def test_control_the_topic_refuses_a_default_batch_whole(bootstrap, topics):
