@@ -173,6 +173,8 @@ class BatchWriter:
                                                    input_slots=inputs)
                 if verdict.action == "refuse":
                     raise BatchRefused(verdict.reason)
+                if recorded is not None and not recorded.complete and verdict.action == "run":
+                    log.info("batch %d: %s", batch_id, verdict.reason)   # finishing a partial batch
                 if verdict.action == "replan":
                     raise JobFailed(verdict.reason)
                 if verdict.action == "skip":
