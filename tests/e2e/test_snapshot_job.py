@@ -13,9 +13,9 @@ import yaml
 
 from eos_job import checkpoint
 from eos_job.resolution import resolve
-from eos_job.verify import read_committed
-from examples.colors.generator import produce
-from tests.e2e.streams import assert_exact, run_config, run_job
+from eos_job.verify import audit_ids, read_committed
+from examples.colors.generator import expected_ids, produce
+from tests.e2e.streams import assert_exact, assert_ids_exact, run_config, run_job, wait_consumed
 
 pytestmark = pytest.mark.stack
 
@@ -150,11 +150,16 @@ def test_preflight_accepts_a_compatible_spec_and_refuses_incompatible_state(colo
     assert len(read_committed(run.bootstrap, run.counts)) == sink_before, "pre-flight wrote to the sink"
 
 
-def test_drain_finishes_exactly_the_partially_committed_batch(colors_run, stack_env, tmp_path):
-    run = colors_run(max_offsets_per_trigger=1000,
-                    extra_env={"EOS_FAULT_KILL_AFTER_COMMIT": "1"})
+@pytest.mark.parametrize("safety", ["on", "off"], ids=["ledger-skip", "negative-control-without-it"])
+def test_drain_finishes_exactly_the_partially_committed_batch(colors_run, stack_env, tmp_path, safety):
+    """The drain of an upgrade (the old spec finishing a partial batch) on the unique-id stream. Its negative
+    control drains with ``ledger-skip`` off: the slot that committed before the kill is written again, and the
+    id audit must report its ids twice."""
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=1000,
+                     extra_env={"EOS_FAULT_KILL_AFTER_COMMIT": "1"})
     run.setup()
-    expected = produce(run.bootstrap, run.events, 4000)
+    produce(run.bootstrap, run.events, 4000, seed=17)
+    expected = expected_ids(4000, 17)
     run.start()
     assert run.proc.wait(240) == -9, run.log_tail()  # killed right after the first slot of batch 0 committed
     report = resolve(run_config(run))
@@ -162,13 +167,22 @@ def test_drain_finishes_exactly_the_partially_committed_batch(colors_run, stack_
     assert report.partially_committed == (len(report.replay_slots_already_committed) == 1)
     # Idempotent: a second resolution reports the same.
     assert resolve(run_config(run)).replay_slots_already_committed == report.replay_slots_already_committed
+    committed = [int(m.key()) for m in read_committed(run.bootstrap, run.counts)]   # the committed slot's ids
+    assert committed and len(set(committed)) == len(committed) and set(committed) <= expected
 
     run.extra_env = {}
     drain_env = {"EOS_TERMINATION_MESSAGE_PATH": str(tmp_path / "drain.json")}
+    if safety == "off":
+        drain_env["EOS_UNSAFE_DISABLE"] = "ledger-skip"
     r = run_job(["run", "--config", str(run.config_path), "--drain"], env_extra=drain_env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = _result(r)
     assert summary["reason"] == "Drained" and summary["last_committed_batch"] == 0, summary
+    batch0 = audit_ids(run.bootstrap, run.counts, expected)
+    if safety == "off":   # the control: the committed slot's ids written again by the drain
+        assert sorted(batch0.duplicates) == sorted(committed), batch0.violations()
+        return
+    assert not batch0.duplicates and not batch0.unexpected, batch0.violations()
     assert json.loads((tmp_path / "drain.json").read_text()) == summary
     # Exactly the replay batch ran: committed, and no later batch even planned.
     assert checkpoint.last_committed_batch(run.live_checkpoint) == 0
@@ -177,7 +191,6 @@ def test_drain_finishes_exactly_the_partially_committed_batch(colors_run, stack_
     assert after.replay_batch is None and not after.partially_committed, after.summary
     assert after.last_complete_batch == 0
     assert after.last_committed_batch_per_slot == {"0": 0, "1": 0}
-    assert len(read_committed(run.bootstrap, run.counts)) == len(expected)  # batch 0: one count per color, once
 
     # Nothing left to drain (EOS_DRAIN=1 this time): exits at once, without starting Spark.
     r = run_job(["run", "--config", str(run.config_path)], env_extra={**drain_env, "EOS_DRAIN": "1"})
@@ -190,6 +203,7 @@ def test_drain_finishes_exactly_the_partially_committed_batch(colors_run, stack_
     assert "SparkContext" not in r.stderr and "driver epoch" not in r.stderr, r.stderr[-2000:]
 
     run.start()
-    run.wait_caught_up(expected)
+    wait_consumed(run, run.live_checkpoint)
     assert run.stop() == 0, run.log_tail()
-    assert_exact(run, expected)
+    assert_ids_exact(run, expected)
+
