@@ -40,7 +40,7 @@ image-test: image
 	$(PY) -m pytest -q --basetemp=$(EOS_STATE)/pytest-image -m image tests/stack/test_image.py
 
 # Unit tests only: no servers (seconds).
-UNIT := tests/jobs tests/operator $(wildcard tests/model)
+UNIT := tests/jobs tests/operator $(wildcard tests/model) $(wildcard tests/docs)
 test-unit: venv
 	$(PY) -m pytest -q -m unit $(UNIT)
 

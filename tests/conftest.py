@@ -40,7 +40,7 @@ def tier_of(item) -> str:
     parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
     folder = parts[0] if len(parts) > 1 else ""
     uses_stack = "stack_env" in getattr(item, "fixturenames", ())
-    if folder in ("jobs", "operator", "model"):
+    if folder in ("jobs", "operator", "model", "docs"):
         return "unit-stack" if uses_stack else "unit"
     if folder == "e2e" and parts[-1].startswith("test_chaos"):
         return "chaos"

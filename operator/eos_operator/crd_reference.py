@@ -62,7 +62,8 @@ def render() -> str:
            "Every field of the `ExactlyOnceStream` and `ExactlyOnceSnapshot` resources "
            "(`streaming.eos.dev`), generated from the pydantic models shared by the operator and the job "
            "runtime (`python -m eos_operator.crd_reference`; a unit test fails when this file drifts). "
-           "Rules across fields (CEL) are in the CRDs under `crds/`; the README explains the concepts.", ""]
+           "Rules across fields (CEL) are in the CRDs under `crds/`; the user guide (`docs/user-guide.md`) "
+           "explains the concepts.", ""]
     for crd in (build_crd(), build_snapshot_crd()):
         version = crd["spec"]["versions"][0]
         kind = crd["spec"]["names"]["kind"]

@@ -41,7 +41,7 @@ def _holding(journal, offset: int) -> bool:
         return b"holding the transaction" in f.read()
 
 
-@pytest.mark.soak   # make soak (overlaps the single-broker chaos; results in the README); make test deselects it
+@pytest.mark.soak   # make soak (overlaps the single-broker chaos; results in docs/exactly-once.md); make test deselects it
 @pytest.mark.timeout(1200)
 def test_node_kills_under_open_transactions_on_a_replicated_cluster(cluster, tmp_path, report_result):
     run = ColorsRun(cluster.bootstrap(), tmp_path, parallelism=2, max_offsets_per_trigger=500,

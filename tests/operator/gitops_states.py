@@ -6,7 +6,7 @@ Each document comes from the operator's own code: the reconcile loop over the fa
 where the fakes cannot reach a state cheaply (a blocked upgrade, a rollback), the pure planner's status
 serialised as the reconciler serialises it (loop.dump_status) and merged as FakeKube merges a patch. Nothing
 in a status is written by hand. The expectations are stated by hand, per state: they are what the docs
-promise (README: GitOps health) and what the Lua health checks and the kstatus library are tested against
+promise (the chart README: GitOps health) and what the Lua health checks and the kstatus library are tested against
 (test_gitops_health.py, over the real API server), and the Reconciling/Stalled conditions against
 (test_gitops_conditions.py).
 """
@@ -131,7 +131,7 @@ def _stream_states() -> list[State]:
     out.append(State("stream-suspending", suspend.doc(), "Progressing", "InProgress"))
     suspend.kube.finish_deletions()
     suspend.rec()
-    # kstatus knows no suspension: Ready is False, so InProgress (README: GitOps health).
+    # kstatus knows no suspension: Ready is False, so InProgress (the chart README: GitOps health).
     out.append(State("stream-suspended", suspend.doc(), "Suspended", "InProgress"))
 
     upgrade = StreamRig().running().spec(lambda s: s.update(upgradePreFlight=True) or s["job"].update(

@@ -197,7 +197,7 @@ def test_kubectl_wait_as_the_chart_readme_shows_it(served):
           (stream, "stream-running", "--for=condition=Stalled=false"),
           (stream, "stream-running", "--for=condition=Reconciling=false"),
           (stream, "stream-upgrade-refused-by-pre-flight", "--for=condition=Reconciling=false"),
-          # jsonpath looks at no generation: the old spec's Running (the README says so)
+          # jsonpath looks at no generation: the old spec's Running (the chart README says so)
           (stream, "stream-spec-not-yet-observed", "--for=jsonpath={.status.lifecycleState}=Running"),
           (snapshot, "snapshot-completed", "--for=jsonpath={.status.state}=Completed"),
           (snapshot, "snapshot-completed", "--for=condition=Ready")]

@@ -20,7 +20,7 @@ import pytest
 from eos_stack import image
 from eos_stack.common import Stack, free_port
 
-pytestmark = pytest.mark.image   # make image-test (make test deselects it: README, Tests)
+pytestmark = pytest.mark.image   # make image-test (make test deselects it: docs/testing.md)
 
 UID = 10001
 SCRATCH = "/var/run/eos-scratch"   # eos_job.pod_template.SCRATCH_DIR: TMPDIR and HOME of every job container

@@ -250,7 +250,7 @@ def plan_deletion(status: ExactlyOnceStreamStatus, observed: Observed) -> Plan:
             parse(p.deleting_since), observed.now) > children.TERMINATION_GRACE_SECONDS + DELETION_SLACK_SECONDS]
         message = (f"deletion waits for {', '.join(stuck)} to stop (its node may be gone); the checkpoint is "
                    "kept. Force it with kubectl delete pod --grace-period=0 --force once you are sure it runs "
-                   "nowhere (see README: Deleting without the operator)")
+                   "nowhere (see docs/operations.md: Deleting without the operator)")
         ready = get_condition(status.conditions, "Ready")
         if stuck and (ready is None or ready.message != message):
             step.event("Warning", "DeletionWaiting", message)
