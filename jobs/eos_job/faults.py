@@ -91,6 +91,7 @@ PARTIAL_BATCH_ENV = "EOS_FAULT_PARTIAL_BATCH"
 KILL_IN_TRANSACTION_ENV = "EOS_FAULT_KILL_IN_TRANSACTION"
 KILL_DURING_COMMIT_ENV = "EOS_FAULT_KILL_DURING_COMMIT"
 HOLD_OPEN_ENV = "EOS_FAULT_HOLD_OPEN"
+HOLD_IN_SINK_ENV = "EOS_FAULT_HOLD_IN_SINK"
 HOLD_RELEASE_ENV = "EOS_FAULT_HOLD_RELEASE"
 FROM_BATCH_ENV = "EOS_FAULT_FROM_BATCH"
 UNSAFE_ENV = "EOS_UNSAFE_DISABLE"
@@ -114,13 +115,15 @@ class Faults:
     kill_in_transaction: float = 0.0
     kill_during_commit: float = 0.0
     hold_open_s: float = 0.0
+    hold_in_sink_s: float = 0.0   # the driver pauses once after a batch reached the sink, before commits/N
     from_batch: int = 0
     hold_release: str = ""
 
     @property
     def enabled(self) -> bool:
         return (self.kill_after_commit > 0 or self.kill_before_commit_log > 0 or self.partial_batch is not None
-                or self.kill_in_transaction > 0 or self.kill_during_commit > 0 or self.hold_open_s > 0)
+                or self.kill_in_transaction > 0 or self.kill_during_commit > 0 or self.hold_open_s > 0
+                or self.hold_in_sink_s > 0)
 
     @classmethod
     def from_env(cls, env) -> Faults:
@@ -135,6 +138,7 @@ class Faults:
                    kill_in_transaction=float(env.get(KILL_IN_TRANSACTION_ENV, "0") or 0),
                    kill_during_commit=float(env.get(KILL_DURING_COMMIT_ENV, "0") or 0),
                    hold_open_s=float(env.get(HOLD_OPEN_ENV, "0") or 0),
+                   hold_in_sink_s=float(env.get(HOLD_IN_SINK_ENV, "0") or 0),
                    from_batch=int(env.get(FROM_BATCH_ENV, "0") or 0),
                    hold_release=env.get(HOLD_RELEASE_ENV, ""))
 
@@ -149,6 +153,7 @@ def parse_unsafe(env) -> frozenset[str]:
 
 
 _current: Faults | None = None
+_held_in_sink: list[int] = []   # the batch the hold-in-sink fault held (once per process)
 _driver_unsafe: frozenset[str] | None = None
 
 
@@ -165,6 +170,7 @@ def reset() -> None:
     global _current, _driver_unsafe
     _current = None
     _driver_unsafe = None
+    _held_in_sink.clear()
 
 
 # ------------------------------------------------------------------ hooks
@@ -302,7 +308,13 @@ def _draw(batch: int, slot: int) -> float:
 
 def batch_in_sink(batch: int) -> None:
     """The driver, after every slot and the batch-complete record reached the sink, before ``commits/N``."""
-    p = current().kill_before_commit_log
+    f = current()
+    if f.hold_in_sink_s > 0 and batch >= f.from_batch and not _held_in_sink:
+        _held_in_sink.append(batch)   # once per process: the test takes the checkpoint's store away meanwhile
+        _say("fault injection: holding the driver after batch %d reached the sink, before commits/%d", batch, batch)
+        _hold(f.hold_in_sink_s, f.hold_release)
+        _say("fault injection: released after batch %d; writing commits/%d", batch, batch)
+    p = f.kill_before_commit_log
     if p > 0 and batch >= current().from_batch and random.random() < p:
         _say("fault injection: killing the driver after batch %d reached the sink, before commits/%d",
                     batch, batch)

@@ -9,6 +9,7 @@ server is the test's own (``private_s3``), the one it kills; the tests running b
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 
@@ -19,6 +20,8 @@ from eos_job import checkpoint, storage
 from eos_job.resolution import resolve
 from eos_job.snapshot import MANIFEST, verify_snapshot
 from eos_job.storage import Loc
+from eos_job.verify import audit_ids, read_committed
+from examples.colors.generator import expected_ids, produce
 from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
 from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, run_job, wait_consumed
@@ -160,3 +163,58 @@ def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(private_s3, s3_env, c
     print("\n".join(journal))
     report_result(f"S3 checkpoint: {len(expected)} unique ids exactly once through a driver SIGKILL, a live "
                   f"snapshot on S3, an S3 outage of {outage:.0f}s and a restore on S3")
+
+
+@pytest.mark.parametrize("safety", ["on", "off"], ids=["ledger-skip", "negative-control-without-it"])
+def test_an_s3_outage_between_the_sink_and_the_commit_log(private_s3, s3_env, colors_run, tmp_path, safety):
+    """The S3 outage where it hurts: batch N is in the sink, and the checkpoint's store goes away before Spark
+    writes ``commits/N``. The driver is held at that point (the fault hook ``EOS_FAULT_HOLD_IN_SINK``), the test's
+    own S3 server SIGKILLed, the driver released: writing ``commits/N`` fails (S3A retries kept short), the query
+    fails. With the server back, the restart re-runs batch N from its offset log and the ledger says it is in the
+    sink: skipped, every id once. The negative control restarts with ``ledger-skip`` off: batch N is written
+    again, and the id audit must report its ids twice."""
+    st, s3 = private_s3.stack, private_s3.env
+    run = colors_run(parallelism=2, max_offsets_per_trigger=500, module="examples.colors.ids",
+                     trigger_interval_ms=300)
+    run.setup()
+    live = _on_s3(run, s3, f"/e2e-outage/{uuid.uuid4().hex[:8]}")
+    doc = yaml.safe_load(run.config_path.read_text())
+    doc["spec"]["job"].setdefault("sparkConf", {}).update({   # S3A gives up at once instead of after a minute
+        "spark.hadoop.fs.s3a.retry.limit": "1", "spark.hadoop.fs.s3a.retry.interval": "200ms",
+        "spark.hadoop.fs.s3a.attempts.maximum": "1"})
+    run.config_path.write_text(yaml.safe_dump(doc))
+    journal, release = tmp_path / "faults.journal", tmp_path / "release"
+    run.extra_env = {**s3_env, "EOS_FAULT_HOLD_IN_SINK": "300", "EOS_FAULT_HOLD_RELEASE": str(release),
+                     "EOS_FAULT_FROM_BATCH": "1", "EOS_FAULT_JOURNAL": str(journal)}
+    produce(run.bootstrap, run.events, 2000, seed=23)
+    expected = expected_ids(2000, 23)
+    cfg = run_config(run).model_copy(update={"checkpoint_dir": live})
+    try:
+        run.start()
+        held = wait_until(lambda: re.search(r"holding the driver after batch (\d+)",
+                                            journal.read_text() if journal.exists() else ""),
+                          "the driver to be held after a batch reached the sink", 240, run.log_tail, 0.5)
+        batch = int(held.group(1))
+        in_sink = {int(m.key()) for m in read_committed(run.bootstrap, run.counts)}
+        s3_server.stop_server(st, kill=True)
+        release.touch()
+        assert run.proc.wait(180) not in (0, None), run.log_tail()      # commits/N could not be written
+        s3_server.start_server(st)
+        assert checkpoint.last_committed_batch(live) == batch - 1, "commits/N was written after all"
+        resolve(cfg, timeout_s=60)
+        run.extra_env = dict(s3_env, **({"EOS_UNSAFE_DISABLE": "ledger-skip"} if safety == "off" else {}))
+        run.start()
+        wait_consumed(run, live, timeout=300)
+        assert run.stop() == 0, run.log_tail()
+    finally:
+        if run.proc and run.proc.poll() is None:
+            run.kill9()
+        if s3_server.status(st)[0] != "running":
+            s3_server.start_server(st)
+    if safety == "on":
+        assert_ids_exact(run, expected)
+        replayed = [ln for ln in run.log_path.read_text(errors="replace").splitlines() if f"batch {batch} committed:" in ln]
+        assert replayed and "2/2 slots skipped" in replayed[-1], replayed   # the restart found batch N in the sink
+    else:   # the control: batch N's ids, in the sink before the outage, written again by the restart
+        out = audit_ids(run.bootstrap, run.counts, expected)
+        assert out.duplicates and set(out.duplicates) <= in_sink and not out.missing, out.violations()

@@ -2,19 +2,17 @@
 checkpoint on the stack's S3 server (the production shape: ``checkpoint.store: s3``, keys in a Secret; Kafka
 only through the SASL_SSL listener as the stream's own SCRAM user with its ACLs).
 
-The colors stream is upgraded (``EOS_UPGRADES`` times in a row, once in ``make test``) to a changed transformation
-(``job.args.version``: same key and count, one more JSON field) while events keep
-arriving. Each upgrade stops the driver at a clean batch boundary with a snapshot
-(server-side copies in the bucket) and starts the new spec in a new checkpoint location
-seeded from it. The operator reads the snapshot manifests and the checkpoints straight from
-the bucket with the keys of the stream's Secret (its own environment has none). After the
-upgrades, the output is exactly once (final counts, no count update twice), and the
-output gap of each upgrade is measured from the read_committed record timestamps.
+The unique-id stream through a stateful operator (``tests/e2e/jobs/ids_deduped.py``: deduplication by id, every
+id seen kept in Spark's state store) is upgraded (``EOS_UPGRADES`` times in a row, once in ``make test``) to a
+changed transformation (``job.args.version``: one more JSON field) while ids keep arriving. Each upgrade stops
+the driver at a clean batch boundary with a snapshot (server-side copies in the bucket) and starts the new spec
+in a new checkpoint location seeded from it. The operator reads the snapshot manifests and the checkpoints
+straight from the bucket with the keys of the stream's Secret (its own environment has none).
 
-It stays on the counting job: its point is the aggregation state carried through the S3 snapshot (the
-counts go on from the snapshot's state, not from zero) and the gap is read from the ``version`` field the
-upgraded counts carry. Final counts per key can hide a lost batch that a later one rewrote; the unique-id
-audit of snapshot upgrades is in test_upgrade_safety_e2e.py and test_chaos_lifecycle.py.
+After each upgrade, ids sent before it are sent again: the new driver drops them only if the state came
+through the S3 snapshot (a driver that started without it would write them twice). The output is audited as a
+set of unique ids (set equality with the ids sent, none twice, read_committed; the ledger; the sink audit), and
+the output gap of each upgrade is measured from the read_committed record timestamps.
 """
 from __future__ import annotations
 
@@ -34,13 +32,13 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
         sys.path.insert(0, str(extra))
 
 from eos_job.storage import Loc, S3Options  # noqa: E402
-from eos_job.verify import audit_counts, read_committed  # noqa: E402
+from eos_job.verify import read_committed  # noqa: E402
 from eos_stack.cluster import PYTHONPATH, OperatorProcess, condition, wait_until  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
-from tests.e2e.exactness import assert_exactly_once  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
-from tests.e2e.streams import Trickle, secure  # noqa: E402
+from examples.colors.generator import produce  # noqa: E402
+from tests.e2e.streams import IdFeed, assert_ids_exactly_once, secure, wait_ids  # noqa: E402
 
 pytestmark = pytest.mark.stack
 
@@ -77,6 +75,7 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
     checkpoint = f"s3a://{bucket}{prefix}"
     stream = colors_manifest(NAME, bootstrap, src, counts, tmp_path, dlq=dlq, max_offsets_per_trigger=2000,
                              trigger_interval_ms=500,   # upgradeMode: snapshot, the default
+                             job={"module": "tests.e2e.jobs.ids_deduped"},
                              restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 1}})
     stream["spec"]["checkpoint"] = {"store": "s3", "path": prefix, "s3": {
         "bucket": bucket, "endpoint": endpoint, "pathStyleAccess": True,
@@ -87,7 +86,8 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
                    secret_key=stack_env["S3_SECRET_KEY"])
     assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} & set(os.environ), \
         "the operator must read S3 with the Secret's keys, not keys of its environment"
-    trickle = Trickle(bootstrap, src)
+    feed = IdFeed(bootstrap, src, chunk=50, pause=1.0)
+    output = lambda: len(read_committed(bootstrap, counts))   # noqa: E731 - records in the sink, read_committed
     with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
                         extra_env={"PYTHONPATH": PYTHONPATH}) as kubelet:
         operator = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log").start()
@@ -101,17 +101,16 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
             return "\n".join(parts)
 
         try:
-            trickle.send(2000, seed=7)     # a backlog, then a steady trickle
+            feed.send(2000, 7, 1_000_000)     # a backlog, then a steady feed of new ids
             kubectl.apply(stream, namespace)
             wait_until(lambda: kubectl.status(namespace, NAME).get("lifecycleState") == "Running",
                        "the stream to run", 120, diag)
-            wait_until(lambda: audit_counts(bootstrap, counts).final, "first output", 240, diag, 2)
-            trickle.start()
-            patched_at = []
+            wait_until(output, "first output", 240, diag, 2)
+            feed.start()
+            patched_at, resent = [], 0
             for v in range(1, UPGRADES + 1):
-                flowing = sum(audit_counts(bootstrap, counts).final.values())   # output flows before each upgrade
-                wait_until(lambda: sum(audit_counts(bootstrap, counts).final.values()) > flowing,
-                           f"output before upgrade {v}", 120, diag, 1)
+                flowing = output()   # output flows before each upgrade
+                wait_until(lambda: output() > flowing, f"output before upgrade {v}", 120, diag, 1)
                 patched_at.append(time.time())
                 kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": f"v{v}"}}})
                 status = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-{v}"
@@ -124,10 +123,13 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
                 wait_until(lambda: any(json.loads(m.value()).get("version") == f"v{v}"
                                        for m in read_committed(bootstrap, counts)),
                            f"output of upgrade {v}", 120, diag, 1)
-            expected = trickle.stop()
-            wait_until(lambda: audit_counts(bootstrap, counts).final == expected, "the output to catch up",
-                       240, diag, 2)
-            assert_exactly_once(bootstrap, counts, ledger, expected, (dlq,))
+                # Ids the old spec wrote, sent again: only the state that came through the snapshot drops them.
+                for n, seed, start in feed.chunks[:2]:
+                    produce(bootstrap, src, n, seed=seed, start_id=start)
+                    resent += n
+            expected = feed.finish()
+            wait_ids(bootstrap, counts, expected, diag, 300)
+            assert_ids_exactly_once(bootstrap, counts, ledger, expected, (dlq,))
 
             status = kubectl.status(namespace, NAME)
             assert [s["name"] for s in status["snapshots"]] == [
@@ -173,11 +175,11 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
                 print(f"upgrade {v}: output gap {gaps[-1]:.1f}s; " + ", ".join(
                     f"{k} {t - last_old:+.1f}" for k, t in marks.items() if t is not None))
             report_result("snapshot upgrades: output gaps (s) " + ", ".join(f"{g:.1f}" for g in gaps)
-                          + f"; mean {sum(gaps) / len(gaps):.1f}; output exactly once")
+                          + f"; mean {sum(gaps) / len(gaps):.1f}; {len(expected)} unique ids exactly once, "
+                          f"{resent} events sent again after the upgrades dropped by the state from the snapshots")
             for g in gaps:
                 assert 0 < g < 300   # a sanity bound: Spark's cold start dominates on a shared machine
         finally:
-            if trickle.is_alive():
-                trickle.halt.set()
+            feed.stop_flag.set()
             kubectl.run("delete", "exactlyoncestream", NAME, "-n", namespace, "--timeout=120s", check=False)
             operator.stop()

@@ -21,7 +21,7 @@ from eos_job.protocol import SlotLedgerRecord
 FAULT_ENV = (faults.KILL_AFTER_COMMIT_ENV, faults.KILL_BEFORE_COMMIT_LOG_ENV, faults.PARTIAL_BATCH_ENV,
              faults.DRIVER_PGID_ENV, faults.KILL_IN_TRANSACTION_ENV, faults.KILL_DURING_COMMIT_ENV,
              faults.HOLD_OPEN_ENV, faults.FROM_BATCH_ENV, faults.UNSAFE_ENV, faults.HOLD_RELEASE_ENV,
-             faults.DRIVER_PID_ENV)
+             faults.DRIVER_PID_ENV, faults.HOLD_IN_SINK_ENV)
 
 
 @pytest.fixture(autouse=True)
@@ -529,3 +529,17 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[1][0] != "Z"     # a zombie waits for its (dead) parent's reaper
     except FileNotFoundError:
         return False
+
+
+def test_the_driver_is_held_once_after_a_batch_reached_the_sink_until_released(monkeypatch, tmp_path):
+    release = tmp_path / "release"
+    slept = []
+    monkeypatch.setattr(faults, "_sleep", lambda s: (slept.append(s), release.touch()))
+    enable(monkeypatch, **{faults.HOLD_IN_SINK_ENV: "60", faults.HOLD_RELEASE_ENV: str(release),
+                           faults.FROM_BATCH_ENV: "2"})
+    faults.batch_in_sink(1)
+    assert not slept                                   # before the first faulted batch
+    faults.batch_in_sink(2)
+    assert len(slept) == 1                             # held until the release file appeared
+    faults.batch_in_sink(3)
+    assert len(slept) == 1                             # once per process
