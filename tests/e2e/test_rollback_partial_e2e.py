@@ -39,6 +39,7 @@ def test_a_rollback_finishes_the_batch_a_broken_upgrade_partially_committed(
                            "the broken upgrade to be rolled back", 600)
         rolled_pod = st["driverPod"]
         assert json.loads(st["lastReconciledSpec"])["job"]["module"] == GOOD
+        assert condition(st, "Ready")["status"] == "True"
         assert condition(st, "Degraded")["reason"] == "UpgradeRolledBack"
         reasons = kubectl.events(namespace, NAME)
         assert reasons.count("UpgradeRolledBack") == 1, reasons
@@ -52,6 +53,7 @@ def test_a_rollback_finishes_the_batch_a_broken_upgrade_partially_committed(
         wait_until(lambda: "slots skipped as already committed" in log_path.read_text(errors="replace"),
                    f"{rolled_pod} to finish the partial batch", 180, r.diag, 1)
         text = log_path.read_text(errors="replace")
+        assert "seeded from snapshot" in text, text[-4000:]           # the rollback restored the upgrade's snapshot
         finished = [line for line in text.splitlines() if "is partially committed by another spec" in line
                     and "sourcePartitions" in line]
         assert finished, text[-4000:]
