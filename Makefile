@@ -65,7 +65,7 @@ test: venv
 soak: venv
 	$(PY) -m eos_stack up
 	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} EOS_LIFECYCLE_OPS=$${EOS_LIFECYCLE_OPS:-100} EOS_UPGRADES=$${EOS_UPGRADES:-3} \
-	  $(PY) -m pytest -s tests/e2e/test_chaos.py tests/e2e/test_chaos_lifecycle.py tests/e2e/test_upgrade_e2e.py
+	  $(PY) -m pytest -s -m "not soak" tests/e2e/test_chaos.py tests/e2e/test_chaos_lifecycle.py tests/e2e/test_upgrade_e2e.py
 	$(PY) -m pytest -s --basetemp=$(EOS_STATE)/pytest-soak -m soak tests
 
 demo: venv

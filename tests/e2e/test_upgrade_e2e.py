@@ -32,12 +32,12 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
         sys.path.insert(0, str(extra))
 
 from eos_job.storage import Loc, S3Options  # noqa: E402
-from eos_job.verify import read_committed  # noqa: E402
+from eos_job.verify import audit_ids, read_committed  # noqa: E402
 from eos_stack.cluster import PYTHONPATH, OperatorProcess, condition, wait_until  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
-from examples.colors.generator import produce  # noqa: E402
+from examples.colors.generator import expected_ids, produce  # noqa: E402
 from tests.e2e.streams import IdFeed, assert_ids_exactly_once, secure, wait_ids  # noqa: E402
 
 pytestmark = pytest.mark.stack
@@ -60,8 +60,13 @@ def log_time(path: Path, text: str) -> float | None:
 
 
 
+@pytest.mark.parametrize("state", ["snapshot", pytest.param("dropped", marks=pytest.mark.soak)],
+                         ids=["state-from-the-snapshot", "negative-control-without-it"])
 def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kubectl, namespace, tmp_path,
-                                                                        report_result):
+                                                                        report_result, state):
+    """``negative-control-without-it`` (``make soak``: it costs a whole run): the same upgrade with
+    ``upgradeMode: stateless`` from the latest offsets, a fresh checkpoint without the state; the ids sent again
+    must come out twice (and only they: the rest is not re-read)."""
     bootstrap = stack_env["KAFKA_BOOTSTRAP"]
     run_id = uuid.uuid4().hex[:8]
     src, counts, dlq = f"up-colors-events-{run_id}", f"up-colors-counts-{run_id}", f"up-colors-dlq-{run_id}"
@@ -112,11 +117,25 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
                 flowing = output()   # output flows before each upgrade
                 wait_until(lambda: output() > flowing, f"output before upgrade {v}", 120, diag, 1)
                 patched_at.append(time.time())
-                kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": f"v{v}"}}})
+                kubectl.patch_spec(namespace, NAME, {"job": {"args": {"version": f"v{v}"}},
+                                                     **({"upgradeMode": "stateless", "source": {"startingOffsets": "latest"}}
+                                                        if state == "dropped" else {})})
                 status = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-{v}"
                                              and s.get("lifecycleState") == "Running" else None)(
                     kubectl.status(namespace, NAME)), f"upgrade {v} to run", 180, diag)
                 assert "upgrade" not in status
+                if state == "dropped":   # the control: no state came through; the ids sent again are written again
+                    wait_until(lambda: any(json.loads(m.value()).get("version") == f"v{v}"
+                                           for m in read_committed(bootstrap, counts)), "output without state", 180,
+                               diag, 1)
+                    again = set().union(*(expected_ids(n, seed, start) for n, seed, start in feed.chunks[:2]))
+                    for n, seed, start in feed.chunks[:2]:
+                        produce(bootstrap, src, n, seed=seed, start_id=start)
+                    wait_until(lambda: audit_ids(bootstrap, counts, again).duplicates, "ids written twice", 180, diag, 2)
+                    out = audit_ids(bootstrap, counts, feed.finish())
+                    report_result(f"snapshot upgrade, negative control (stateless): {out.violations()}")
+                    assert set(out.duplicates) <= again and out.duplicates
+                    return
                 uid = kubectl.stream(namespace, NAME)["metadata"]["uid"]
                 assert status["checkpointDir"] == f"{checkpoint}/ckpt-{uid[:8]}-{v}"
                 assert status["restoreFrom"] == status["snapshots"][-1]["path"]
