@@ -5,7 +5,7 @@ Measures, for one slot's worth of ~100-byte records in Arrow batches, the
 wall and CPU time (this process, librdkafka threads included) of one
 transaction written
 
-* ``sink``: with ``eos_job.sink._produce_batch`` as it is (per-record
+* ``sink``: with ``eos_job.slot_produce.produce_batch`` as it is (per-record
   ``produce`` with keyword arguments and a per-record delivery callback);
 * ``sink+onlyerror``: the same with ``delivery.report.only.error=true``
   (delivery callbacks for failed records only);
@@ -61,7 +61,7 @@ def arrow_batches(n: int, per_batch: int = 10_000) -> list[pa.RecordBatch]:
 
 
 def run_variant(variant: str, producer: Producer, topic: str, batches: list[pa.RecordBatch]) -> None:
-    from eos_job.sink import _produce_batch
+    from eos_job.slot_produce import produce_batch
     failures: list = []
 
     def on_delivery(err, msg):
@@ -71,7 +71,7 @@ def run_variant(variant: str, producer: Producer, topic: str, batches: list[pa.R
     producer.begin_transaction()
     if variant.startswith("sink"):
         for b in batches:
-            _produce_batch(_Cfg(topic), producer, b, 0, on_delivery, {})
+            produce_batch(_Cfg(topic), producer, b, 0, on_delivery, {})
     elif variant.startswith("zip"):
         from eos_job.audit import audit_headers
         produce = producer.produce

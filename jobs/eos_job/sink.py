@@ -26,23 +26,23 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from . import faults, poison, protocol
-from .audit import audit_headers
+from . import faults, poison, protocol, slot_stats
 from .contract import BatchRefused, DriverSuperseded
 from .ledger import ledger_consumer, read_latest
 from .protocol import SlotAction, SlotCommit, SlotLedgerRecord
+from .slot_produce import produce_batch
 from .slot_rows import SlotRows
+from .slot_stats import SlotStats
 
 log = logging.getLogger(__name__)
 
 COMMIT_SCHEMA = ("slot int, batch long, count long, digest string, skipped boolean, dead_letters long, "
-                 "nondeterministic boolean, attempt int")
+                 "nondeterministic boolean, attempt int, " + slot_stats.SCHEMA)
 
 # Producer errors that mean "this producer can no longer be trusted": start over with a fresh fence.
 MAX_FENCE_ROUNDS = 5
 # Writes of a slot within one fence: a whole request refused, its records each alone, then dead letters.
 POISON_ROUNDS = 3
-QUEUE_FULL_WAITS = 120   # half-second waits for room in librdkafka's queue before the slot fences again
 
 
 @dataclass(frozen=True)
@@ -98,17 +98,21 @@ class _SlotClients:
             "linger.ms": conf.get("linger.ms", 5),
             # Only failures need a callback: what the broker refused, and why (poison.Verdicts).
             "delivery.report.only.error": True,
+            # Connect to every broker at once: the fence's coordinator lookup then finds its connection up.
+            "enable.sparse.connections": False,
         })
         self.producer = Producer(conf)
         t0 = time.monotonic()
         # The fence: aborts (or completes) any unfinished transaction of an older attempt of this slot.
         self.producer.init_transactions(cfg.transaction_timeout_ms / 1000)
-        log.debug("fenced %s in %.1f ms", self.txid, (time.monotonic() - t0) * 1000)
+        self.fence_ms = (time.monotonic() - t0) * 1000
+        log.debug("fenced %s in %.1f ms", self.txid, self.fence_ms)
         self.consumer = ledger_consumer(cfg.bootstrap, _client_security(cfg.producer_config))
         self.fresh = True
         # (ledger topic, key, batch) of the last commit by this producer: if the ledger shows another
         # record, another worker fenced this producer since, and it must fence again before writing.
         self.last_commit: tuple[str, str, int] | None = None
+        self.commit_ms = 0.0   # the last commit_transaction's wall time (slot_stats)
 
     def close(self) -> None:
         try:
@@ -144,26 +148,31 @@ def _discard(cfg: SlotWriterConfig, slot: int) -> None:
         held.close()
 
 
-def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: Iterable[pa.RecordBatch]) -> SlotCommit:
+def write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, batches: Iterable[pa.RecordBatch],
+               stats: SlotStats | None = None) -> SlotCommit:
     """Write one slot of one batch exactly once. Raises when the outcome cannot be made certain.
 
     ``batches`` is read once, as Spark delivers it: the decision (fence, ledger read) comes first, then
     every batch is produced as it arrives (``SlotRows`` counts and digests it on the way and keeps it for
-    a second round), and the ledger record, which carries the slot's count and digest, goes last.
+    a second round), and the ledger record, which carries the slot's count and digest, goes last. ``stats``
+    gets the task's pool hit, producers, fences, ledger reads and their times.
     """
     rows = SlotRows(batches)
+    stats = stats if stats is not None else SlotStats()
+    stats.tasks += 1
     try:
-        return _write_slot(cfg, slot, attempt, rows)
+        return _write_slot(cfg, slot, attempt, rows, stats)
     finally:
         rows.close()
 
 
-def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) -> SlotCommit:
+def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows, stats: SlotStats) -> SlotCommit:
     from confluent_kafka import KafkaException
 
     if cfg.skip_all:
         # The rows are computed (a stateful plan updates its state for this batch), none is written.
         count, digest = rows.drain()
+        stats.whole_skips += 1
         return SlotCommit(slot, cfg.batch, count, digest, skipped=True, attempt=attempt)
     key = protocol.slot_key(cfg.stream_uid, cfg.checkpoint_id, cfg.generation, slot)
     unfenced = faults.unsafe("fence", cfg.unsafe)   # the negative control also trusts a held-back read
@@ -171,15 +180,18 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
     verdicts = poison.Verdicts(alone=not faults.unsafe("poison-alone", cfg.unsafe))
     last_exc: Exception | None = None
     for round_no in range(MAX_FENCE_ROUNDS):
-        clients = _slot_clients(cfg, slot, fresh=round_no > 0)
+        clients = _counted(stats, _slot_clients(cfg, slot, fresh=round_no > 0))
         try:
-            recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced)
+            recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced, stats)
             if not clients.fresh and (recorded is None or clients.last_commit != (cfg.ledger_topic, key,
                                                                                   recorded.batch)):
                 # The slot moved to another Python worker and back: that worker's fence made this
                 # producer useless. Fence again now (fence, then read) rather than fail mid-transaction.
-                clients = _slot_clients(cfg, slot, fresh=True)
-                recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced)
+                stats.stale_producers += 1
+                clients = _counted(stats, _slot_clients(cfg, slot, fresh=True))
+                recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced, stats)
+            elif not clients.fresh:
+                stats.pool_hits += 1
             clients.fresh = False
             decision = protocol.decide_slot(cfg.batch, recorded, input=cfg.input, output_hash=cfg.output_hash,
                                             epoch=cfg.epoch, stream_epoch=stream_epoch,
@@ -208,6 +220,7 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
                 return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
             faults.before_slot_commit(cfg.batch, slot)
             dead = _transaction(cfg, clients, slot, key, rows, round_no, verdicts)
+            stats.commit_ms += getattr(clients, "commit_ms", 0.0)
             clients.last_commit = (cfg.ledger_topic, key, cfg.batch)
             faults.slot_committed(cfg.batch, slot)
             return SlotCommit(slot, cfg.batch, rows.count, rows.digest, skipped=False, dead_letters=dead,
@@ -231,15 +244,28 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows) 
                        f"attempts; last error: {last_exc}") from last_exc
 
 
+def _counted(stats: SlotStats, clients: _SlotClients) -> _SlotClients:
+    """A fresh producer was made and fenced (``_SlotClients``): count it (a held one counts once its read held)."""
+    if clients.fresh:
+        stats.new_producers += 1
+        stats.fences += 1
+        stats.fence_ms += getattr(clients, "fence_ms", 0.0)
+    return clients
+
+
 def _read_slot(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str,
-               unfenced: bool) -> tuple[SlotLedgerRecord | None, int]:
+               unfenced: bool, stats: SlotStats | None = None) -> tuple[SlotLedgerRecord | None, int]:
     """Step 2 of the write path, after the fence: the slot's newest ledger record, and the newest epoch
     marker the read met on its way back to it (a driver that started since this slot's last commit marked
     the partition under every generation's transactional id: ``eos_job.epoch.mark``)."""
     marker = protocol.epoch_key(cfg.stream_uid).encode()
     met: dict[bytes, list[bytes]] = {marker: []}
+    t0 = time.monotonic()
     raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key,
                       held_back_ok=unfenced, met=met)
+    if stats is not None:
+        stats.ledger_reads += 1
+        stats.ledger_ms += (time.monotonic() - t0) * 1000
     recorded = SlotLedgerRecord.decode(raw) if raw is not None else None
     if faults.unsafe("stream-epoch", cfg.unsafe):
         return recorded, 0
@@ -267,14 +293,16 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
         dead = 0
         try:
             for b in rows:
-                dead += _produce_batch(cfg, producer, b, slot, on_delivery, verdicts)
+                dead += produce_batch(cfg, producer, b, slot, on_delivery, verdicts)
             record = SlotLedgerRecord(cfg.batch, rows.count, rows.digest, dead, cfg.spec_hash, cfg.input,
                                       cfg.output_hash, cfg.epoch)
             producer.produce(cfg.ledger_topic, value=record.encode(), key=key.encode(),
                              partition=protocol.ledger_partition(slot))
             faults.in_transaction(cfg.batch, slot, round_no, producer)
             faults.committing(cfg.batch, slot, producer)
+            t_commit = time.monotonic()
             producer.commit_transaction(cfg.transaction_timeout_ms / 1000)
+            clients.commit_ms = (time.monotonic() - t_commit) * 1000
             _warn_if_slow(cfg, slot, time.monotonic() - started)
             return dead
         except KafkaException as exc:
@@ -299,105 +327,6 @@ def _warn_if_slow(cfg: SlotWriterConfig, slot: int, seconds: float) -> None:
                     slot, cfg.batch, seconds, limit)
 
 
-def _produce_batch(cfg: SlotWriterConfig, producer, b: pa.RecordBatch, slot: int, on_delivery,
-                   verdicts: poison.Verdicts) -> int:
-    from confluent_kafka import KafkaException
-
-    names = b.schema.names
-    keys = b.column(names.index("key")).to_pylist() if "key" in names else [None] * b.num_rows
-    values = b.column(names.index("value")).to_pylist()
-    topics = b.column(names.index("topic")).to_pylist() if "topic" in names else None
-    parts = b.column(names.index("partition")).to_pylist() if "partition" in names else None
-    headers = b.column(names.index("headers")).to_pylist() if "headers" in names else None
-    errors = b.column(names.index("error")).to_pylist() if "error" in names else None
-    produce = producer.produce
-    default_topic = cfg.topic
-    # Every record names its slot and batch (eos_job.audit): what `kubectl eos verify` checks; the stream may
-    # opt out (sink.auditHeaders: false), as the headers cost about as much as the rest of this loop.
-    audit = audit_headers(cfg.checkpoint_id, cfg.generation, slot, cfg.batch) if cfg.audit else None
-    limits = poison.checked_limits(cfg.producer_config, cfg.topic_limits)
-    if (topics is None and parts is None and headers is None and errors is None and not verdicts
-            and not _may_be_too_large(b, limits.get(default_topic))):
-        # The common case, kept lean: key/value only, nothing to route.
-        dead = 0
-        for k, v in zip(keys, values):
-            try:
-                produce(default_topic, v, k, headers=audit, on_delivery=on_delivery)
-            except BufferError:
-                _send(producer, default_topic, v, k, audit, None, on_delivery)
-            except KafkaException as exc:
-                if not poison.refused_on_produce(exc.args[0]):
-                    raise   # not the record's fault: fence again (write_slot)
-                dead += 1
-                _send(producer, *poison.dead_letter(cfg, default_topic, k, v, f"KafkaException: {exc.args[0]}",
-                                                    slot), None, None)
-        return dead
-    dead = 0
-    for i in range(b.num_rows):
-        topic = (topics[i] if topics is not None else None) or default_topic
-        k, v = keys[i], values[i]
-        why = errors[i] if errors is not None else None
-        ident = poison.identity(topic, k, v) if verdicts else None
-        if why is None and ident is not None:
-            why = verdicts.poison.get(ident)
-        if why is None and limits:
-            why = poison.too_large(topic, k, v, limits)
-        if why is None:
-            hdrs = ([(h["key"], h["value"]) for h in headers[i]] + (audit or []) if headers is not None and headers[i]
-                    else audit)
-            part = parts[i] if parts is not None else None
-            alone = ident is not None and ident in verdicts.suspects
-            try:
-                if alone:   # refused in a request of several: this time in a request of its own
-                    _flush(cfg, producer)
-                _send(producer, topic, v, k, hdrs, part, on_delivery)
-                if alone:
-                    _flush(cfg, producer)
-                continue
-            except KafkaException as exc:  # refused before sending
-                if not poison.refused_on_produce(exc.args[0]):
-                    raise   # not the record's fault (an unknown partition, a fenced producer): fence again
-                why = f"KafkaException: {exc.args[0]}"
-        dead += 1
-        _send(producer, *poison.dead_letter(cfg, topic, k, v, why, slot), None, None)
-    return dead
-
-
-def _may_be_too_large(b: pa.RecordBatch, limit: int | None) -> bool:
-    """Whether a record of ``b`` may be over its topic's ``limit`` by itself: one vectorised look per batch
-    keeps the per-record check off the common path."""
-    if limit is None or b.num_rows == 0:
-        return False
-    import pyarrow.compute as pc
-    names = b.schema.names
-    size = pc.fill_null(pc.binary_length(b.column(names.index("value"))), 0)
-    if "key" in names:
-        size = pc.add(size, pc.fill_null(pc.binary_length(b.column(names.index("key"))), 0))
-    return pc.max(size).as_py() + poison.BATCH_HEADER > limit
-
-
-def _send(producer, topic: str, value, key, headers, partition, on_delivery) -> None:
-    """produce(), waiting for room while librdkafka's local queue is full (BufferError, _QUEUE_FULL)."""
-    from confluent_kafka import KafkaError, KafkaException
-    kw = {} if partition is None else {"partition": partition}
-    for _ in range(QUEUE_FULL_WAITS):
-        try:
-            producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery, **kw)
-            return
-        except BufferError:
-            producer.poll(0.5)
-    raise KafkaException(KafkaError(KafkaError._QUEUE_FULL, f"the producer's queue stayed full for "
-                                                            f"{QUEUE_FULL_WAITS * 0.5:.0f}s"))
-
-
-def _flush(cfg: SlotWriterConfig, producer) -> None:
-    """Wait until every record produced so far was answered: the next one goes in a request of its own."""
-    from confluent_kafka import KafkaError, KafkaException
-    if producer.flush(cfg.transaction_timeout_ms / 1000) > 0:
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "records not answered within the transaction "
-                                                               "timeout while isolating a refused record"))
-
-
 def slot_task(cfg: SlotWriterConfig):
     """The function given to ``mapInArrow``: runs once per slot partition on an executor."""
 
@@ -410,13 +339,16 @@ def slot_task(cfg: SlotWriterConfig):
                 raise RuntimeError(f"task {slot} of batch {cfg.batch}: the driver mapped {len(cfg.slot_map)} "
                                    "tasks to slots; nothing was written")
             slot = cfg.slot_map[slot]
-        commit = write_slot(cfg, slot, attempt, iterator)
-        yield pa.RecordBatch.from_pylist([commit.to_row()], schema=_commit_arrow_schema())
+        stats = SlotStats()
+        commit = write_slot(cfg, slot, attempt, iterator, stats)
+        yield pa.RecordBatch.from_pylist([{**commit.to_row(), **stats.to_row()}], schema=_commit_arrow_schema())
 
     return run
 
 
+_ARROW = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "boolean": pa.bool_(), "double": pa.float64()}
+
+
 def _commit_arrow_schema() -> pa.Schema:
-    return pa.schema([("slot", pa.int32()), ("batch", pa.int64()), ("count", pa.int64()), ("digest", pa.string()),
-                      ("skipped", pa.bool_()), ("dead_letters", pa.int64()), ("nondeterministic", pa.bool_()),
-                      ("attempt", pa.int32())])
+    """COMMIT_SCHEMA's columns as Arrow types."""
+    return pa.schema([(name, _ARROW[kind]) for name, kind in (c.split() for c in COMMIT_SCHEMA.split(", "))])

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import checkpoint, faults, protocol, source_slots
+from . import checkpoint, faults, protocol, slot_stats, source_slots
 from .contract import BatchRefused, DriverSuperseded, JobFailed
 from .ledger import admin_client, base_config, ledger_consumer, read_history, sink_security
 from .request_limits import SinkLimits
@@ -80,6 +80,7 @@ class BatchWriter:
                          slots=self.slots, epoch=0, audit=spec.sink.audit_headers, unsafe=unsafe,
                          topic_limits=dict(limits.topic_bytes))
         self.sec = sec
+        self.slot_stats = slot_stats.SlotStats()   # every slot task's counters of this run, summed (slot_stats)
 
     def checkpoint_identity(self) -> str:
         if self._ckpt_id is None:
@@ -199,7 +200,7 @@ class BatchWriter:
                                    input=protocol.input_digest(planned) if self.checked else "",
                                    output_hash="" if complete else self.output_hash, slot_map=slot_map)
             ran, rows = self._run_slots(df, cfg)
-            commits = [protocol.SlotCommit.from_row(r.asDict()) for r in rows]
+            commits, stats = self._commits(rows)
             protocol.check_batch_commits(batch_id, ran, commits)
             count = sum(c.count for c in commits if not c.skipped)
             skipped = sum(1 for c in commits if c.skipped)
@@ -221,6 +222,7 @@ class BatchWriter:
             log.info("batch %d committed: %d records, %d/%d slots skipped as already committed, %d dead letters%s "
                      "(%.0f ms)", batch_id, count, skipped, self.slots, dead,
                      f", {nondet} NON-DETERMINISTIC slots" if nondet else "", (time.monotonic() - t0) * 1000)
+            log.info("batch %d %s", batch_id, stats.summary())
 
     def _untouched(self, recorded: protocol.BatchHistoryRecord, ckpt_id: str, batch_id: int) -> bool:
         """No slot of the generation that recorded the batch holds it or a later one. Read after this driver's
@@ -236,6 +238,13 @@ class BatchWriter:
         finally:
             consumer.close()
         return all(raw is None or protocol.SlotLedgerRecord.decode(raw).batch < batch_id for raw in latest.values())
+
+    def _commits(self, rows: list) -> tuple[list[protocol.SlotCommit], slot_stats.SlotStats]:
+        """The slots' commit rows: their commits, and their counters summed (also into the run's)."""
+        split = [slot_stats.split_row(r.asDict()) for r in rows]
+        total = slot_stats.batch_total([s for _, s in split])
+        self.slot_stats.add(total)
+        return [protocol.SlotCommit.from_row(c) for c, _ in split], total
 
     def _slot_map(self, df, planned: protocol.Ranges) -> tuple[int, ...]:
         """job.slotsFrom sourcePartitions: the slot of each of the batch's tasks (source_slots); () by key."""

@@ -3,6 +3,7 @@ driver at their named points (the real kills are exercised by tests/e2e/test_job
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import threading
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from eos_job import epoch, faults, poison, protocol, runtime, sink
+from eos_job import epoch, faults, poison, protocol, runtime, sink, slot_produce, slot_stats
 from eos_job import writer as writer_module
 from eos_job.contract import DriverSuperseded
 from eos_job.faults import Faults
@@ -245,7 +246,7 @@ class _Row(dict):
         return dict(self)
 
 
-def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypatch, tmp_path):
+def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypatch, tmp_path, caplog):
     calls: list[str] = []
     for n in (6, 7):
         (tmp_path / "offsets").mkdir(exist_ok=True)
@@ -254,15 +255,20 @@ def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypa
     writer.__dict__.update(slots=2, slots_from="key", lock=threading.Lock(), stopping=False, summary=runtime.RunSummary("Running"),
                            last_done=None, _ckpt_id="c", _producer=object(), _nondet_total=0, _watch=None,
                            config=SimpleNamespace(checkpoint_dir=str(tmp_path)), base=dict(BASE, epoch=3), history={},
-                           output_hash="h", checked=True, input_slots=False)
+                           output_hash="h", checked=True, input_slots=False, slot_stats=slot_stats.SlotStats())
     monkeypatch.setattr(writer, "_source_positions", lambda batch: {}, raising=False)
     monkeypatch.setattr(writer_module.BatchWriter, "checkpoint_identity", lambda self: "c")
     monkeypatch.setattr(epoch, "write_driver_record", lambda _p, _t, key, value, **kw: calls.append(
         ("complete " if b'"complete": true' in value else "intent ") + key.rsplit("/", 1)[-1]))
     monkeypatch.setattr(faults, "batch_in_sink",
                         lambda batch: calls.append(f"in sink {batch} (last done {writer.last_done})"))
-    rows = [_Row(protocol.SlotCommit(s, 7, 2, 5, skipped=False).to_row()) for s in range(2)]
-    writer(_Df(rows), 7)
+    rows = [_Row({**protocol.SlotCommit(s, 7, 2, 5, skipped=False).to_row(),
+                  **slot_stats.SlotStats(tasks=1, new_producers=1, fences=1, ledger_reads=1).to_row()})
+            for s in range(2)]
+    with caplog.at_level(logging.INFO, logger="eos_job"):
+        writer(_Df(rows), 7)
+    assert "batch 7 slot tasks 2: 0 pool hits, 2 new producers, 0 stale, 2 fences, 2 ledger reads" in caplog.text
+    assert writer.slot_stats.fences == 2
     # The input record before any slot runs; the completion (with the batch-complete record) after all did,
     # and the fault point after that, before the batch counts as done.
     assert calls == ["intent 7", "complete 7", "in sink 7 (last done None)"]
@@ -461,7 +467,7 @@ def test_records_carry_the_audit_headers_unless_the_stream_opts_out():
 
     for audit in (True, False):
         cfg = sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=7, audit=audit)
-        sink._produce_batch(cfg, Producer(), _slot_rows(2)[0], 1, None, poison.Verdicts())
+        slot_produce.produce_batch(cfg, Producer(), _slot_rows(2)[0], 1, None, poison.Verdicts())
     assert seen[0] == seen[1] == [("eos.batch", b"7"), ("eos.slot", seen[0][1][1])] and seen[0][1][1].endswith(b"/1")
     assert seen[2:] == [None, None]
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from eos_job import poison, protocol, sink
+from eos_job import poison, protocol, sink, slot_produce
 
 LIMIT = 1000                      # the sink topic's max.message.bytes
 
@@ -260,7 +260,7 @@ def test_a_full_local_queue_waits_for_room_and_gives_up_as_a_retry_never_a_dead_
         def poll(self, timeout):
             polls.append(timeout)
 
-    monkeypatch.setattr(sink, "QUEUE_FULL_WAITS", 3)
+    monkeypatch.setattr(slot_produce, "QUEUE_FULL_WAITS", 3)
     with pytest.raises(KafkaException) as raised:
-        sink._send(Full(), "out", b"v", b"k", None, None, None)
+        slot_produce.send(Full(), "out", b"v", b"k", None, None, None)
     assert raised.value.args[0].code() == KafkaError._QUEUE_FULL and polls == [0.5] * 3
