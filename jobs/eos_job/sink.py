@@ -98,8 +98,10 @@ class _SlotClients:
             "linger.ms": conf.get("linger.ms", 5),
             # Only failures need a callback: what the broker refused, and why (poison.Verdicts).
             "delivery.report.only.error": True,
-            # Connect to every broker at once: the fence's coordinator lookup then finds its connection up.
-            "enable.sparse.connections": False,
+            # Dense connections: every broker at once, so the fence's coordinator lookup does not wait for
+            # librdkafka's sparse-connection timer (up to 500 ms; eos_job.fencing). A hidden librdkafka
+            # property (not in its CONFIGURATION.md), which sink.producerConfig may set back to true.
+            "enable.sparse.connections": conf.get("enable.sparse.connections", False),
         })
         self.producer = Producer(conf)
         t0 = time.monotonic()

@@ -339,6 +339,7 @@ def test_a_worker_with_the_switch_in_its_environment_but_not_in_its_config_stays
     monkeypatch.setattr(sink, "ledger_consumer", lambda *a: None)
     clients.__init__(_cfg(3), 1)
     assert made[0]["transactional.id"] == protocol.transactional_id("p", 0, 1)   # its own id: the fence holds
+    assert made[0]["enable.sparse.connections"] is False   # dense: the fence finds its broker connected
     sink.write_slot(_cfg(3), 1, 0, _slot_rows(4))
     calls.clear()
     assert sink.write_slot(_cfg(3), 1, 1, _slot_rows(4)).skipped and calls == []   # the ledger skip holds
