@@ -263,8 +263,13 @@ def _read_slot(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: str
     marker = protocol.epoch_key(cfg.stream_uid).encode()
     met: dict[bytes, list[bytes]] = {marker: []}
     t0 = time.monotonic()
-    raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key,
-                      held_back_ok=unfenced, met=met)
+    try:
+        raw = read_latest(clients.consumer, cfg.ledger_topic, protocol.ledger_partition(slot), key,
+                          held_back_ok=unfenced, met=met)
+    finally:
+        # Left assigned, the reader would fetch the partition every fetch.wait.max.ms until the slot's next
+        # batch (benchmarks/results/2026-11-28-ledger-idle.md).
+        clients.consumer.unassign()
     if stats is not None:
         stats.ledger_reads += 1
         stats.ledger_ms += (time.monotonic() - t0) * 1000

@@ -153,7 +153,7 @@ def test_partial_batch_holds_the_other_slots_and_kills_after_the_chosen_one(monk
 # ------------------------------------------------------------------ where the sink and the driver call them
 class _Clients:
     def __init__(self):
-        self.consumer = object()
+        self.consumer = SimpleNamespace(unassign=lambda: None)
         self.producer = object()
         self.fresh = True
         self.last_commit = None
@@ -336,7 +336,7 @@ def test_a_worker_with_the_switch_in_its_environment_but_not_in_its_config_stays
     import confluent_kafka
     monkeypatch.setattr(confluent_kafka, "Producer", lambda conf: made.append(conf) or SimpleNamespace(
         init_transactions=lambda timeout: None))
-    monkeypatch.setattr(sink, "ledger_consumer", lambda *a: None)
+    monkeypatch.setattr(sink, "ledger_consumer", lambda *a: SimpleNamespace(unassign=lambda: None))
     clients.__init__(_cfg(3), 1)
     assert made[0]["transactional.id"] == protocol.transactional_id("p", 0, 1)   # its own id: the fence holds
     assert made[0]["enable.sparse.connections"] is False   # dense: the fence finds its broker connected

@@ -7,6 +7,8 @@ every record of it getting MSG_SIZE_TOO_LARGE; any refusal leaves the transactio
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -115,7 +117,8 @@ class _Msg:
 
 class _Clients:
     def __init__(self, producer):
-        self.consumer, self.producer, self.fresh, self.last_commit = object(), producer, True, None
+        self.consumer, self.producer, self.fresh, self.last_commit = SimpleNamespace(unassign=lambda: None), \
+            producer, True, None
 
 
 BASE = dict(bootstrap="x:9092", producer_config={}, topic="out", dead_letter_topic="dlq", ledger_topic="ledger",

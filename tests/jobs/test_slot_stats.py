@@ -17,6 +17,19 @@ BASE = dict(bootstrap="x:9092", producer_config={}, topic="out", dead_letter_top
             tx_prefix="p", generation=0, stream_uid="u", spec_hash="h", transaction_timeout_ms=1000, slots=2)
 
 
+class Reader:
+    """A ledger reader: assigned by a read, until unassigned."""
+    assigned = False
+
+    def unassign(self):
+        self.assigned = False
+
+
+def read(broker, consumer, key):
+    consumer.assigned = True
+    return broker.ledger.get(key)
+
+
 class Broker:
     def __init__(self):
         self.epochs: dict[str, int] = {}
@@ -64,14 +77,14 @@ def world(monkeypatch):
         def __init__(self, cfg, slot):
             self.txid = protocol.transactional_id(cfg.tx_prefix, cfg.generation, slot)
             self.producer = FakeProducer(broker, self.txid)
-            self.consumer = object()
+            self.consumer = Reader()
             self.fresh, self.last_commit, self.fence_ms, self.commit_ms = True, None, 1.5, 0.0
 
         def close(self):
             self.producer = None
 
     monkeypatch.setattr(sink, "_SlotClients", FakeClients)
-    monkeypatch.setattr(sink, "read_latest", lambda consumer, topic, partition, key, **_: broker.ledger.get(key))
+    monkeypatch.setattr(sink, "read_latest", lambda consumer, topic, partition, key, **_: read(broker, consumer, key))
     monkeypatch.setattr(sink.time, "sleep", lambda s: None)   # the back-off between fence rounds
     pools: dict[str, dict] = {}
 
@@ -82,6 +95,8 @@ def world(monkeypatch):
         stats = SlotStats()
         sink.write_slot(sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=batch), slot, attempt, rows, stats)
         assert slot_stats.problems(stats, 1) == []
+        # Every reader left unassigned after its read: none fetches between batches.
+        assert not any(c.consumer.assigned for pool in pools.values() for c in pool.values())
         return stats
 
     return broker, run
