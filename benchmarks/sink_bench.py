@@ -175,14 +175,21 @@ class Bench:
         out = f"bench-out-{shape.name}-{sink}-{self.run_id}-{self.n_ckpt + 1:03d}"
         self.topics.create({out: self.args.parallelism})
         config = self.config(shape, producer, in_topic, out)
-        dsw = self.builtin_writer(config, producer) if sink == "builtin" else self.ours_writer(config)[0]
+        dsw, writer = (self.builtin_writer(config, producer), None) if sink == "builtin" else self.ours_writer(config)
         before = self.tee.snapshot()
         res = self.run_available_now(dsw, n, label)
+        if writer is not None:
+            res["slot_stats"] = slot_stats_of(writer)
         after = self.tee.snapshot()
         res["refence_warnings"] = after["refence"] - before["refence"]
         res["task_failures"] = after["lost_task"] - before["lost_task"]
         res["output_topic"] = out
         return res
+
+
+def slot_stats_of(writer) -> dict:
+    """The run's slot task counters (eos_job.slot_stats, summed by the driver) and its batches."""
+    return {**writer.slot_stats.to_row(), "batches": writer.summary.batches}
 
 
 def machine_info(bench: Bench) -> dict:

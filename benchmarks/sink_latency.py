@@ -215,6 +215,9 @@ def latency_run(bench, shape, producer: str, sink: str, rate: int) -> dict:
                 "rows_per_batch_median": statistics.median(p["numInputRows"] for p in prog) if prog else None,
                 "refence_warnings": after["refence"] - before["refence"],
                 "task_failures": after["lost_task"] - before["lost_task"]})
+    if writer is not None:
+        from benchmarks.sink_bench import slot_stats_of
+        res["slot_stats"] = slot_stats_of(writer)
     res["p99_within_target"] = (res.get("p99_ms") is not None and not res["lower_bound"]
                                 and res["p99_ms"] <= a.trigger_ms + 1000)
     if not a.keep_topics:

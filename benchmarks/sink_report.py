@@ -167,6 +167,44 @@ def _latency_table(s: dict, lat: dict) -> list[str]:
     return lines
 
 
+def _counters_row(where: str, stats: list[dict]) -> str:
+    t = {k: sum(x.get(k, 0) for x in stats) for k in ("batches", "tasks", "whole_skips", "pool_hits", "new_producers",
+                                                     "stale_producers", "fences", "ledger_reads", "fence_ms",
+                                                     "ledger_ms", "commit_ms")}
+    tasks = max(t["tasks"], 1)
+    per = (lambda ms, n: f"{t[ms] / t[n]:.1f}" if t[n] else "-")
+    return (f"| {where} | {len(stats)} | {t['batches']:,} | {t['tasks']:,} | {t['pool_hits']:,} "
+            f"({100 * t['pool_hits'] / tasks:.0f} %) | {t['new_producers']:,} | {t['stale_producers']:,} | "
+            f"{t['fences']:,} | {t['ledger_reads']:,} | {per('fence_ms', 'fences')} | {per('ledger_ms', 'ledger_reads')} "
+            f"| {t['commit_ms'] / max(t['tasks'] - t['whole_skips'], 1):.1f} |")
+
+
+def _counters_table(res: dict) -> list[str]:
+    """The exactly-once sink's slot task counters (eos_job.slot_stats), summed over each table's runs."""
+    rows = []
+    for name, shp in (res.get("throughput") or {}).items():
+        for p, t in (shp.get("tables") or {}).items():
+            stats = [r["slot_stats"] for r in t["runs"]["ours"] if r.get("slot_stats")]
+            if stats:
+                rows.append(_counters_row(f"throughput, {name}, {p}", stats))
+    lat = res.get("latency") or {}
+    for shape in (k for k in lat if isinstance(lat[k], dict)):
+        for rate, pair in lat[shape].items():
+            if (pair.get("ours") or {}).get("slot_stats"):
+                rows.append(_counters_row(f"latency, {shape}, {int(rate):,}/s", [pair["ours"]["slot_stats"]]))
+    if not rows:
+        return []
+    return ["## Slot tasks (exactly-once sink)", "",
+            "What the slot tasks did besides writing, counted by each task and summed by the driver "
+            "(`eos_job.slot_stats`), over all runs of a table. A pool hit: the task's Python worker held the slot's "
+            "producer and it was still the slot's (no fence); otherwise the task made a producer and fenced "
+            "(`init_transactions`); stale: a held producer another worker's fence had made useless. The ms columns "
+            "are wall time per fence, per ledger read, and in `commit_transaction` per writing task.", "",
+            "| runs | n | batches | slot tasks | pool hits | new producers | stale | fences | ledger reads | "
+            "ms per fence | ms per ledger read | commit ms per task |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"] + rows
+
+
 def _breakdown(bd: dict) -> list[str]:
     lines = ["## Breakdown (map-only, `--breakdown`)", "",
              "One run per variant over the map-only warm-up topic; the probes (`benchmarks/sink_probes.py`) cut "
@@ -246,6 +284,9 @@ def markdown(res: dict) -> str:
                                                f"{shp['records']:,} input records ({how})"}, shp["tables"][p]) + [""]
     if res.get("latency"):
         lines += [""] + _latency_table(s, res["latency"])
+    counters = _counters_table(res)
+    if counters:
+        lines += [""] + counters
     if res.get("breakdown"):
         lines += [""] + _breakdown(res["breakdown"])
     st = (res.get("stderr") or {}).get("counts")

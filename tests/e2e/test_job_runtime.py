@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
 
-from eos_job import checkpoint
+from eos_job import checkpoint, slot_stats
 from eos_job.resolution import resolve
 from eos_job.verify import read_committed
 from examples.colors.generator import produce
@@ -37,6 +38,33 @@ def test_a_kill_while_spark_wrote_the_first_offsets_does_not_brick_the_stream(co
     assert_exact(run, expected)
     assert not any((ckpt / name).exists() for name in torn)
     assert "removed 2 file(s) a killed driver was writing" in run.log_path.read_text()
+
+
+def test_every_slot_task_reports_its_counters_once_and_they_add_up(colors_run, stack_env, tmp_path):
+    """Issue 29: each batch's log line sums its slot tasks' counters (carried back in their commit rows). On the
+    real broker and Spark: every slot task counted once per batch, every producer fenced before use, one ledger
+    read per producer used at most, and the run's first batch made every producer it used; the output exact."""
+    run = colors_run(max_offsets_per_trigger=500, parallelism=3)
+    run.setup()
+    expected = produce(run.bootstrap, run.events, 3000)
+    run.start()
+    run.wait_caught_up(expected)
+    assert run.stop() == 0, run.log_tail()
+    assert_exact(run, expected)
+    line = re.compile(r"batch (\d+) slot tasks (\d+): (\d+) pool hits, (\d+) new producers, (\d+) stale, "
+                      r"(\d+) fences, (\d+) ledger reads")
+    batches = {}
+    for m in line.finditer(run.log_path.read_text()):
+        n, tasks, hits, new, stale, fences, reads = (int(x) for x in m.groups())
+        assert n not in batches, f"batch {n} logged twice"
+        batches[n] = slot_stats.SlotStats(tasks=tasks, pool_hits=hits, new_producers=new, stale_producers=stale,
+                                          fences=fences, ledger_reads=reads)
+    assert len(batches) >= 4, run.log_tail()
+    for n, stats in batches.items():
+        assert slot_stats.problems(stats, 3) == [], (n, stats)
+        assert stats.ledger_reads >= 3, (n, stats)
+    first = batches[min(batches)]
+    assert first.pool_hits == 0 and first.new_producers >= 3 and first.fences >= 3, first
 
 
 def test_graceful_stop_takes_a_snapshot_at_a_clean_boundary(colors_run, stack_env, tmp_path):
