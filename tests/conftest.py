@@ -31,9 +31,9 @@ ORDER = ("unit", "chaos", "unit-stack", "stack", "chart", "e2e")
 # ``serial``: ``make test`` runs them on their own after the others. A test that stops or kills a broker or an
 # S3 server has its own instead (the ``private_kafka`` and ``private_s3`` fixtures below), so the chaos tests,
 # the S3-checkpoint and cluster-mode e2e and the S3 stop/start test run two at a time with the rest.
-SERIAL_FILES: dict[str, str] = {
-    "stack/test_node.py": "starts real nodes and kube-scheduler, which take the Pods the process kubelet waits for",
-}
+# None today: the real nodes (tests/stack/test_node*.py) keep out of the process kubelet's way
+# (test_node_placement.py) and run with the rest.
+SERIAL_FILES: dict[str, str] = {}
 
 
 def tier_of(item) -> str:

@@ -23,6 +23,27 @@ CNI_BIN_DIR = "/usr/lib/cni"        # Debian's containernetworking-plugins
 RUNC = "/usr/sbin/runc"             # Debian's runc
 # The kubelet's cgroup v1 controllers (cgroupfs driver): the cgroup root must exist in each mounted one.
 CGROUP_V1 = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer", "blkio", "hugetlb", "systemd")
+# The real nodes and the process kubelet (tests/harness/kubelet.py) share one API server: the real
+# kube-scheduler has one profile, under a name of its own, so it never takes a Pod of the default scheduler
+# (which the process kubelet binds); the real nodes carry a taint, so no Pod lands on them that does not
+# ask for them. A Pod for the real nodes gets both from ``placement()``.
+SCHEDULER_NAME = "eos-real-nodes"
+TAINT = {"key": "eos.local/real-node", "value": "true", "effect": "NoSchedule"}
+
+
+def placement() -> dict:
+    """The Pod spec fields that put a Pod on the real nodes: their scheduler and the toleration of their taint."""
+    return {"schedulerName": SCHEDULER_NAME,
+            "tolerations": [{"key": TAINT["key"], "operator": "Equal", "value": TAINT["value"],
+                             "effect": TAINT["effect"]}]}
+
+
+def scheduler_config(kubeconfig: Path) -> dict:
+    """KubeSchedulerConfiguration (v1): one profile, ``SCHEDULER_NAME``; no leader election (one scheduler)."""
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": SCHEDULER_NAME}]}
 
 PAUSE_C = r"""/* The Pod sandbox's process (eos_stack.node): holds the Pod's namespaces, reaps orphans, stops on a signal. */
 #include <signal.h>
@@ -221,6 +242,7 @@ def kubelet_config(n: NodeLayout, *, ca: Path, serving_crt: Path, serving_key: P
         "failSwapOn": False,
         "serializeImagePulls": False,
         "registerNode": True,
+        "registerWithTaints": [TAINT],
         "syncFrequency": "10s",
         "fileCheckFrequency": "10s",
         # This machine's disk is shared with builds and other stacks: evict only when it is really full.

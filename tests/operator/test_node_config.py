@@ -65,3 +65,17 @@ def test_pause_archive_is_an_oci_layout_named_for_ctr_import():
     config = json.loads(files["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
     assert config["config"]["Entrypoint"] == ["/pause"] and config["config"]["User"] == "65535:65535"
     assert "blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1] in files
+
+
+def test_real_scheduler_has_one_profile_of_its_own_and_real_pods_tolerate_the_nodes_taint():
+    cfg = nc.scheduler_config(Path("/k"))
+    assert cfg["kind"] == "KubeSchedulerConfiguration" and cfg["clientConnection"]["kubeconfig"] == "/k"
+    assert [p["schedulerName"] for p in cfg["profiles"]] == [nc.SCHEDULER_NAME] != ["default-scheduler"]
+    n = nc.layouts(Path("/tmp/s"))[0]
+    kcfg = nc.kubelet_config(n, ca=Path("/ca.crt"), serving_crt=Path("/s.crt"), serving_key=Path("/s.key"),
+                             port=1, healthz_port=2, resolv_conf=Path("/r"))
+    assert kcfg["registerWithTaints"] == [nc.TAINT] and nc.TAINT["effect"] == "NoSchedule"
+    spec = nc.placement()
+    assert spec["schedulerName"] == nc.SCHEDULER_NAME
+    assert [(t["key"], t["value"], t["effect"]) for t in spec["tolerations"]] == \
+        [(nc.TAINT["key"], nc.TAINT["value"], nc.TAINT["effect"])]
