@@ -43,7 +43,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import kube
+from . import kube, node_services
 from .common import Stack, StackError, free_port, log, port_open, run, wait_for
 from .image_common import ensure_tools
 from .node_config import (SCHEDULER_NAME, TAINT, NodeLayout, cni_conflist, containerd_toml, kubelet_argv,
@@ -54,7 +54,7 @@ from .node_images import ctr, ensure_pause, import_images, project_archive
 BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
 PACKAGES = [f"k8s.io/kubernetes/cmd/{b}" for b in BINARIES]
 SCHEDULER = "kube-scheduler"
-ENV_KEYS = ["EOS_NODES"]
+ENV_KEYS = ["EOS_NODES", *node_services.ENV_KEYS]
 
 
 def count() -> int:
@@ -250,6 +250,7 @@ def _up(st: Stack) -> dict[str, str]:
     ensure_binaries(st)
     pause, project = ensure_pause(st), project_archive(st)
     p = ports(st)
+    services = node_services.up(st)
     _apply(st, RBAC)
     nodes = layouts(st.state, count())
     since = time.time() - 1   # heartbeat times have whole seconds
@@ -283,7 +284,7 @@ def _up(st: Stack) -> dict[str, str]:
              on_fail=lambda: st.log_tail(SCHEDULER))
     log(f"node: {', '.join(n.name for n in nodes)} Ready in {time.monotonic() - t0:.1f}s (Pods name scheduler "
         f"{SCHEDULER_NAME} and tolerate {TAINT['key']})")
-    return {"EOS_NODES": ",".join(n.name for n in nodes)}
+    return {"EOS_NODES": ",".join(n.name for n in nodes), **services}
 
 
 def _alive(st: Stack, name: str) -> bool:
@@ -338,6 +339,7 @@ def down(st: Stack, purge: bool = False) -> None:
         if subprocess.run(["ip", "link", "show", n.bridge], capture_output=True).returncode == 0:
             subprocess.run(["ip", "link", "delete", n.bridge], capture_output=True)
     remove_kubelet_chains()
+    node_services.down(st)
     if purge and (st.state / "node").exists():
         shutil.rmtree(st.state / "node", ignore_errors=True)
     st.drop_env(ENV_KEYS)
@@ -354,7 +356,10 @@ def status(st: Stack) -> tuple[str, str]:
     not_ready = [n.name for n in nodes if not node_ready(st, n.name)]
     if not_ready:
         return "stopped", f"not Ready: {', '.join(not_ready)}"
-    return "running", ", ".join(f"{n.name} ({n.node_ip}, Pods {n.pod_cidr})" for n in nodes)
+    if st.running_pid(node_services.FORWARDER) is None:
+        return "stopped", f"not running: {node_services.FORWARDER} (the services address for Pods)"
+    return "running", ", ".join(f"{n.name} ({n.node_ip}, Pods {n.pod_cidr})" for n in nodes) + \
+        f"; services for Pods at {nodes[0].services_ip}"
 
 
 def main(argv: list[str] | None = None) -> int:

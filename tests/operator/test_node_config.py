@@ -37,7 +37,11 @@ def test_cni_bridge_stays_on_the_machine():
     n = nc.layouts(Path("/tmp/s"))[1]
     plugin = nc.cni_conflist(n)["plugins"][0]
     assert plugin["bridge"] == n.bridge and plugin["ipMasq"] is False
-    assert "routes" not in plugin["ipam"]                 # no default route: nothing leaves the machine
+    # No default route: nothing leaves the machine; one /32 to the stack's services address via the gateway.
+    assert plugin["ipam"]["routes"] == [{"dst": f"{n.services_ip}/32", "gw": n.node_ip}]
+    assert n.services_ip == nc.services_ip(Path("/tmp/s")) and n.services_ip.startswith("10.243.")
+    assert not n.services_ip.startswith(n.pod_cidr.rsplit(".", 1)[0])
+    assert len(nc.services_iface(Path("/tmp/s"))) <= 15
     assert plugin["ipam"]["ranges"] == [[{"subnet": n.pod_cidr, "gateway": n.node_ip}]]
 
 
