@@ -6,7 +6,8 @@ One ``restricted`` Pod of the project's image, placed by the real scheduler: it 
 transactions (one committed, one aborted, one committed) and reads the topic ``read_committed``; it lists the
 Pods of its namespace with its ServiceAccount's token (a projected token, checked against the stack CA through
 the name in the API server's certificate) and is refused the Secrets (the token's identity, not an admin's);
-it reads an object the test put in MinIO, with keys from a Secret. Its route table has no default route.
+it reads an object the test put in MinIO, with keys from a Secret. Its route table has no default route, and
+the servers' loopback ports do not answer it (the negative control: why the services address is needed).
 The host then reads the same topic: ``read_committed`` sees what the Pod saw, ``read_uncommitted`` the aborted
 records too (so the aborted transaction reached the broker: the isolation did the filtering).
 """
@@ -20,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes import client
 
-from eos_stack import kube, s3
+from eos_stack import kube, node_services, s3
 from eos_stack.common import Stack
 from eos_stack.node_config import host_aliases
 from tests.harness.real_nodes import finished, real_pod, wait_pod
@@ -34,6 +35,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 env, out = os.environ, {}
 routes = open("/proc/net/route").read().split("\n")[1:]
 out["default_route"] = any(r.split()[1] == "00000000" for r in routes if r.split())
+import socket
+def connects(host, port):
+    with socket.socket() as so:
+        so.settimeout(3)
+        return so.connect_ex((host, int(port))) == 0
+# Negative control: the servers' own loopback ports are not reachable from the Pod (why the services address).
+out["loopback"] = [connects("127.0.0.1", port) for port in env["LOOPBACK_PORTS"].split(",")]
 
 boot, topic = env["POD_KAFKA_BOOTSTRAP"], env["TOPIC"]
 p = Producer({"bootstrap.servers": boot, "transactional.id": "pod-" + uuid.uuid4().hex})
@@ -132,7 +140,8 @@ def test_a_restricted_pod_on_a_real_node_reaches_kafka_the_api_server_and_minio(
     body = real_pod("reach", ["python", "-c", POD_SCRIPT], env={
         "POD_KAFKA_BOOTSTRAP": env["POD_KAFKA_BOOTSTRAP"], "POD_KUBE_APISERVER": env["POD_KUBE_APISERVER"],
         "POD_S3_ENDPOINT": env["POD_S3_ENDPOINT"], "S3_REGION": s3.REGION, "S3_OBJECT": obj, "TOPIC": topic,
-        "NS": ns}, serviceAccountName="reader", automountServiceAccountToken=False,
+        "NS": ns, "LOOPBACK_PORTS": ",".join(str(p) for p in node_services.mappings(st).values())},
+        serviceAccountName="reader", automountServiceAccountToken=False,
         hostAliases=host_aliases(st.state),
         volumes=[{"name": "api", "projected": {"sources": [
             {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
@@ -149,6 +158,7 @@ def test_a_restricted_pod_on_a_real_node_reaches_kafka_the_api_server_and_minio(
     result = json.loads(next(line for line in logs.splitlines() if line.startswith("RESULT ")).split(" ", 1)[1])
 
     assert result["default_route"] is False, "the Pod has a default route: packets could leave the machine"
+    assert result["loopback"] == [False, False, False], result["loopback"]
     committed = ["c-0", "c-1", "c-2", "c-3"]
     assert result["kafka"] == committed, result["kafka"]
     assert result["pods"] == ["reach"], result["pods"]
