@@ -4,7 +4,9 @@ for a Pod's state with its events in the failure message.
 """
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from eos_stack.image_common import image_name
 from eos_stack.node_config import placement
@@ -49,3 +51,31 @@ def wait_pod(v1, ns: str, name: str, check, what: str, timeout: float = 180):
 
 def finished(pod) -> bool:
     return pod.status.phase in ("Succeeded", "Failed")
+
+
+def pod_processes(uid: str) -> dict[int, int]:
+    """pid -> process group of every process on this machine whose cgroup is the Pod's (cgroupfs: ``pod<uid>``)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if f"pod{uid}" in (proc / "cgroup").read_text():
+                found[int(proc.name)] = os.getpgid(int(proc.name))
+        except (OSError, ProcessLookupError):
+            continue
+    return found
+
+
+def wait_gone(v1, ns: str, name: str, timeout: float = 120) -> None:
+    from kubernetes.client.rest import ApiException
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            v1.read_namespaced_pod(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        time.sleep(0.5)
+    raise AssertionError(f"Pod {ns}/{name} still there {timeout:.0f} s after its deletion")

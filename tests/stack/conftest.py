@@ -56,28 +56,6 @@ def topic(bootstrap):
         fut.result(timeout=KAFKA_TIMEOUT)
 
 
-@pytest.fixture(scope="module")
-def nodes(stack_env):
-    """The real nodes (eos_stack.node), started unless they run, with the project's image in each; left running
-    (they keep out of the process kubelet's way: eos_stack.node), so test workers never stop them under each
-    other. Fails, never skips, when they cannot start or the image is missing (`make image`)."""
-    from eos_stack import node
-    from eos_stack.common import Stack, StackError
-    from eos_stack.image_common import image_name
-    from eos_stack.node_config import layouts
-
-    st = Stack()
-    try:
-        env = node.up(st)
-    except StackError as exc:
-        pytest.fail(f"the node part could not start: {exc}", pytrace=False)
-    st.update_env(env)
-    for n in layouts(st.state, node.count()):
-        if image_name() not in node.ctr(n, "images", "ls", "-q").split():
-            pytest.fail(f"{image_name()} is not in {n.name}'s containerd: build it with `make image`", pytrace=False)
-    return layouts(st.state, node.count())
-
-
 @pytest.fixture
 def restricted_ns(api, nodes):
     """A namespace that enforces the restricted Pod Security level, deleted afterwards."""

@@ -12,7 +12,6 @@ node part or the image is missing.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from eos_stack import kube, node
 from eos_stack.common import Stack
 from eos_stack.node_config import TAINT
-from tests.harness.real_nodes import UID, finished, real_pod, wait_pod
+from tests.harness.real_nodes import UID, finished, pod_processes, real_pod, wait_pod
 
 pytestmark = pytest.mark.timeout(900)   # the first test also waits for the nodes (image import: ~1 min a node)
 
@@ -41,20 +40,6 @@ def pod(name: str, command: list[str], **kw) -> dict:
 def kubectl(env, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([env["KUBECTL"], f"--kubeconfig={env['KUBECONFIG']}", *args], capture_output=True,
                           text=True, timeout=60)
-
-
-def pod_processes(uid: str) -> dict[int, int]:
-    """pid -> process group of every process on this machine whose cgroup is the Pod's (cgroupfs: ``pod<uid>``)."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if f"pod{uid}" in (proc / "cgroup").read_text():
-                found[int(proc.name)] = os.getpgid(int(proc.name))
-        except (OSError, ProcessLookupError):
-            continue
-    return found
 
 
 def test_nodes_register_and_turn_ready(api, nodes):
