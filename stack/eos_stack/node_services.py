@@ -61,6 +61,12 @@ def up(st: Stack) -> dict[str, str]:
     if not port_open(ports["kafka"]):
         log("node: Kafka runs without its PODS listener (started by older code): Pods on the real nodes cannot "
             "reach it until `python -m eos_stack up kafka` restarts it with the current configuration")
+    return pod_env(st)
+
+
+def pod_env(st: Stack) -> dict[str, str]:
+    """Where Pods reach the services (what ``up`` adds to .stack/env), computed from the kept ports."""
+    ip, ports = services_ip(st.state), mappings(st)
     return {"POD_KUBE_APISERVER": f"https://{API_HOSTNAME}:{ports['kube-apiserver']}",
             "POD_KAFKA_BOOTSTRAP": f"{ip}:{ports['kafka']}", "POD_S3_ENDPOINT": f"http://{ip}:{ports['s3']}",
             "EOS_SERVICES_IP": ip}

@@ -55,8 +55,9 @@ def wait_batches(run: ColorsRun, v1, ns: str, pod: str, more: int, timeout: floa
 
 def test_unique_ids_exactly_once_through_a_grace_0_pod_deletion_on_a_real_node(stack_env, nodes, namespace,
                                                                                  kubectl, tmp_path, report_result):
+    from eos_stack import node_services
     from eos_stack.common import Stack
-    env = Stack().read_env()
+    env = node_services.pod_env(Stack())     # not .stack/env: test workers rewrite it concurrently
     api = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
     v1 = client.CoreV1Api(api)
     run = ColorsRun(env["POD_KAFKA_BOOTSTRAP"], tmp_path / "run", parallelism=2, module="examples.colors.ids",
