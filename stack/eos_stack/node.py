@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import kube, node_services
-from .common import Stack, StackError, free_port, log, port_open, run, wait_for
+from .common import Stack, StackError, free_port, log, port_open, wait_for
 from .image_common import ensure_tools
 from .node_config import (SCHEDULER_NAME, TAINT, NodeLayout, cni_conflist, containerd_toml, kubelet_argv,
                           kubelet_config, layouts, resolv_conf, scheduler_config)
