@@ -31,9 +31,9 @@ ORDER = ("unit", "chaos", "unit-stack", "stack", "chart", "e2e")
 # ``serial``: ``make test`` runs them on their own after the others. A test that stops or kills a broker or an
 # S3 server has its own instead (the ``private_kafka`` and ``private_s3`` fixtures below), so the chaos tests,
 # the S3-checkpoint and cluster-mode e2e and the S3 stop/start test run two at a time with the rest.
-SERIAL_FILES: dict[str, str] = {
-    "stack/test_node.py": "starts real nodes and kube-scheduler, which take the Pods the process kubelet waits for",
-}
+# None today: the real nodes (tests/stack/test_node*.py) keep out of the process kubelet's way
+# (test_node_placement.py) and run with the rest.
+SERIAL_FILES: dict[str, str] = {}
 
 
 def tier_of(item) -> str:
@@ -80,6 +80,28 @@ def stack_env() -> dict[str, str]:
             pytest.fail(f"the local stack started but .stack/env has no {key}", pytrace=False)
     os.environ.update(env)
     return env
+
+
+@pytest.fixture(scope="module")
+def nodes(stack_env):
+    """The real nodes (eos_stack.node), started unless they run, with the project's image in each; left running
+    (they keep out of the process kubelet's way: eos_stack.node), so test workers never stop them under each
+    other. Fails, never skips, when they cannot start or the image is missing (`make image`)."""
+    from eos_stack import node
+    from eos_stack.common import Stack, StackError
+    from eos_stack.image_common import image_name
+    from eos_stack.node_config import layouts
+
+    st = Stack()
+    try:
+        env = node.up(st)
+    except StackError as exc:
+        pytest.fail(f"the node part could not start: {exc}", pytrace=False)
+    st.update_env(env)
+    for n in layouts(st.state, node.count()):
+        if image_name() not in node.ctr(n, "images", "ls", "-q").split():
+            pytest.fail(f"{image_name()} is not in {n.name}'s containerd: build it with `make image`", pytrace=False)
+    return layouts(st.state, node.count())
 
 
 @pytest.fixture

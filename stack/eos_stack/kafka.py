@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import kafka_security
 from .common import REPO, Stack, StackError, free_port, log, port_open, require_tool, run
+from .node_config import services_ip
 
 VERSION = os.environ.get("EOS_KAFKA_VERSION", "4.1.1")
 NAME = "kafka"
@@ -91,12 +92,13 @@ def heap_size(st: Stack) -> str:
     return f.read_text().strip() if f.exists() else HEAP
 
 
-PORT_NAMES = ("client", "controller", "sasl_ssl")
+PORT_NAMES = ("client", "controller", "sasl_ssl", "pods")
+PODS_LISTENER = "PODS"
 
 
 def ports(st: Stack) -> dict[str, int]:
-    """The broker's client, controller and SASL_SSL ports: chosen once, then persisted. A ports.json of
-    an older stack (without ``sasl_ssl``) keeps its ports and gains the missing one."""
+    """The broker's client, controller, SASL_SSL and Pods' ports: chosen once, then persisted. A ports.json of
+    an older stack (without ``sasl_ssl`` or ``pods``) keeps its ports and gains the missing ones."""
     pf = home(st) / "ports.json"
     chosen = {k: int(v) for k, v in json.loads(pf.read_text()).items()} if pf.exists() else {}
     missing = [k for k in PORT_NAMES if k not in chosen]
@@ -127,12 +129,16 @@ def config_text(st: Stack) -> str:
         "controller.quorum.voters": f"1@127.0.0.1:{p['controller']}",
         "controller.listener.names": "CONTROLLER",
         # PLAINTEXT: unauthenticated (principal ANONYMOUS, a super user), what every test uses unless it
-        # tests security; SASL_SSL: SCRAM users, TLS, ACLs (kafka_security).
+        # tests security; SASL_SSL: SCRAM users, TLS, ACLs (kafka_security). PODS: PLAINTEXT too, for Pods on
+        # the real nodes (node_services.py): bound on loopback, advertised at the stack's services address,
+        # where the node part forwards it (a Pod cannot reach 127.0.0.1; nothing off the machine reaches it).
         "listeners": f"PLAINTEXT://127.0.0.1:{p['client']},CONTROLLER://127.0.0.1:{p['controller']},"
-                     f"{sec}://127.0.0.1:{p['sasl_ssl']}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p['client']},{sec}://127.0.0.1:{p['sasl_ssl']}",
+                     f"{sec}://127.0.0.1:{p['sasl_ssl']},{PODS_LISTENER}://127.0.0.1:{p['pods']}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p['client']},{sec}://127.0.0.1:{p['sasl_ssl']},"
+                                f"{PODS_LISTENER}://{services_ip(st.state)}:{p['pods']}",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,{sec}:{sec}",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,{sec}:{sec},"
+                                          f"{PODS_LISTENER}:PLAINTEXT",
         **kafka_security.broker_props(st),
         "log.dirs": str(data_dir(st)),
         # One node: the internal topics cannot have more than one replica.

@@ -2,7 +2,11 @@
 
 Started on demand (``python -m eos_stack up node`` or ``python -m eos_stack.node up|down|status``), not by a
 plain ``eos_stack up``: the Pods of the end-to-end tests still run on the process kubelet
-(``tests/harness/kubelet.py``), which takes any unscheduled Pod, as a scheduler would.
+(``tests/harness/kubelet.py``). Both share the API server and keep out of each other's way: the process kubelet
+binds only Pods of the default scheduler; this part's kube-scheduler has one profile of its own
+(``node_config.SCHEDULER_NAME``) and the real nodes a taint (``node_config.TAINT``), so a Pod runs on them only
+when it asks (``node_config.placement()``). Starting this part changes nothing the API server runs with (its
+kubelet flags are set by the kube part's plain ``up``): tests may start it while others run.
 
 - **Binaries.** ``kubelet``, ``kube-scheduler`` and ``kube-proxy`` from the same ``k8s.io/kubernetes`` build
   module as the control plane (``stack/kube-build``), one ``go build`` into ``<cache>/bin/k8s-node-<ver>/``.
@@ -39,17 +43,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import kube
-from .common import Stack, StackError, free_port, log, port_open, run, wait_for
+from . import kube, node_services
+from .common import Stack, StackError, free_port, log, port_open, wait_for
 from .image_common import ensure_tools
-from .node_config import (CGROUP_V1, NodeLayout, cni_conflist, containerd_toml, kubelet_argv, kubelet_config,
-                          layouts, resolv_conf)
+from .node_config import (SCHEDULER_NAME, TAINT, NodeLayout, cni_conflist, containerd_toml, kubelet_argv,
+                          kubelet_config, layouts, resolv_conf, scheduler_config)
+from .node_host import ensure_bridge, ensure_cgroups, remove_cgroups, remove_kubelet_chains, unmount_under
 from .node_images import ctr, ensure_pause, import_images, project_archive
 
 BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
 PACKAGES = [f"k8s.io/kubernetes/cmd/{b}" for b in BINARIES]
 SCHEDULER = "kube-scheduler"
-ENV_KEYS = ["EOS_NODES"]
+ENV_KEYS = ["EOS_NODES", *node_services.ENV_KEYS]
 
 
 def count() -> int:
@@ -147,72 +152,6 @@ RBAC = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBindin
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]}
 
 
-# -- host: bridge, cgroups, mounts ------------------------------------------------------------------------
-def ensure_bridge(n: NodeLayout) -> None:
-    if subprocess.run(["ip", "link", "show", n.bridge], capture_output=True).returncode != 0:
-        run(["ip", "link", "add", "name", n.bridge, "type", "bridge"], what=f"create bridge {n.bridge}")
-    addrs = run(["ip", "-o", "addr", "show", "dev", n.bridge], what="ip addr")
-    if f" {n.node_ip}/" not in addrs:
-        run(["ip", "addr", "add", f"{n.node_ip}/24", "dev", n.bridge], what=f"address {n.node_ip}")
-    run(["ip", "link", "set", n.bridge, "up"], what=f"bridge {n.bridge} up")
-
-
-def cgroup_dirs(n: NodeLayout) -> list[Path]:
-    base = Path("/sys/fs/cgroup")
-    return [base / c / n.cgroup_root.lstrip("/") for c in CGROUP_V1 if (base / c).is_dir()]
-
-
-def ensure_cgroups(n: NodeLayout) -> None:
-    for d in cgroup_dirs(n):
-        d.mkdir(exist_ok=True)
-        if d.parent.name == "cpuset":   # a new cpuset holds no CPUs until given its parent's
-            for f in ("cpuset.cpus", "cpuset.mems"):
-                if not (d / f).read_text().strip():
-                    (d / f).write_text((d.parent / f).read_text())
-
-
-def remove_cgroups(n: NodeLayout) -> None:
-    for d in cgroup_dirs(n):
-        if d.is_dir():
-            for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-                _rmdir(sub)
-            _rmdir(d)
-
-
-def _rmdir(d: Path) -> None:
-    try:
-        d.rmdir()
-    except OSError as exc:
-        log(f"node: cannot remove cgroup {d}: {exc}")
-
-
-def unmount_under(root: Path) -> int:
-    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    mine = sorted({m for m in mounts if m == str(root) or m.startswith(str(root) + "/")}, key=len, reverse=True)
-    for m in mine:
-        subprocess.run(["umount", "-l", m], capture_output=True)
-    return len(mine)
-
-
-def remove_kubelet_chains() -> None:
-    """Remove the iptables chains kubelets make (KUBE-FIREWALL, which drops non-loopback packets to 127/8, the
-    canaries and the hint), unless a kubelet of another stack on this machine still runs."""
-    if subprocess.run(["pgrep", "-x", "kubelet"], capture_output=True).returncode == 0:
-        return
-    for tool in ("iptables", "ip6tables"):
-        for table in ("filter", "nat", "mangle"):
-            rules = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True).stdout.splitlines()
-            chains = [r.split()[1] for r in rules if r.startswith("-N KUBE-")]
-            for r in rules:
-                words = r.split()
-                if words[0] == "-A" and words[-2:-1] == ["-j"] and words[-1] in chains and words[1] not in chains:
-                    subprocess.run([tool, "-t", table, "-D", *words[1:]], capture_output=True)
-            for c in chains:
-                subprocess.run([tool, "-t", table, "-F", c], capture_output=True)
-            for c in chains:
-                subprocess.run([tool, "-t", table, "-X", c], capture_output=True)
-
-
 # -- containerd --------------------------------------------------------------------------------
 def start_containerd(st: Stack, n: NodeLayout) -> None:
     name = f"{n.name}-containerd"
@@ -269,19 +208,35 @@ def node_ready(st: Stack, name: str, since: float = 0.0) -> bool:
 
 
 def start_scheduler(st: Stack, port: int) -> None:
+    """kube-scheduler with the one profile ``SCHEDULER_NAME`` (node_config.scheduler_config); restarted when it
+    runs with other arguments (an older version of this part started it with the default profile)."""
     kcfg = home(st) / "scheduler.kubeconfig"
     if not kcfg.exists():
         kube.make_client_kubeconfig(st, "system:kube-scheduler", [], kcfg)
-    if st.running_pid(SCHEDULER) is None:
-        st.start_daemon(SCHEDULER, [
-            str(bin_dir(st) / "kube-scheduler"), f"--kubeconfig={kcfg}", f"--authentication-kubeconfig={kcfg}",
-            f"--authorization-kubeconfig={kcfg}", "--leader-elect=false", "--bind-address=127.0.0.1",
-            f"--secure-port={port}", f"--cert-dir={st.dir('node', 'scheduler-certs')}", "--profiling=false"],
-            marker=str(kcfg))
+    cfg = home(st) / "scheduler.json"
+    cfg.write_text(json.dumps(scheduler_config(kcfg), indent=2) + "\n")
+    argv = [str(bin_dir(st) / "kube-scheduler"), f"--config={cfg}", f"--authentication-kubeconfig={kcfg}",
+            f"--authorization-kubeconfig={kcfg}", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={st.dir('node', 'scheduler-certs')}", "--profiling=false"]
+    pid = st.running_pid(SCHEDULER)
+    if pid is not None and kube._argv(pid) not in (None, argv):
+        log(f"node: {SCHEDULER} runs with other arguments than this version starts it with; restarting it")
+        st.stop_daemon(SCHEDULER)
+        pid = None
+    if pid is None:
+        st.start_daemon(SCHEDULER, argv, marker=str(cfg))
 
 
 # -- the part interface -----------------------------------------------------------------------------------
 def up(st: Stack) -> dict[str, str]:
+    """Start what does not run yet; one ``up`` at a time (two test workers may ask at once)."""
+    import fcntl
+    with open(home(st) / "up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _up(st)
+
+
+def _up(st: Stack) -> dict[str, str]:
     t0 = time.monotonic()
     if os.geteuid() != 0:
         raise StackError("the node part runs kubelets and containerd: run it as root")
@@ -295,6 +250,7 @@ def up(st: Stack) -> dict[str, str]:
     ensure_binaries(st)
     pause, project = ensure_pause(st), project_archive(st)
     p = ports(st)
+    services = node_services.up(st)
     _apply(st, RBAC)
     nodes = layouts(st.state, count())
     since = time.time() - 1   # heartbeat times have whole seconds
@@ -322,10 +278,13 @@ def up(st: Stack) -> dict[str, str]:
         # The kubelet registers with the not-ready taint; the node lifecycle controller, which would lift it,
         # does not run in this stack (kube.py): lift it once the Node is Ready.
         kubectl(st, "taint", "nodes", n.name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
+        # Kept from the process kubelet's Pods (node_config.TAINT): also on a Node registered before the taint.
+        kubectl(st, "taint", "nodes", n.name, f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}", "--overwrite")
     wait_for(lambda: _alive(st, SCHEDULER) and _https_ok(p[SCHEDULER]), "kube-scheduler /healthz", 60,
              on_fail=lambda: st.log_tail(SCHEDULER))
-    log(f"node: {', '.join(n.name for n in nodes)} Ready in {time.monotonic() - t0:.1f}s")
-    return {"EOS_NODES": ",".join(n.name for n in nodes)}
+    log(f"node: {', '.join(n.name for n in nodes)} Ready in {time.monotonic() - t0:.1f}s (Pods name scheduler "
+        f"{SCHEDULER_NAME} and tolerate {TAINT['key']})")
+    return {"EOS_NODES": ",".join(n.name for n in nodes), **services}
 
 
 def _alive(st: Stack, name: str) -> bool:
@@ -380,6 +339,7 @@ def down(st: Stack, purge: bool = False) -> None:
         if subprocess.run(["ip", "link", "show", n.bridge], capture_output=True).returncode == 0:
             subprocess.run(["ip", "link", "delete", n.bridge], capture_output=True)
     remove_kubelet_chains()
+    node_services.down(st)
     if purge and (st.state / "node").exists():
         shutil.rmtree(st.state / "node", ignore_errors=True)
     st.drop_env(ENV_KEYS)
@@ -396,7 +356,10 @@ def status(st: Stack) -> tuple[str, str]:
     not_ready = [n.name for n in nodes if not node_ready(st, n.name)]
     if not_ready:
         return "stopped", f"not Ready: {', '.join(not_ready)}"
-    return "running", ", ".join(f"{n.name} ({n.node_ip}, Pods {n.pod_cidr})" for n in nodes)
+    if st.running_pid(node_services.FORWARDER) is None:
+        return "stopped", f"not running: {node_services.FORWARDER} (the services address for Pods)"
+    return "running", ", ".join(f"{n.name} ({n.node_ip}, Pods {n.pod_cidr})" for n in nodes) + \
+        f"; services for Pods at {nodes[0].services_ip}"
 
 
 def main(argv: list[str] | None = None) -> int:

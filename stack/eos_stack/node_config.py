@@ -23,6 +23,27 @@ CNI_BIN_DIR = "/usr/lib/cni"        # Debian's containernetworking-plugins
 RUNC = "/usr/sbin/runc"             # Debian's runc
 # The kubelet's cgroup v1 controllers (cgroupfs driver): the cgroup root must exist in each mounted one.
 CGROUP_V1 = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer", "blkio", "hugetlb", "systemd")
+# The real nodes and the process kubelet (tests/harness/kubelet.py) share one API server: the real
+# kube-scheduler has one profile, under a name of its own, so it never takes a Pod of the default scheduler
+# (which the process kubelet binds); the real nodes carry a taint, so no Pod lands on them that does not
+# ask for them. A Pod for the real nodes gets both from ``placement()``.
+SCHEDULER_NAME = "eos-real-nodes"
+TAINT = {"key": "eos.local/real-node", "value": "true", "effect": "NoSchedule"}
+
+
+def placement() -> dict:
+    """The Pod spec fields that put a Pod on the real nodes: their scheduler and the toleration of their taint."""
+    return {"schedulerName": SCHEDULER_NAME,
+            "tolerations": [{"key": TAINT["key"], "operator": "Equal", "value": TAINT["value"],
+                             "effect": TAINT["effect"]}]}
+
+
+def scheduler_config(kubeconfig: Path) -> dict:
+    """KubeSchedulerConfiguration (v1): one profile, ``SCHEDULER_NAME``; no leader election (one scheduler)."""
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": SCHEDULER_NAME}]}
 
 PAUSE_C = r"""/* The Pod sandbox's process (eos_stack.node): holds the Pod's namespaces, reaps orphans, stops on a signal. */
 #include <signal.h>
@@ -72,6 +93,11 @@ class NodeLayout:
         return f"10.244.{self.subnet_octet}.1"
 
     @property
+    def services_ip(self) -> str:
+        """The stack's address for Pods (services_ip): the same for every node of this stack."""
+        return services_ip_of(self.tag)
+
+    @property
     def bridge(self) -> str:
         return f"eos{self.tag}n{self.index}"                    # <= 15 characters (IFNAMSIZ)
 
@@ -102,6 +128,31 @@ class NodeLayout:
 
 def stack_tag(state: Path) -> str:
     return hashlib.sha256(str(Path(state).resolve()).encode()).hexdigest()[:4]
+
+
+# -- the stack's services as Pods reach them ---------------------------------------------------------------
+def services_ip_of(tag: str) -> str:
+    """The address on this machine where Pods reach the stack's API server, Kafka and MinIO (which listen on
+    127.0.0.1): ``10.243.<1..250>.1``, on an interface of its own (``services_iface``), a /32 that no route
+    leads to from off the machine; each node's Pods get a route to it through their bridge's gateway."""
+    return f"10.243.{int(tag, 16) % 250 + 1}.1"
+
+
+def services_ip(state: Path) -> str:
+    return services_ip_of(stack_tag(state))
+
+
+def services_iface(state: Path) -> str:
+    return f"eos{stack_tag(state)}s"                             # <= 15 characters (IFNAMSIZ)
+
+
+API_HOSTNAME = "kubernetes.default.svc"     # a name in the API server's certificate (kube.ensure_pki)
+
+
+def host_aliases(state: Path) -> list[dict]:
+    """A Pod's ``hostAliases`` so that ``https://kubernetes.default.svc:<port>`` reaches the API server at the
+    services address and its certificate matches (it names no such address)."""
+    return [{"ip": services_ip(state), "hostnames": [API_HOSTNAME]}]
 
 
 def layouts(state: Path, count: int = len(NODES)) -> list[NodeLayout]:
@@ -168,7 +219,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 # -- CNI ----------------------------------------------------------------------------------------------------
 def cni_conflist(n: NodeLayout) -> dict:
     """A bridge with host-local addresses from the node's Pod CIDR. No masquerade and no default route: a Pod
-    reaches its node (the gateway) and the Pods on its bridge, nothing off the machine."""
+    reaches its node (the gateway), the Pods on its bridge and, by a /32 route through the gateway, the stack's
+    services address (services_ip_of), nothing off the machine."""
     return {
         "cniVersion": "0.4.0",
         "name": f"eos-{n.name}",
@@ -181,6 +233,7 @@ def cni_conflist(n: NodeLayout) -> dict:
             "ipam": {
                 "type": "host-local",
                 "ranges": [[{"subnet": n.pod_cidr, "gateway": n.node_ip}]],
+                "routes": [{"dst": f"{n.services_ip}/32", "gw": n.node_ip}],
                 "dataDir": str(n.home / "cni" / "ipam"),
             },
         }],
@@ -221,6 +274,7 @@ def kubelet_config(n: NodeLayout, *, ca: Path, serving_crt: Path, serving_key: P
         "failSwapOn": False,
         "serializeImagePulls": False,
         "registerNode": True,
+        "registerWithTaints": [TAINT],
         "syncFrequency": "10s",
         "fileCheckFrequency": "10s",
         # This machine's disk is shared with builds and other stacks: evict only when it is really full.

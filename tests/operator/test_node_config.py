@@ -37,7 +37,11 @@ def test_cni_bridge_stays_on_the_machine():
     n = nc.layouts(Path("/tmp/s"))[1]
     plugin = nc.cni_conflist(n)["plugins"][0]
     assert plugin["bridge"] == n.bridge and plugin["ipMasq"] is False
-    assert "routes" not in plugin["ipam"]                 # no default route: nothing leaves the machine
+    # No default route: nothing leaves the machine; one /32 to the stack's services address via the gateway.
+    assert plugin["ipam"]["routes"] == [{"dst": f"{n.services_ip}/32", "gw": n.node_ip}]
+    assert n.services_ip == nc.services_ip(Path("/tmp/s")) and n.services_ip.startswith("10.243.")
+    assert not n.services_ip.startswith(n.pod_cidr.rsplit(".", 1)[0])
+    assert len(nc.services_iface(Path("/tmp/s"))) <= 15
     assert plugin["ipam"]["ranges"] == [[{"subnet": n.pod_cidr, "gateway": n.node_ip}]]
 
 
@@ -65,3 +69,17 @@ def test_pause_archive_is_an_oci_layout_named_for_ctr_import():
     config = json.loads(files["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
     assert config["config"]["Entrypoint"] == ["/pause"] and config["config"]["User"] == "65535:65535"
     assert "blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1] in files
+
+
+def test_real_scheduler_has_one_profile_of_its_own_and_real_pods_tolerate_the_nodes_taint():
+    cfg = nc.scheduler_config(Path("/k"))
+    assert cfg["kind"] == "KubeSchedulerConfiguration" and cfg["clientConnection"]["kubeconfig"] == "/k"
+    assert [p["schedulerName"] for p in cfg["profiles"]] == [nc.SCHEDULER_NAME] != ["default-scheduler"]
+    n = nc.layouts(Path("/tmp/s"))[0]
+    kcfg = nc.kubelet_config(n, ca=Path("/ca.crt"), serving_crt=Path("/s.crt"), serving_key=Path("/s.key"),
+                             port=1, healthz_port=2, resolv_conf=Path("/r"))
+    assert kcfg["registerWithTaints"] == [nc.TAINT] and nc.TAINT["effect"] == "NoSchedule"
+    spec = nc.placement()
+    assert spec["schedulerName"] == nc.SCHEDULER_NAME
+    assert [(t["key"], t["value"], t["effect"]) for t in spec["tolerations"]] == \
+        [(nc.TAINT["key"], nc.TAINT["value"], nc.TAINT["effect"])]

@@ -54,3 +54,11 @@ def topic(bootstrap):
     yield name
     for fut in admin.delete_topics([name], operation_timeout=30).values():
         fut.result(timeout=KAFKA_TIMEOUT)
+
+
+@pytest.fixture
+def restricted_ns(api, nodes):
+    """A namespace that enforces the restricted Pod Security level, deleted afterwards."""
+    from tests.harness.real_nodes import RESTRICTED_LABELS
+
+    yield from fresh_namespace(api, "node", RESTRICTED_LABELS)

@@ -6,13 +6,12 @@ meets the ``restricted`` Pod Security level scheduled by kube-scheduler and run 
 that OOM-kills (``OOMKilled``, exit 137), and a Pod deletion that takes every process of the container, also
 a child in a session and process group of its own (the process kubelet kills one process group).
 
-The module starts the node part and stops it afterwards (a scheduler would take the Pods of the tests that
-still use the process kubelet: the file is serial, tests/conftest.py). It fails, never skips, when the stack,
-the node part or the image is missing.
+The module starts the node part unless it runs and leaves it running (it keeps out of the process kubelet's
+way: test_node_placement.py), so it runs beside the other tests. It fails, never skips, when the stack, the
+node part or the image is missing.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -21,85 +20,26 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from eos_stack import node
-from eos_stack.common import Stack, StackError
-from eos_stack.image_common import image_name
-from eos_stack.node_config import layouts
-
-from .conftest import fresh_namespace
+from eos_stack import kube, node
+from eos_stack.common import Stack
+from eos_stack.node_config import TAINT
+from tests.harness.real_nodes import UID, finished, pod_processes, real_pod, wait_pod
 
 pytestmark = pytest.mark.timeout(900)   # the first test also waits for the nodes (image import: ~1 min a node)
 
-UID = 10001
-RESTRICTED = {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SC = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
-@pytest.fixture(scope="module")
-def nodes(stack_env):
-    st = Stack()
-    try:
-        env = node.up(st)
-    except StackError as exc:
-        pytest.fail(f"the node part could not start: {exc}", pytrace=False)
-    st.update_env(env)
-    for n in layouts(st.state, node.count()):
-        if image_name() not in node.ctr(n, "images", "ls", "-q").split():
-            pytest.fail(f"{image_name()} is not in {n.name}'s containerd: build it with `make image`", pytrace=False)
-    yield layouts(st.state, node.count())
-    node.down(st)
-
 
 @pytest.fixture
-def ns(api, nodes):
-    """A namespace that enforces the restricted Pod Security level, deleted afterwards."""
-    yield from fresh_namespace(api, "node", {"pod-security.kubernetes.io/enforce": "restricted",
-                                             "pod-security.kubernetes.io/enforce-version": "latest"})
+def ns(restricted_ns):
+    return restricted_ns
 
 
-def pod(name: str, command: list[str], *, memory: str | None = None, node_name: str | None = None,
-        grace: int = 30) -> dict:
-    container = {"name": "main", "image": image_name(), "imagePullPolicy": "Never", "command": command,
-                 "securityContext": CONTAINER_SC}
-    if memory:
-        container["resources"] = {"limits": {"memory": memory, "cpu": "500m"}}
-    spec = {"restartPolicy": "Never", "securityContext": RESTRICTED, "containers": [container],
-            "terminationGracePeriodSeconds": grace}
-    if node_name:
-        spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def wait_pod(v1, ns: str, name: str, check, what: str, timeout: float = 180):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = v1.read_namespaced_pod(name, ns)
-        if check(last):
-            return last
-        time.sleep(1)
-    events = v1.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
-    raise AssertionError(f"{what}: timed out; pod status {last.status if last else None}\n"
-                         + "\n".join(f"{e.reason}: {e.message}" for e in events))
+def pod(name: str, command: list[str], **kw) -> dict:
+    return real_pod(name, command, **kw)
 
 
 def kubectl(env, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([env["KUBECTL"], f"--kubeconfig={env['KUBECONFIG']}", *args], capture_output=True,
                           text=True, timeout=60)
-
-
-def pod_processes(uid: str) -> dict[int, int]:
-    """pid -> process group of every process on this machine whose cgroup is the Pod's (cgroupfs: ``pod<uid>``)."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if f"pod{uid}" in (proc / "cgroup").read_text():
-                found[int(proc.name)] = os.getpgid(int(proc.name))
-        except (OSError, ProcessLookupError):
-            continue
-    return found
 
 
 def test_nodes_register_and_turn_ready(api, nodes):
@@ -112,6 +52,8 @@ def test_nodes_register_and_turn_ready(api, nodes):
         assert got.status.node_info.container_runtime_version.startswith("containerd://1.6"), got.status.node_info
         assert got.status.node_info.kubelet_version == "v1.35.4"
         assert not [t for t in (got.spec.taints or []) if t.key == "node.kubernetes.io/not-ready"]
+        assert [(t.key, t.value, t.effect) for t in got.spec.taints or [] if t.key == TAINT["key"]] == \
+            [(TAINT["key"], TAINT["value"], TAINT["effect"])], got.spec.taints
 
 
 def test_restricted_pod_runs_the_image_on_a_scheduled_node(api, nodes, ns, stack_env):
@@ -126,7 +68,7 @@ def test_restricted_pod_runs_the_image_on_a_scheduled_node(api, nodes, ns, stack
     # No nodeName: kube-scheduler places it.
     v1.create_namespaced_pod(ns, pod("hello", ["python", "-c", "import os, sys; print('hello from', os.getuid(), "
                                                "os.getgid(), sys.version_info[:2])"]))
-    done = wait_pod(v1, ns, "hello", lambda p: p.status.phase in ("Succeeded", "Failed"), "hello to finish")
+    done = wait_pod(v1, ns, "hello", finished, "hello to finish")
     assert done.status.phase == "Succeeded", done.status
     by_name = {n.name: n for n in nodes}
     assert done.spec.node_name in by_name, done.spec.node_name
@@ -141,14 +83,14 @@ def test_pod_over_its_memory_limit_is_oom_killed(api, nodes, ns):
     v1 = client.CoreV1Api(api)
     v1.create_namespaced_pod(ns, pod("hog", ["python", "-c", "x = b'x' * (256 << 20); print('survived')"],
                                      memory="64Mi", node_name=nodes[-1].name))
-    done = wait_pod(v1, ns, "hog", lambda p: p.status.phase in ("Succeeded", "Failed"), "hog to end")
+    done = wait_pod(v1, ns, "hog", finished, "hog to end")
     term = done.status.container_statuses[0].state.terminated
     assert done.status.phase == "Failed", done.status
     assert (term.reason, term.exit_code) == ("OOMKilled", 137), term
     # Negative control: the same program within a limit that fits runs to the end.
     v1.create_namespaced_pod(ns, pod("fits", ["python", "-c", "x = b'x' * (16 << 20); print('survived')"],
                                      memory="256Mi", node_name=nodes[-1].name))
-    fits = wait_pod(v1, ns, "fits", lambda p: p.status.phase in ("Succeeded", "Failed"), "fits to end")
+    fits = wait_pod(v1, ns, "fits", finished, "fits to end")
     assert fits.status.phase == "Succeeded", fits.status
 
 
@@ -204,3 +146,16 @@ def test_node_part_status(nodes):
     assert state == "running", detail
     for n in nodes:
         assert n.name in detail and n.pod_cidr in detail
+
+
+def test_starting_the_node_part_leaves_the_api_server_alone(nodes):
+    """The node part may start while other tests run: it must not restart the shared API server (kube.up
+    restarts it when its arguments change; the kubelet flags are the kube part's own, set by a plain up)."""
+    st = Stack()
+    before = st.running_pid("kube-apiserver")
+    assert before is not None
+    node.up(st)                                     # again: all runs, nothing to start
+    assert st.running_pid("kube-apiserver") == before
+    argv = kube._argv(before)
+    assert "--kubelet-preferred-address-types=InternalIP" in argv, argv
+    assert any(a.startswith("--kubelet-client-certificate=") for a in argv), argv
