@@ -14,16 +14,13 @@ batch 0 and dies; spec B (another output hash: a rollback, an upgrade) then runs
 """
 from __future__ import annotations
 
-import uuid
-
 import pyarrow as pa
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos_job import protocol, sink
 from eos_job.contract import BatchRefused
-from eos_job.ledger import Durability, ensure_ledger_topic
 from eos_job.verify import audit_ids
+from tests.stack.conftest import sink_and_ledger
 
 pytestmark = pytest.mark.stack
 
@@ -34,17 +31,7 @@ CUTS = {"a": lambda i: (i // 3) % 2, "b": lambda i: (i // 5) % 2}   # key slots:
 
 @pytest.fixture
 def names(bootstrap):
-    run = uuid.uuid4().hex[:10]
-    names = {"out": f"test-a1-out-{run}", "ledger": f"test-a1-ledger-{run}", "uid": uuid.uuid4().hex,
-             "prefix": f"eos-test-a1-{run}"}
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(names["out"], num_partitions=2, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
-    ensure_ledger_topic(admin, names["ledger"], 2, Durability(1, 1), timeout_s=TIMEOUT)
-    yield names
-    for fut in admin.delete_topics([names["out"], names["ledger"]], operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
+    yield from sink_and_ledger(bootstrap, "a1")
 
 
 def _slot(bootstrap: str, names: dict, *, spec: str, slots_from: str, slot: int,

@@ -16,12 +16,13 @@ import uuid
 import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from eos_job import epoch, protocol, sink
 from eos_job.contract import DriverSuperseded
-from eos_job.ledger import Durability, ensure_ledger_topic
+from eos_job.ledger import Durability
 from eos_job.verify import audit_ids, open_transactions
+from tests.stack.conftest import sink_and_ledger
 
 pytestmark = pytest.mark.stack
 
@@ -30,17 +31,7 @@ TIMEOUT = 60.0
 
 @pytest.fixture
 def names(bootstrap):
-    run = uuid.uuid4().hex[:10]
-    names = {"out": f"test-epoch-out-{run}", "ledger": f"test-epoch-ledger-{run}", "uid": uuid.uuid4().hex,
-             "prefix": f"eos-test-epoch-{run}"}
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(names["out"], num_partitions=2, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
-    ensure_ledger_topic(admin, names["ledger"], 2, Durability(1, 1), timeout_s=TIMEOUT)
-    yield names
-    for fut in admin.delete_topics([names["out"], names["ledger"]], operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
+    yield from sink_and_ledger(bootstrap, "epoch")
 
 
 def _rows(ids: range) -> list[pa.RecordBatch]:
