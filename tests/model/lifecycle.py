@@ -19,6 +19,10 @@ batches after the snapshot are judged across generations. A stateless start ("st
 checkpoint has consumed the source; ``startingOffsets: latest``, which the runtime resolves after the new
 driver's claim, so the driver starts within the operation) moves the stream to a fresh checkpoint of
 another identity: batch numbers from 0 again, new ledger keys, the same generation and transactional ids.
+An upgrade ("upgrade", at a clean boundary) runs the other spec (A or B: another output hash, and with key
+slots another cut of the ids into slots) from a snapshot of the checkpoint; until a batch commits under it,
+it may break ("broken-batch": one slot committed, then every start fails) and the operator rolls it back
+("rollback", also at the finish): the previous spec from that snapshot, replaying the new spec's checkpoint.
 
 Drivers. Every start records its generation in the generation history, takes the next stream epoch
 (partition 0), writes that epoch as the marker into every slot partition of every generation that ever
@@ -37,7 +41,8 @@ generation is refused unless no slot of that generation holds it (``judge_batch(
 intent none of whose slots committed runs).
 
 Safeties (each negative control switches one off and must find the violation): ``input-check``,
-``ledger-skip``, ``slot-order`` and ``stream-epoch`` are the runtime's (``faults.SAFETIES``); ``epoch``
+``ledger-skip``, ``slot-order``, ``stream-epoch`` and ``spec-check`` (without it key slots are finished by
+another spec as if fixed by the input) are the runtime's (``faults.SAFETIES``); ``epoch``
 (stamps, and epochs at all) and ``history-first`` (the ledger's history read before replays) are what the
 protocol did before. With ``stream-epoch`` a slot passes the newest marker of its partition to
 ``decide_slot`` as ``stream_epoch``, and a driver superseded by a newer epoch writes no batch input or
@@ -66,7 +71,7 @@ from dataclasses import replace
 from eos_job import protocol
 from eos_job.protocol import BatchHistoryRecord, SlotAction, SlotLedgerRecord
 
-from .world import (MAX_IDS, OUTPUT_HASH, Checkpoint, Driver, World, history_of, input_digest, log_text, plan,
+from .world import (MAX_IDS, SPEC_HASHES, Checkpoint, Driver, World, history_of, input_digest, log_text, plan,
                     ranges, record_history, slot_of, violation)
 
 OPS = ("append", "batch", "kill-after-0-slots", "kill-after-1-slot", "kill-before-commit-log", "snapshot",
@@ -84,7 +89,7 @@ REPLAYING = ("append", "batch", "kill-after-0-slots", "kill-after-1-slot", "kill
 FORGETTING = (*REPLAYING, "ledger-forgets")
 COMPACTING = (*ELSEWHERE, "compact")
 SAFE = frozenset({"input-check", "ledger-skip", "epoch", "history-first", "stream-epoch", "driver-fence",
-                  "ledger-durable"})
+                  "ledger-durable", "spec-check"})
 
 
 class DriverFailed(Exception):
@@ -149,7 +154,7 @@ def untouched(w: World, ident: str, recorded: BatchHistoryRecord) -> bool:
 
 
 def driver(w: World, zombie: bool) -> Driver:
-    return w.zombie if zombie else Driver(w.ckpt, w.epoch, w.generation, w.n_slots, w.view)
+    return w.zombie if zombie else Driver(w.ckpt, w.epoch, w.generation, w.n_slots, w.view, spec=w.spec)
 
 
 def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = False, zombie: bool = False,
@@ -172,11 +177,12 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
     def update(**changes) -> None:
         nonlocal d
         d = Driver(changes.get("ckpt", d.ckpt), d.epoch, d.generation, d.n_slots, changes.get("view", d.view),
-                   changes.get("inflight", d.inflight))
+                   changes.get("inflight", d.inflight), d.spec)
         if zombie:
             w.zombie = d
         else:
             w.ckpt, w.view = d.ckpt, d.view
+            w.verify()
 
     def watch() -> None:
         """Before a write to partition 0: a newer epoch there stops the driver for good (the fenced
@@ -185,6 +191,9 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
             raise failed(f"a newer driver (epoch {w.epoch}) runs this stream")
 
     streamed = {"epoch", "stream-epoch"} <= w.safeties     # the markers and partition 0 are read
+    output = SPEC_HASHES[d.spec]
+    # Slots fixed by the input (amendment A1); without ``spec-check`` key slots are taken for such.
+    inputs = w.slots_from == "sourcePartitions" or "spec-check" not in w.safeties
     first = 0
     if d.inflight is not None:
         n, begin, end, first = d.inflight
@@ -197,10 +206,11 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
         update(ckpt=d.ckpt.logging(n, (begin, end)))
         if "input-check" in w.safeties:
             recorded = d.view.get(n) if judged else None
-            verdict = protocol.judge_batch(n, ranges((begin, end)), recorded, d.generation, OUTPUT_HASH)
+            verdict = protocol.judge_batch(n, ranges((begin, end)), recorded, d.generation, output,
+                                           input_slots=inputs)
             if verdict.action == "refuse" and untouched(w, d.ckpt.ident, recorded):
-                verdict = protocol.judge_batch(n, ranges((begin, end)), recorded, d.generation, OUTPUT_HASH,
-                                               untouched=True)
+                verdict = protocol.judge_batch(n, ranges((begin, end)), recorded, d.generation, output,
+                                               untouched=True, input_slots=inputs)
             if verdict.action in ("refuse", "replan"):
                 raise failed(verdict.reason, refused=verdict.action == "refuse")
             if verdict.action == "skip":        # complete under another generation: nothing is written
@@ -209,7 +219,7 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
         if not judged or n not in d.view or not d.view[n].complete:
             watch()
             intent = BatchHistoryRecord(n, d.generation, d.n_slots, ranges((begin, end)), log_text((begin, end)),
-                                        OUTPUT_HASH, epoch=d.epoch)
+                                        output, epoch=d.epoch)
             record_history(w, d.ckpt.ident, intent)
             update(view={**d.view, n: intent})
         if step == "plan":
@@ -224,16 +234,16 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
         if kill_after is not None and slot == kill_after:
             w.started = False
             return True
-        rows = [i for i in range(begin, end) if slot_of(w, i, d.n_slots, d.epoch) == slot]
+        rows = [i for i in range(begin, end) if slot_of(w, i, d.n_slots, d.epoch, d.spec) == slot]
         k = (d.ckpt.ident, d.generation, slot)
-        decision = protocol.decide_slot(n, w.slots.get(k), input=digest, output_hash=OUTPUT_HASH, epoch=epoch,
-                                        stream_epoch=w.markers[slot] if streamed else 0)
+        decision = protocol.decide_slot(n, w.slots.get(k), input=digest, output_hash=output, epoch=epoch,
+                                        stream_epoch=w.markers[slot] if streamed else 0, input_slots=inputs)
         if decision.action in (SlotAction.REPLAN, SlotAction.SUPERSEDED, SlotAction.REFUSE):
             raise failed(decision.reason, refused=decision.action is SlotAction.REFUSE)
         skip = decision.action is SlotAction.SKIP and "ledger-skip" in w.safeties
         if not skip and rows:      # the sink writes no transaction for an empty slot
             w.sink.extend(rows)
-            w.slots[k] = SlotLedgerRecord(n, len(rows), 0, input=digest, output_hash=OUTPUT_HASH, epoch=d.epoch)
+            w.slots[k] = SlotLedgerRecord(n, len(rows), 0, input=digest, output_hash=output, epoch=d.epoch)
     watch()
     done = replace(d.view[n], complete=True)
     record_history(w, d.ckpt.ident, done)
@@ -259,6 +269,8 @@ def apply(w: World, op: str) -> bool:
 
 
 def _apply(w: World, op: str) -> bool:
+    if w.broken and op not in ("append", "rollback"):
+        return False      # the broken spec's driver fails at once; the operator rolls back
     try:
         if op == "append":
             if w.source >= w.max_ids:
@@ -275,13 +287,21 @@ def _apply(w: World, op: str) -> bool:
                 return False
             w.snapshots.append(w.ckpt)
         elif op == "rescale":
-            if not rescale(w):
-                return False
+            return w.rescale()
+        elif op == "upgrade":
+            return w.upgrade()
+        elif op == "rollback":
+            return w.rollback()
+        elif op == "broken-batch":
+            # The upgraded spec runs a batch, commits its first slot and fails in the next, every time.
+            if w.upgrading is None or not run_batch(w, kill_after=1) or w.upgrading is None:
+                return False      # nothing to run, or a replay on the way committed: the upgrade is verified
+            w.broken = True
         elif op in ("restore-replaying", "restore-rescaled"):
             # spec.restoreFrom as the operator launches it: the oldest snapshot into a new checkpoint location,
             # replayOffsetsFrom naming the one the stream ran on (kept for later restarts), and with
             # "restore-rescaled" a job.parallelism change in the same spec.
-            if not w.snapshots or (op == "restore-rescaled" and not rescale(w)):
+            if not w.snapshots or (op == "restore-rescaled" and not w.rescale()):
                 return False
             w.previous, w.ckpt = w.ckpt, w.snapshots[0]
             w.started = False
@@ -316,21 +336,12 @@ def _apply(w: World, op: str) -> bool:
     return True
 
 
-def rescale(w: World) -> bool:
-    """A parallelism change, at a clean boundary only (the operator drains a partial batch first): a new
-    generation of transactional ids and slot keys."""
-    if w.generation >= 2 or any(not r.complete for r in history_of(w, w.ckpt.ident).values()):
-        return False
-    w.generation += 1
-    w.n_slots = 3 if w.n_slots == 2 else 2
-    w.started = False
-    return True
-
-
 def finish(w: World) -> str | None:
     """A clean restart that runs until the source is consumed (a re-planned batch on the way is a restart
     too). Returns the reason if the stream stops for good instead: a batch refused on every start."""
     w.started = False
+    if w.broken:
+        w.rollback()          # upgradeReadinessTimeoutSeconds
     for _ in range(40):
         try:
             if not run_batch(w, None):

@@ -19,6 +19,9 @@ MAX = 2          # ids per batch at most (maxOffsetsPerTrigger)
 MAX_IDS = 6      # the source holds at most this many ids: the state space is finite and explored whole
 PARTITIONS = 3   # ledger slot partitions: the most slots a generation has
 OUTPUT_HASH = "o"
+# The specs a stream runs (upgrades and rollbacks, ``upgrades.py``): each one's output hash, what the protocol
+# compares. Spec A is every driver of the explorations without upgrades.
+SPEC_HASHES = {"A": OUTPUT_HASH, "B": "p"}
 
 History = dict[int, BatchHistoryRecord]
 
@@ -56,6 +59,7 @@ class Driver:
     n_slots: int
     view: History = field(default_factory=dict)     # never changed in place
     inflight: tuple[int, int, int, int] | None = None     # (batch, start, end, next slot)
+    spec: str = "A"
 
 
 @dataclass
@@ -86,6 +90,11 @@ class World:
     forgetful: bool = False
     before_last: tuple | None = None
     forgot: bool = False
+    # The running spec, and an upgrade not yet verified (no batch committed under the new spec): the spec to
+    # roll back to and the snapshot taken before the upgrade; ``broken``: the new spec fails every batch.
+    spec: str = "A"
+    upgrading: tuple[str, Checkpoint] | None = None
+    broken: bool = False
 
     def copy(self) -> "World":
         c = object.__new__(World)
@@ -104,12 +113,13 @@ class World:
             return 0 if z is None or epoch <= z else 1
 
         def hist(h) -> tuple:
-            return tuple(sorted((n, r.generation, r.slots, r.offset_log, r.complete, e(r.epoch))
+            return tuple(sorted((n, r.generation, r.slots, r.offset_log, r.complete, r.output_hash, e(r.epoch))
                                 for n, r in h.items()))
 
         def ledger(slots, history, written, markers, epoch, generations) -> tuple:
             # Of what partition 0 holds last, only where it is not what a reader takes (never, with the fence).
-            return (tuple(sorted((k, r.batch, r.count, r.input, e(r.epoch)) for k, r in slots.items())),
+            return (tuple(sorted((k, r.batch, r.count, r.input, r.output_hash, e(r.epoch))
+                                 for k, r in slots.items())),
                     hist(history), hist({k: r for k, r in written.items() if history.get(k) != r}),
                     tuple(e(m) for m in markers), e(epoch), generations)
         zombie = self.zombie and (self.zombie.ckpt, self.zombie.generation, self.zombie.n_slots,
@@ -118,7 +128,7 @@ class World:
         return (self.source, self.ckpt, ledger(self.slots, self.history, self.written, self.markers, self.epoch,
                                                 self.generations),
                 hist(self.view), tuple(sorted(self.sink)), tuple(self.snapshots), self.started,
-                self.generation, self.n_slots, zombie, self.previous, lost)
+                self.generation, self.n_slots, zombie, self.previous, lost, self.spec, self.upgrading, self.broken)
 
     # -- the ledger's own failures ----------------------------------------------------------------------------
     def ledger_state(self) -> tuple:
@@ -135,6 +145,45 @@ class World:
         self.before_last, self.forgot = None, True
         return True
 
+    # -- parallelism changes, upgrades and rollbacks (the operator's) ------------------------------------------
+    def rescale(self) -> bool:
+        """A parallelism change, at a clean boundary only (the operator drains a partial batch first): a new
+        generation of transactional ids and slot keys."""
+        if self.generation >= 2 or any(not r.complete for r in history_of(self, self.ckpt.ident).values()):
+            return False
+        self.generation += 1
+        self.n_slots = 3 if self.n_slots == 2 else 2
+        self.started = False
+        return True
+
+    def upgrade(self) -> bool:
+        """The other spec, at a clean boundary of the ledger's history (the operator drains a partial batch
+        first): same generation and slot count; the new driver starts from the snapshot taken at the stop
+        (the checkpoint as it is), replaying the checkpoint it ran on. Unverified until it commits a batch."""
+        if self.upgrading is not None or any(not r.complete for r in history_of(self, self.ckpt.ident).values()):
+            return False
+        self.upgrading = (self.spec, self.ckpt)
+        self.spec = "B" if self.spec == "A" else "A"
+        self.previous, self.started = self.ckpt, False
+        return True
+
+    def verify(self) -> None:
+        """The new spec committed a batch after the upgrade's snapshot: no rollback any more."""
+        def last(c: Checkpoint) -> int:
+            return -1 if c.committed is None else c.committed
+        if self.upgrading is not None and last(self.ckpt) > last(self.upgrading[1]):
+            self.upgrading = None
+
+    def rollback(self) -> bool:
+        """The operator's rollback of an upgrade not verified in time: the previous spec from the snapshot taken
+        before the upgrade, in a new checkpoint location, replaying the checkpoint the new spec ran on."""
+        if self.upgrading is None:
+            return False
+        self.spec, snapshot = self.upgrading
+        self.previous, self.ckpt = self.ckpt, snapshot
+        self.upgrading, self.broken, self.started = None, False, False
+        return True
+
     def compact(self) -> bool:
         """Compaction: partition 0 keeps the last record written per key, and that is what a reader finds."""
         if self.history == self.written:
@@ -148,14 +197,16 @@ def ranges(r: tuple[int, int]) -> protocol.Ranges:
     return {"events": {"0": [r[0], r[1]]}}
 
 
-def slot_of(w: World, i: int, n_slots: int, epoch: int) -> int:
-    """The slot id ``i`` goes to. By key: ``i % n_slots``. By source partition (``job.slotsFrom:
+def slot_of(w: World, i: int, n_slots: int, epoch: int, spec: str = "A") -> int:
+    """The slot id ``i`` goes to. By key, which depends on the spec's transform: ``i % n_slots`` under spec A,
+    ``(i + 1) % n_slots`` under spec B (the same ids cut otherwise: a batch of ids 0 and 1 is slots 0, 1
+    under A and 1, 0 under B). By source partition (``job.slotsFrom:
     sourcePartitions``): the source then has two partitions (id i in partition i % 2) and the slot is the
     partition's rank in the batch's offset log, by the runtime's own ``source_slots.ranks``; without the
     ``slot-order`` safety every other driver ranks them the other way round (what a derivation that is not a
     function of the offset log could do on a replay)."""
     if w.slots_from == "key":
-        return i % n_slots
+        return (i if spec == "A" else i + 1) % n_slots
     rank = source_slots.ranks({"events": {"0": [None, 0], "1": [None, 0]}})[("events", i % 2)]
     return 1 - rank if "slot-order" not in w.safeties and epoch % 2 else rank
 
