@@ -15,7 +15,9 @@ snapshot of the same checkpoint identity, which is also "delete and re-create on
 followed by a clean finish (a restart that runs until the source is consumed); then every id must be in the
 sink exactly once. A parallelism change ("rescale", at a clean boundary of the ledger's history) moves the
 stream to a new generation with another slot count; a restore across it keeps the current spec, so the
-batches after the snapshot are judged across generations. A stateless start ("stateless", once, when the
+batches after the snapshot are judged across generations. A job.slotsFrom change ("reslot", also with a
+restore: "restore-reslotted") is a new generation too, with the same slot count and the batch cut otherwise
+(each driver cuts by its own generation's job.slotsFrom). A stateless start ("stateless", once, when the
 checkpoint has consumed the source; ``startingOffsets: latest``, which the runtime resolves after the new
 driver's claim, so the driver starts within the operation) moves the stream to a fresh checkpoint of
 another identity: batch numbers from 0 again, new ledger keys, the same generation and transactional ids.
@@ -85,6 +87,8 @@ ELSEWHERE = (*ZOMBIES, "zombie-plan", "zombie-slot", "rescale", "stateless")
 # restore may come with a parallelism change.
 REPLAYING = ("append", "batch", "kill-after-0-slots", "kill-after-1-slot", "kill-before-commit-log", "snapshot",
              "rescale", "restore-replaying", "restore-rescaled")
+# job.slotsFrom changes (a new generation cutting the batch otherwise), alone and with restores, beside rescales.
+RESLOTTING = (*REPLAYING, "reslot", "restore-reslotted")
 # A ledger that forgets its last records (less durable than the start check asks), and compaction.
 FORGETTING = (*REPLAYING, "ledger-forgets")
 COMPACTING = (*ELSEWHERE, "compact")
@@ -154,7 +158,8 @@ def untouched(w: World, ident: str, recorded: BatchHistoryRecord) -> bool:
 
 
 def driver(w: World, zombie: bool) -> Driver:
-    return w.zombie if zombie else Driver(w.ckpt, w.epoch, w.generation, w.n_slots, w.view, spec=w.spec)
+    return w.zombie if zombie else Driver(w.ckpt, w.epoch, w.generation, w.n_slots, w.view, spec=w.spec,
+                                          slots_from=w.slots_from)
 
 
 def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = False, zombie: bool = False,
@@ -177,7 +182,7 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
     def update(**changes) -> None:
         nonlocal d
         d = Driver(changes.get("ckpt", d.ckpt), d.epoch, d.generation, d.n_slots, changes.get("view", d.view),
-                   changes.get("inflight", d.inflight), d.spec)
+                   changes.get("inflight", d.inflight), d.spec, d.slots_from)
         if zombie:
             w.zombie = d
         else:
@@ -193,7 +198,7 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
     streamed = {"epoch", "stream-epoch"} <= w.safeties     # the markers and partition 0 are read
     output = SPEC_HASHES[d.spec]
     # Slots fixed by the input (amendment A1); without ``spec-check`` key slots are taken for such.
-    inputs = w.slots_from == "sourcePartitions" or "spec-check" not in w.safeties
+    inputs = d.slots_from == "sourcePartitions" or "spec-check" not in w.safeties
     first = 0
     if d.inflight is not None:
         n, begin, end, first = d.inflight
@@ -234,7 +239,7 @@ def run_batch(w: World, kill_after: int | None, kill_before_commit_log: bool = F
         if kill_after is not None and slot == kill_after:
             w.started = False
             return True
-        rows = [i for i in range(begin, end) if slot_of(w, i, d.n_slots, d.epoch, d.spec) == slot]
+        rows = [i for i in range(begin, end) if slot_of(w, i, d.n_slots, d.epoch, d.spec, d.slots_from) == slot]
         k = (d.ckpt.ident, d.generation, slot)
         decision = protocol.decide_slot(n, w.slots.get(k), input=digest, output_hash=output, epoch=epoch,
                                         stream_epoch=w.markers[slot] if streamed else 0, input_slots=inputs)
@@ -288,6 +293,8 @@ def _apply(w: World, op: str) -> bool:
             w.snapshots.append(w.ckpt)
         elif op == "rescale":
             return w.rescale()
+        elif op == "reslot":
+            return w.reslot()
         elif op == "upgrade":
             return w.upgrade()
         elif op == "rollback":
@@ -297,11 +304,12 @@ def _apply(w: World, op: str) -> bool:
             if w.upgrading is None or not run_batch(w, kill_after=1) or w.upgrading is None:
                 return False      # nothing to run, or a replay on the way committed: the upgrade is verified
             w.broken = True
-        elif op in ("restore-replaying", "restore-rescaled"):
+        elif op in ("restore-replaying", "restore-rescaled", "restore-reslotted"):
             # spec.restoreFrom as the operator launches it: the oldest snapshot into a new checkpoint location,
             # replayOffsetsFrom naming the one the stream ran on (kept for later restarts), and with
             # "restore-rescaled" a job.parallelism change in the same spec.
-            if not w.snapshots or (op == "restore-rescaled" and not w.rescale()):
+            if not w.snapshots or (op == "restore-rescaled" and not w.rescale()) or (
+                    op == "restore-reslotted" and not w.reslot()):
                 return False
             w.previous, w.ckpt = w.ckpt, w.snapshots[0]
             w.started = False

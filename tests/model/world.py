@@ -60,6 +60,7 @@ class Driver:
     view: History = field(default_factory=dict)     # never changed in place
     inflight: tuple[int, int, int, int] | None = None     # (batch, start, end, next slot)
     spec: str = "A"
+    slots_from: str = "key"                         # its generation's job.slotsFrom
 
 
 @dataclass
@@ -123,12 +124,13 @@ class World:
                     hist(history), hist({k: r for k, r in written.items() if history.get(k) != r}),
                     tuple(e(m) for m in markers), e(epoch), generations)
         zombie = self.zombie and (self.zombie.ckpt, self.zombie.generation, self.zombie.n_slots,
-                                  hist(self.zombie.view), self.zombie.inflight)
+                                  hist(self.zombie.view), self.zombie.inflight, self.zombie.slots_from)
         lost = (ledger(*self.before_last) if self.before_last else None, self.forgot) if self.forgetful else ()
         return (self.source, self.ckpt, ledger(self.slots, self.history, self.written, self.markers, self.epoch,
                                                 self.generations),
                 hist(self.view), tuple(sorted(self.sink)), tuple(self.snapshots), self.started,
-                self.generation, self.n_slots, zombie, self.previous, lost, self.spec, self.upgrading, self.broken)
+                self.generation, self.n_slots, zombie, self.previous, lost, self.spec, self.upgrading, self.broken,
+                self.slots_from)
 
     # -- the ledger's own failures ----------------------------------------------------------------------------
     def ledger_state(self) -> tuple:
@@ -154,6 +156,15 @@ class World:
         self.generation += 1
         self.n_slots = 3 if self.n_slots == 2 else 2
         self.started = False
+        return True
+
+    def reslot(self) -> bool:
+        """A job.slotsFrom change (key <-> sourcePartitions), at a clean boundary only, as a parallelism change:
+        a new generation, the same slot count, the batch cut into slots otherwise."""
+        if not self.rescale():
+            return False
+        self.n_slots = 3 if self.n_slots == 2 else 2          # rescale changed it: keep the count
+        self.slots_from = "sourcePartitions" if self.slots_from == "key" else "key"
         return True
 
     def upgrade(self) -> bool:
@@ -197,7 +208,7 @@ def ranges(r: tuple[int, int]) -> protocol.Ranges:
     return {"events": {"0": [r[0], r[1]]}}
 
 
-def slot_of(w: World, i: int, n_slots: int, epoch: int, spec: str = "A") -> int:
+def slot_of(w: World, i: int, n_slots: int, epoch: int, spec: str = "A", slots_from: str | None = None) -> int:
     """The slot id ``i`` goes to. By key, which depends on the spec's transform: ``i % n_slots`` under spec A,
     ``(i + 1) % n_slots`` under spec B (the same ids cut otherwise: a batch of ids 0 and 1 is slots 0, 1
     under A and 1, 0 under B). By source partition (``job.slotsFrom:
@@ -205,7 +216,7 @@ def slot_of(w: World, i: int, n_slots: int, epoch: int, spec: str = "A") -> int:
     partition's rank in the batch's offset log, by the runtime's own ``source_slots.ranks``; without the
     ``slot-order`` safety every other driver ranks them the other way round (what a derivation that is not a
     function of the offset log could do on a replay)."""
-    if w.slots_from == "key":
+    if (slots_from or w.slots_from) == "key":     # the driver's generation's, else the stream's
         return (i if spec == "A" else i + 1) % n_slots
     rank = source_slots.ranks({"events": {"0": [None, 0], "1": [None, 0]}})[("events", i % 2)]
     return 1 - rank if "slot-order" not in w.safeties and epoch % 2 else rank
