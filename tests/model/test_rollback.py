@@ -11,10 +11,10 @@ run's checkpoint (``replayOffsetsFrom``), judged against the ledger's history. T
 broken rolls back first (``upgradeReadinessTimeoutSeconds``).
 
 What the model shows (exhaustively, up to 6 ids and 2 ids per batch; counts printed by each test, and as run
-when this was written): with source slots 4,336 lifecycles, all exact, none refused, the rollback finishing
-batches the broken spec left partial; with key slots 4,252 lifecycles, all exact or refused (201, each by
+when this was written): with source slots 4,455 lifecycles, all exact, none refused, the rollback finishing
+batches the broken spec left partial; with key slots 4,387 lifecycles, all exact or refused (207, each by
 another spec's partial batch, nothing written twice and nothing lost before the refused batch); with
-``spec-check`` off, key slots finished by another spec lose and duplicate ids (1,370 of 5,421)."""
+``spec-check`` off, key slots finished by another spec lose and duplicate ids (1,622 of 5,802)."""
 from __future__ import annotations
 
 import re
