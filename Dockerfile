@@ -33,7 +33,22 @@ RUN --mount=type=bind,source=docker,target=/mnt/docker \
     done \
  && ls /s3jars
 
-# --- stage 2: the Python environment ---------------------------------------------------------
+# --- stage 2: the Python environment: the dependencies alone -------------------------------
+# The project's own code is installed last, in the final stage, as a wheel (stage 3), so a code change rebuilds
+# neither this 2 GB environment nor the layers and the class-data archive made from it.
+FROM python:3.11.11-slim-bookworm AS deps
+ARG OFFLINE
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml ./
+# OFFLINE: pip takes the wheels of docker/offline/wheels and no index.
+RUN --mount=type=bind,source=docker,target=/mnt/docker \
+    if [ -n "$OFFLINE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/mnt/docker/offline/wheels; fi \
+ && python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+      > requirements.txt \
+ && python -m venv /opt/eos && /opt/eos/bin/pip install -r requirements.txt
+
+# --- stage 3: the project's wheel --------------------------------------------------------------
 FROM python:3.11.11-slim-bookworm AS build
 ARG OFFLINE
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -41,12 +56,12 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator operator
 COPY jobs jobs
-# OFFLINE: pip takes the wheels of docker/offline/wheels (the build requirements' too) and no index.
+# OFFLINE: the build requirements (setuptools, wheel) from docker/offline/wheels.
 RUN --mount=type=bind,source=docker,target=/mnt/docker \
     if [ -n "$OFFLINE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/mnt/docker/offline/wheels; fi \
- && python -m venv /opt/eos && /opt/eos/bin/pip install .
+ && python -m venv /tmp/venv && /tmp/venv/bin/pip wheel --no-deps --wheel-dir /wheel .
 
-# --- stage 3: runtime ------------------------------------------------------------------------
+# --- stage 4: runtime ------------------------------------------------------------------------
 FROM python:3.11.11-slim-bookworm
 LABEL org.opencontainers.image.title="spark-eos-operator" \
       org.opencontainers.image.description="Kubernetes operator and runtime for exactly-once Spark Structured Streaming jobs" \
@@ -66,14 +81,11 @@ RUN --mount=type=bind,source=docker,target=/mnt/docker \
  && rm -rf /var/lib/apt/lists/* \
  && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
  && groupadd --gid 10001 eos && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin eos
-COPY --from=build /opt/eos /opt/eos
+COPY --from=deps /opt/eos /opt/eos
 # Only the connector jars PySpark does not ship (the same filter as stack/eos_stack/spark.py).
 COPY --from=connector /jars/spark-sql-kafka-0-10_2.13-*.jar /jars/spark-token-provider-kafka-0-10_2.13-*.jar \
      /jars/kafka-clients-*.jar /jars/commons-pool2-*.jar /opt/spark-kafka/
 COPY --from=connector /s3jars/ /opt/spark-s3/
-COPY examples /app/examples
-# Spark's conventions for executor Pods (argument `executor`), else the command as given.
-COPY docker/entrypoint.sh /opt/eos/entrypoint.sh
 ENV PATH=/opt/eos/bin:$PATH \
     JAVA_HOME=/usr/lib/jvm/java-17 \
     SPARK_HOME=/opt/eos/lib/python3.11/site-packages/pyspark \
@@ -81,9 +93,18 @@ ENV PATH=/opt/eos/bin:$PATH \
     PYSPARK_PYTHON=/opt/eos/bin/python PYSPARK_DRIVER_PYTHON=/opt/eos/bin/python \
     PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
 # A class-data archive of Spark's classes for this JVM and class path: drivers start about twice as fast
-# (eos_job.cds; the JVM runs without it if it does not match).
-RUN /opt/eos/bin/python -m eos_job.cds /opt/eos/spark.jsa
+# (eos_job.cds; the JVM runs without it if it does not match). It needs only the session's code (session.py
+# imports nothing else of the project), so it is made before the project is installed: a code change elsewhere
+# does not make it again.
+COPY jobs/eos_job/__init__.py jobs/eos_job/session.py jobs/eos_job/cds.py /opt/eos-cds/eos_job/
+RUN PYTHONPATH=/opt/eos-cds /opt/eos/bin/python -m eos_job.cds /opt/eos/spark.jsa
 ENV EOS_SPARK_CDS_ARCHIVE=/opt/eos/spark.jsa
+# The project itself: one small layer.
+COPY --from=build /wheel/ /opt/eos-wheel/
+RUN /opt/eos/bin/pip install --no-deps --no-index --no-cache-dir --disable-pip-version-check /opt/eos-wheel/*.whl
+COPY examples /app/examples
+# Spark's conventions for executor Pods (argument `executor`), else the command as given.
+COPY docker/entrypoint.sh /opt/eos/entrypoint.sh
 WORKDIR /app
 USER 10001:10001
 # The entrypoint lists the jars into SPARK_JARS / SPARK_S3_JARS at start (comma-separated, as Spark takes them).

@@ -44,18 +44,24 @@ UNIT := tests/jobs tests/operator $(wildcard tests/model) $(wildcard tests/docs)
 test-unit: venv
 	$(PY) -m pytest -q -m unit $(UNIT)
 
-# Everything. Unit tests first (two at a time), stopping on their failure before any server starts; then the stack and
-# the image (`make image`: the tests marked `image` and `containers` run it, the latter their Pods as its
-# containers), and the real-stack tiers (chaos first, the longest; then stack, chart, e2e; see tests/conftest.py),
+# Everything. The unit tests (two at a time) run while the stack, the image (`make image`: the tests marked `image`
+# and `containers` run it, the latter their Pods as its containers) and the real nodes with that image are made in
+# the background (the unit tests need none of them; their log is printed after the unit tests, and either failing
+# stops here). Then the real-stack tiers (chaos first, the longest; then stack, chart, e2e; see tests/conftest.py),
 # each with its own per-test timeout, all two at a time (pytest-xdist, work stealing): a test that kills or
 # stops a broker or an S3 server has its own (tests/harness/private.py); then alone the tests marked `serial`
 # (none today). Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest* for .ci/run to show
 # when something fails.
 export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
-	$(PY) -m pytest -q -n 2 --dist load -m unit $(UNIT)
-	$(PY) -m eos_stack up
-	$(PY) -m eos_stack.image build
+	@mkdir -p $(EOS_STATE)/logs; prep_log=$(EOS_STATE)/logs/test-prepare.log; \
+	echo "make test: the stack, the image and the real nodes are being made beside the unit tests (log: $$prep_log)"; \
+	( set -e; $(PY) -m eos_stack up; $(PY) -m eos_stack.image build; $(PY) -m eos_stack up node ) > $$prep_log 2>&1 & prep=$$!; \
+	$(PY) -m pytest -q -n 2 --dist load -m unit $(UNIT); unit=$$?; \
+	[ $$unit -eq 0 ] || echo "make test: the unit tests failed; waiting for the stack, image and nodes to settle"; \
+	wait $$prep; ready=$$?; cat $$prep_log; \
+	[ $$unit -eq 0 ] || exit 1; \
+	[ $$ready -eq 0 ] || { echo "make test: the stack, the image or the real nodes could not be made (log above: $$prep_log)"; exit 1; }
 	$(PY) -m pytest -n 2 --dist worksteal --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak and not serial" tests
 	@# Tests marked serial (tests/conftest.py SERIAL_FILES, empty today) run alone; exit 5 is "none collected".
 	$(PY) -m pytest --durations=10 --basetemp=$(EOS_STATE)/pytest-serial -m "serial and not soak" tests || [ $$? -eq 5 ]

@@ -26,6 +26,15 @@ TIERS = (("unit", 60), ("unit-stack", 180), ("stack", 300), ("chart", 600), ("e2
 # a time (pytest-xdist, ``--dist worksteal``: a worker that runs dry takes half of the other's queue); the two
 # chaos tests (7-10 min each) first means neither starts at the end and makes a long tail.
 ORDER = ("unit", "chaos", "unit-stack", "stack", "chart", "e2e")
+# Within the e2e tier the longest files go first (whole files: their module fixtures stay together), so the ends of
+# both workers' queues hold short tests and neither worker idles while the other finishes a long one. Ordered by
+# their seconds in the clean-clone run of 2026-11-28 (docs/measurements.md); an unnamed file comes after these.
+E2E_LONG_FIRST = ("test_batch_identity_e2e.py", "test_upgrade_safety_e2e.py", "test_s3_checkpoint.py",
+                  "test_cluster_mode_e2e.py", "test_kafka_security_e2e.py", "test_job_runtime.py",
+                  "test_rollback_partial_e2e.py", "test_snapshot_job.py", "test_operator_e2e.py",
+                  "test_upgrade_e2e.py", "test_real_node_ids.py", "test_start_failures_e2e.py",
+                  "test_nondeterminism_e2e.py", "test_operator_gitops.py", "test_stream_epoch_e2e.py",
+                  "test_replay_horizon_e2e.py")
 
 # Tests that stop or kill a part every test shares, or start one that would disturb the others, are marked
 # ``serial``: ``make test`` runs them on their own after the others. A test that stops or kills a broker or an
@@ -61,8 +70,10 @@ def pytest_collection_modifyitems(config, items):
         rel = Path(str(item.fspath)).relative_to(REPO / "tests").as_posix()
         if rel in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
-    # Stable: within a tier the collection order (file, then definition) is kept.
-    items.sort(key=lambda it: order[tier_of(it)])
+    # Stable: within a tier the collection order (file, then definition) is kept, but for E2E_LONG_FIRST.
+    long_first = {name: rank for rank, name in enumerate(E2E_LONG_FIRST)}
+    items.sort(key=lambda it: (order[tier_of(it)],
+                               long_first.get(Path(str(it.fspath)).name, len(long_first)) if tier_of(it) == "e2e" else 0))
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,10 @@ What ``build`` does, in order:
    holding exactly what the Dockerfile copies, tagged as the chart's default image
    (``<image.repository>:<version>``). ``--network none`` proves no ``RUN`` step needs the network. Image
    layers of earlier builds that this one no longer uses are removed afterwards (the disk is small).
+   The Dockerfile's layers go from the slowest to change to the fastest: the dependencies' environment
+   (keyed by ``pyproject.toml``), the jars, the class-data archive (keyed by ``eos_job/session.py`` and
+   ``cds.py``), then the project's own wheel, so a code change rebuilds in about 30 s, not 2.5 min (measured
+   on this machine kind, 2026-11-28: 27 s against 152 s).
 
 ``run CMD...`` runs the image (``podman run --rm --runtime runc --network host``), ``podman ARGS...`` runs
 podman on this storage, ``env`` prints the variables for a shell (``eval "$(... env)"``).

@@ -1,6 +1,7 @@
 """The node part's images (:mod:`eos_stack.node`): the pause image, built here from a static C program
 (``gcc -static``, node_config.PAUSE_C) as an OCI archive, and the project's image (``make image``) saved by
-``podman save --format oci-archive``; both imported into each node's containerd (``ctr images import``, the
+``podman save --format docker-archive`` (its layers uncompressed: saving and importing skip gzip, about
+half the time of an OCI archive's, 25 s against 44 s to save 2.3 GB here); both imported into each node's containerd (``ctr images import``, the
 ``k8s.io`` namespace the CRI reads) for Pods with ``imagePullPolicy: Never``/``IfNotPresent``. The project's
 image is imported again only when ``make image`` built a new one (its id is kept beside the node).
 """
@@ -60,12 +61,14 @@ def project_archive(st: Stack) -> tuple[str, Path] | None:
         log(f"node: {image_name()} is not built (`make image`): the nodes get the pause image only")
         return None
     ident = proc.stdout.strip()
-    archive = st.cache_dir("node") / "project-image.oci.tar"
+    archive = st.cache_dir("node") / "project-image.docker.tar"
+    for old in ("project-image.oci.tar", "project-image.oci.id"):           # the earlier, gzip format
+        st.cache_dir("node").joinpath(old).unlink(missing_ok=True)
     stamp = archive.with_suffix(".id")
     if not (archive.exists() and stamp.exists() and stamp.read_text() == ident):
         archive.unlink(missing_ok=True)
         t0 = time.monotonic()
-        podman(st, "save", "--format", "oci-archive", "-o", str(archive), image_name(), timeout=1200)
+        podman(st, "save", "--format", "docker-archive", "-o", str(archive), image_name(), timeout=1200)
         stamp.write_text(ident)
-        log(f"node: saved {image_name()} as an OCI archive in {time.monotonic() - t0:.0f}s")
+        log(f"node: saved {image_name()} as an archive in {time.monotonic() - t0:.0f}s")
     return ident, archive
