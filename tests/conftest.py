@@ -21,6 +21,9 @@ for extra in (REPO / "stack", REPO):
 # Tiers, each with its own per-test timeout (seconds): a hung unit test is caught in a minute, not after the
 # 15 minutes an end-to-end test may need. A test's own ``@pytest.mark.timeout`` wins.
 TIERS = (("unit", 60), ("unit-stack", 180), ("stack", 300), ("chart", 600), ("e2e", 900), ("chaos", 2700))
+# The lifecycle model's explorations (tests/model, in the unit tier) take 20-55 s each on two busy cores, and
+# `make test` makes the stack and the image beside the unit tier: they get four minutes.
+MODEL_TIMEOUT = 240
 # The order a run takes them: the unit tier (run on its own first by ``make test``), then the chaos tier, the
 # longest tests, then the cheap ones first, so a broken build fails in a minute. The real-stack tiers run two at
 # a time (pytest-xdist, ``--dist worksteal``: a worker that runs dry takes half of the other's queue); the two
@@ -66,7 +69,8 @@ def pytest_collection_modifyitems(config, items):
         if tier_of(item) == "unit":
             item.add_marker(pytest.mark.unit)
         if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(timeouts[tier_of(item)]))
+            in_model = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0] == "model"
+            item.add_marker(pytest.mark.timeout(MODEL_TIMEOUT if in_model else timeouts[tier_of(item)]))
         rel = Path(str(item.fspath)).relative_to(REPO / "tests").as_posix()
         if rel in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)

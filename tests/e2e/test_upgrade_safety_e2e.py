@@ -5,8 +5,8 @@ Each test runs its own namespace, operator process and process kubelet; the driv
 pre-flight, drain and snapshot Pods run their real commands. Output is checked with
 read_committed consumers. Exactness is proven on the unique-id stream (every id sent in
 the output once, as a set: ``finish_ids``), where final counts per key would hide a lost
-batch that a later one rewrote. Only the pre-flight test runs the counting job: its point
-is the state schema of a stateful job (tests/e2e/exactness.py).
+batch that a later one rewrote. The pre-flight test, whose point is the state schema of a stateful job, runs
+the deduplicating unique-id job (``tests/e2e/jobs/ids_deduped.py``: every id seen kept in its state store).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 
 from eos_job import checkpoint, snapshot
 from eos_stack.cluster import condition, wait_until
-from tests.e2e.streams import (IDS, NAME, IdFeed, OperatorProcess, colors_stream, finish_exact, finish_ids,
+from tests.e2e.streams import (IDS, NAME, IdFeed, OperatorProcess, colors_stream, finish_ids,
                                kept_ids_from, rig, settle_ids, wait_ids)
 
 pytestmark = pytest.mark.stack
@@ -30,10 +30,11 @@ pytestmark = pytest.mark.stack
 def test_pre_flight_blocks_an_incompatible_upgrade(
         stack_env, kubectl, namespace, tmp_path, report_result):
     with rig(stack_env, kubectl, namespace, tmp_path) as r:
-        trickle = r.run_stream(r.stream(), seed=3)
+        feed = r.run_ids(r.stream("tests.e2e.jobs.ids_deduped"), seed=3)
 
-        # The new job's state is incompatible: pre-flight refuses it, nothing is stopped.
-        kubectl.patch_spec(namespace, NAME, {"job": {"module": "tests.e2e.jobs.colors_incompatible"}})
+        # The new job's state is incompatible (its deduplication key differs): pre-flight refuses it, nothing
+        # is stopped.
+        kubectl.patch_spec(namespace, NAME, {"job": {"module": "tests.e2e.jobs.ids_deduped_incompatible"}})
         st = r.wait_status(lambda s: (s.get("rejectedSpec") or {}).get("reason") == "PreFlightFailed",
                            "pre-flight to block the upgrade", 300)
         assert st["driverPod"] == f"{NAME}-driver-0" and r.pod_phase(f"{NAME}-driver-0") == "Running"
@@ -43,14 +44,16 @@ def test_pre_flight_blocks_an_incompatible_upgrade(
         assert (degraded["status"], degraded["reason"]) == ("True", "UpgradeBlocked"), degraded
         blocked_msg = r.kubectl.event_messages(namespace, NAME, "UpgradeBlocked")
         assert blocked_msg and "pre-flight" in blocked_msg[0], blocked_msg
-        before = r.counts_total()
-        wait_until(lambda: r.counts_total() > before, "the old job to keep writing", 120, r.diag, 2)
+        assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in blocked_msg[0], blocked_msg   # refused for its state
+        before = r.output_total()
+        wait_until(lambda: r.output_total() > before, "the old job to keep writing", 120, r.diag, 2)
         reasons = kubectl.events(namespace, NAME)
         assert "PreFlight" in reasons and "SnapshotTaken" not in reasons and "Upgraded" not in reasons
 
-        finish_exact(r, trickle)
-        report_result("upgrade safety: pre-flight blocked an incompatible state change with the old driver "
-                      "running; output exactly once (a broken upgrade's rollback: test_rollback_partial_e2e.py)")
+        ids = finish_ids(r, feed)
+        report_result(f"upgrade safety: pre-flight blocked an incompatible state change of the deduplicating "
+                      f"job with the old driver running; {len(ids)} unique ids exactly once (a broken upgrade's "
+                      f"rollback: test_rollback_partial_e2e.py)")
 
 
 @pytest.mark.soak   # make soak (overlaps the planner unit test of the idle upgrade); make test deselects it
