@@ -11,6 +11,8 @@ must be on while metrics are: ``spark.ui.enabled=true`` on ``job.metrics.port``.
   (``latency``, ms), ``inputRate-total`` and ``processingRate-total`` (rows per second), ``states-rowsTotal``
   and ``states-usedBytes`` (stateful queries), ``eventTime-watermark``.
 * ``spark.metrics.conf.driver.source.jvm.class``: the JVM's heap, non-heap and GC (``jvm_heap_used``, ...).
+* ``spark.ui.killEnabled=false``: the UI is now reachable by whoever reaches the Pod's port; it may show the
+  job but not kill its stages (a kill fails the batch and restarts the driver).
 * ``spark.metrics.staticSources.enabled`` stays on (Spark's default): code generation and the hive catalog.
 
 The chart's PodMonitor (``monitoring.driverPodMonitor``) renames these to ``spark_streaming_*`` with a
@@ -31,8 +33,6 @@ METRICS_PATH = "/metrics/prometheus"
 METRICS_NAMESPACE = "eos"
 DEFAULT_PORT = 4040
 PORT_NAME = "metrics"
-# What the servlet and the chart's relabeling rely on: a stream with metrics on may not set them in sparkConf.
-PINNED_CONF = ("spark.ui.enabled", "spark.ui.port", "spark.metrics.namespace", "spark.sql.streaming.metricsEnabled")
 
 
 class DriverMetrics(Model):
@@ -42,7 +42,7 @@ class DriverMetrics(Model):
         "which then carries the label streaming.eos.dev/driver-metrics=true for the chart's PodMonitor. Turns "
         "on Spark's UI (the servlet is part of it). A change restarts the driver."))
     port: int = Field(DEFAULT_PORT, ge=1024, le=65535, description=(
-        "The driver's UI and metrics port (spark.ui.port)."))
+        "The driver's UI and metrics port (spark.ui.port); in cluster mode not 7078 or 7079 (the driver's RPC)."))
 
 
 def spark_conf(metrics: DriverMetrics | None) -> dict[str, str]:
@@ -51,6 +51,7 @@ def spark_conf(metrics: DriverMetrics | None) -> dict[str, str]:
         return {}
     return {
         "spark.ui.enabled": "true",
+        "spark.ui.killEnabled": "false",
         "spark.ui.port": str(metrics.port),
         "spark.metrics.namespace": METRICS_NAMESPACE,
         "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
@@ -67,4 +68,4 @@ def metrics_errors(spec) -> list[str]:
     if metrics is None or not metrics.enabled:
         return []
     return [f"job.sparkConf.{k}: set from job.metrics while job.metrics.enabled is true (the driver's metrics "
-            "and the chart's PodMonitor rely on it); remove it" for k in PINNED_CONF if k in spec.job.spark_conf]
+            "and the chart's PodMonitor rely on it); remove it" for k in spark_conf(metrics) if k in spec.job.spark_conf]

@@ -47,6 +47,7 @@ def test_on_turns_on_the_ui_servlet_streaming_and_jvm_sources():
     assert conf["spark.sql.streaming.metricsEnabled"] == "true"
     assert conf["spark.metrics.namespace"] == "eos"     # not the application id: names stable across drivers
     assert conf["spark.metrics.conf.driver.source.jvm.class"] == "org.apache.spark.metrics.source.JvmSource"
+    assert conf["spark.ui.killEnabled"] == "false"    # reachable on the Pod's port: it shows, it does not kill
 
 
 def test_the_driver_pod_gets_a_named_port_a_label_and_its_ui_on_the_pod_ip():
@@ -73,7 +74,9 @@ def test_aux_pods_serve_no_metrics():
 
 
 def test_spark_conf_may_not_move_what_the_metrics_rely_on():
-    for key in driver_metrics.PINNED_CONF:
+    pinned = driver_metrics.spark_conf(driver_metrics.DriverMetrics(enabled=True))
+    assert "spark.ui.port" in pinned and "spark.metrics.namespace" in pinned
+    for key in pinned:
         res = validate_spec(base_spec(job={**ON, "sparkConf": {key: "x"}}))
         assert not isinstance(res, ExactlyOnceStreamSpec), key
         assert any(e.startswith(f"spec.job.sparkConf.{key}:") and "job.metrics" in e and "remove it" in e
@@ -87,6 +90,16 @@ def test_a_bad_port_names_the_field():
     res = validate_spec(base_spec(job={"module": "m", "metrics": {"enabled": True, "port": 80}}))
     assert not isinstance(res, ExactlyOnceStreamSpec)
     assert any("job.metrics.port" in e for e in res.errors), res.errors
+
+
+def test_in_cluster_mode_the_port_may_not_be_the_drivers_rpc_port():
+    for port in (children.DRIVER_PORT, children.BLOCK_MANAGER_PORT):
+        res = validate_spec(base_spec(job={**ON, "deployMode": "cluster", "metrics": {"enabled": True, "port": port}}))
+        assert not isinstance(res, ExactlyOnceStreamSpec), port
+        assert any(e.startswith("spec.job.metrics.port:") and "pick another port" in e for e in res.errors), res.errors
+    # Local mode keeps RPC on loopback: the port is free on the Pod's address there.
+    assert isinstance(validate_spec(base_spec(job={**ON, "metrics": {"enabled": True, "port": children.DRIVER_PORT}})),
+                      ExactlyOnceStreamSpec)
 
 
 def test_a_metrics_change_restarts_on_the_live_checkpoint():
