@@ -307,3 +307,22 @@ def test_the_pod_monitor_takes_namespaces_labels_and_interval(helm: Helm):
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["streams-a", "streams-b"]}
     assert pm["metadata"]["labels"]["release"] == "kps" and pm["metadata"]["labels"]["app.kubernetes.io/instance"] == "eos"
     assert pm["spec"]["podMetricsEndpoints"][0]["interval"] == "10s"
+
+
+def test_with_network_policies_the_pod_monitors_prometheus_reaches_the_drivers_metrics_port(helm: Helm, tmp_path):
+    """The streams' NetworkPolicy admits only their own namespace; with the driverPodMonitor it also admits
+    networkPolicy.metricsFrom to the port named metrics (only drivers with job.metrics have one)."""
+    values = tmp_path / "v.yaml"
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    values.write_text(yaml.safe_dump({"watchNamespaces": ["team-a"], "networkPolicy": {
+        "enabled": True, "metricsFrom": monitoring}}))
+
+    def stream_ingress(*args: str) -> list[dict[str, Any]]:
+        (policy,) = [d for d in helm.template("-f", str(values), *args, namespace="ops")
+                     if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == "team-a"]
+        return policy["spec"]["ingress"]
+
+    assert stream_ingress() == [{"from": [{"podSelector": {}}]}]
+    assert stream_ingress("--set", "monitoring.driverPodMonitor.enabled=true") == [
+        {"from": [{"podSelector": {}}]},
+        {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": monitoring}]

@@ -71,6 +71,10 @@ def test_a_real_prometheus_scrapes_the_drivers_streaming_metrics_under_its_query
         # Nothing keeps Spark's raw name: the rules cover every driver series, and each gauge is there once.
         assert prometheus.query(prom, 'count({__name__=~"metrics_.*"})') == [], "raw Spark names left over"
         assert prometheus.query(prom, 'count({__name__=~"spark_.*_(Number|Value)"})') == []
+        # Every gauge of the query's source is one the rules know (a new one would keep the query's name inside
+        # its series name, spark_driver_spark_streaming_<query>_<gauge>).
+        assert prometheus.query(prom, 'count({__name__=~"spark_driver_spark_streaming_.*"})') == [], \
+            "a streaming gauge the relabelings do not list"
         assert run.stop() == 0, run.log_tail()
     report_result(f"driver metrics: a real Prometheus scraped /metrics/prometheus of a colors driver with "
                   f"job.metrics on; query {query}: batch duration, input and processed rows per second, "
