@@ -53,7 +53,7 @@ def test_a_real_prometheus_scrapes_the_drivers_streaming_metrics_under_its_query
         def diag() -> str:
             return f"prometheus:\n{prom.log_tail(10)}\njob:\n{run.log_tail(20)}"
 
-        expected = produce(run.bootstrap, run.events, 3000)
+        expected = produce(run.bootstrap, run.events, 1500)   # three batches: the first reports no input rate
         run.start()
         # Batches of up to 500 rows: rows were processed while Prometheus scraped every second.
         wait_until(lambda: prometheus.query(prom, f"max_over_time(spark_streaming_processingRate_total{{{sel}}}[10m]) > 0"),
