@@ -1,6 +1,7 @@
 """Driver metrics (job.metrics, issue 30) on the real stack: a driver of the colors job with metrics on, a real
 Prometheus scraping its /metrics/prometheus with the chart's driverPodMonitor rules (its metricRelabelings as
-shipped, the target labels its relabelings give a driver Pod), and queries that find this stream's streaming
+shipped, the target labels its relabelings give a driver Pod) at the address a driver Pod's UI binds (its own,
+SPARK_LOCAL_IP, while RPC stays on loopback), and queries that find this stream's streaming
 series under the query's name, every series the dashboard's driver row uses, and no raw Spark name left over."""
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import yaml
 
 from eos_stack import prometheus
 from eos_stack.cluster import wait_until
-from eos_stack.common import free_port
+from eos_stack.common import free_port, port_open
+from eos_operator.children import UI_BIND_ENV
 from examples.colors.generator import produce
+from tests.harness.pod_setup import pod_ip
 
 CHART = prometheus.REPO / "charts" / "spark-eos-operator"
 RELABELINGS = CHART / "files" / "driver-metric-relabelings.yaml"
@@ -34,6 +37,10 @@ def test_a_real_prometheus_scrapes_the_drivers_streaming_metrics_under_its_query
     port = free_port()
     run = colors_run(max_offsets_per_trigger=500)
     run.setup()
+    # As in a driver Pod with metrics on (eos_operator.children): the UI and its servlet on the Pod's own address
+    # (one of 127.0.0.0/8, as the process kubelet gives a Pod), Spark's RPC on loopback.
+    address = pod_ip({"metadata": {"uid": run.run_id}})
+    run.extra_env = {UI_BIND_ENV: address}
     manifest = yaml.safe_load(run.config_path.read_text())
     manifest["spec"]["job"]["metrics"] = {"enabled": True, "port": port}
     run.config_path.write_text(yaml.safe_dump(manifest))
@@ -46,7 +53,7 @@ def test_a_real_prometheus_scrapes_the_drivers_streaming_metrics_under_its_query
     with contextlib.ExitStack() as cleanup:
         # The target labels a driver Pod gets from the PodMonitor (its namespace; stream from its label).
         prom = cleanup.enter_context(prometheus.start(
-            f"127.0.0.1:{port}", tmp_path / "prometheus", rules=[], metrics_path="/metrics/prometheus",
+            f"{address}:{port}", tmp_path / "prometheus", rules=[], metrics_path="/metrics/prometheus",
             labels={"namespace": "local", "stream": stream},
             metric_relabel_configs=prometheus.relabel_configs(yaml.safe_load(RELABELINGS.read_text()))))
 
@@ -59,6 +66,7 @@ def test_a_real_prometheus_scrapes_the_drivers_streaming_metrics_under_its_query
         wait_until(lambda: prometheus.query(prom, f"max_over_time(spark_streaming_processingRate_total{{{sel}}}[10m]) > 0"),
                    "a processed-rows series of the stream's query", 240, diag, 1)
         run.wait_caught_up(expected)
+        assert not port_open(port, "127.0.0.1"), f"the UI binds {UI_BIND_ENV} ({address}), not every address"
         latency = prometheus.query(prom, f"spark_streaming_latency{{{sel}}}")
         assert len(latency) == 1 and latency[0]["metric"]["job"] == "spark-eos-operator", latency
         assert prometheus.query(prom, f"max_over_time(spark_streaming_inputRate_total{{{sel}}}[10m]) > 0"), diag()
