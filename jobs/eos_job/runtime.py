@@ -94,6 +94,8 @@ def spark_conf_for(config: RunConfig) -> dict[str, str]:
         from .session import s3a_conf
         conf.update(s3a_conf(spec.checkpoint.s3))
     conf.update(spec.job.spark_conf)
+    from .driver_metrics import spark_conf
+    conf.update(spark_conf(spec.job.metrics))   # validation refuses a sparkConf that sets the same keys
     return conf
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from .driver_metrics import DriverMetrics, metrics_errors
 from .model import Model
 from .kafka_security import KafkaCredentials, KafkaTls, SecretKeyRef, end_errors
 from .pod_template import PodTemplate
@@ -94,6 +95,7 @@ class JobSpec(Model):
         "pull secrets, env. What the operator sets wins (eos_job.pod_template)."))
     state: Literal["running", "suspended"] = Field(
         "running", description="suspended stops the driver at a clean batch boundary; running resumes it.")
+    metrics: DriverMetrics | None = Field(None, description="The driver's Spark metrics for Prometheus.")
 
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
@@ -332,7 +334,7 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
             via = SPARK_RESERVED[key]
             errors.append(f"job.sparkConf.{key}: the output slots rely on it{f' (set from {via})' if via else ''}; "
                           "remove it")
-    errors += spark_env_errors(spec.job.spark_conf)
+    errors += spark_env_errors(spec.job.spark_conf) + metrics_errors(spec)
     for key in spec.sink.producer_config:
         if key in PRODUCER_RESERVED:
             errors.append(f"sink.producerConfig.{key}: set by the runtime for exactly-once; remove it")

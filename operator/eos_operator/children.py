@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from eos_job.driver_metrics import PORT_NAME as METRICS_PORT_NAME
 from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity, stream_uid
 from eos_job.kafka_security import env_name, secret_refs
 from eos_job.spec_rules import POD_TEMPLATE_FILE_CONF, sets_runtime_env
@@ -23,6 +24,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_STREAM = f"{API_GROUP}/stream"
 LABEL_GENERATION = f"{API_GROUP}/generation"
 LABEL_ATTEMPT = f"{API_GROUP}/attempt"
+LABEL_DRIVER_METRICS = f"{API_GROUP}/driver-metrics"   # "true" on a driver serving job.metrics (the PodMonitor)
 ANNOTATION_SPEC_HASH = f"{API_GROUP}/spec-hash"
 
 RUN_CONFIG_KEY = "run.json"
@@ -41,6 +43,7 @@ DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
 SPARK_MASTER_ENV = "EOS_SPARK_MASTER"   # "k8s": the runtime's master is the API server the Pod sees
 POD_IP_ENV = "EOS_POD_IP"               # the driver's address for its executors (fieldRef status.podIP)
+UI_BIND_ENV = "SPARK_LOCAL_IP"          # Spark's UI (and its metrics servlet) binds there (eos_job.driver_metrics)
 CHECKPOINT_VOLUME = "checkpoint"
 LABEL_AUX = f"{API_GROUP}/aux"          # pre-flight and drain Pods (not drivers of the stream)
 PREFLIGHT = "preflight"
@@ -237,6 +240,9 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
                snapshot_on_stop: str | None = None) -> dict[str, Any]:
     name = driver_pod_name(ref.name, attempt)
     labels = {**stream_selector(ref.name), LABEL_GENERATION: str(tx_generation), LABEL_ATTEMPT: str(attempt)}
+    metrics = spec.job.metrics if spec.job.metrics is not None and spec.job.metrics.enabled else None
+    if metrics is not None:
+        labels[LABEL_DRIVER_METRICS] = "true"
     env: list[dict[str, Any]] = [
         {"name": RUN_CONFIG_ENV,
          "valueFrom": {"configMapKeyRef": {"name": run_config_name(ref.name), "key": RUN_CONFIG_KEY}}},
@@ -255,6 +261,10 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
         env.append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         env.append({"name": "EOS_SERVICE_ACCOUNT",
                     "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}})
+    if metrics is not None and spec.job.deploy_mode == "local":
+        # Local mode keeps Spark on loopback (eos_job.session), which would hide the UI from Prometheus: the
+        # UI binds the Pod's IP instead (RPC stays on loopback, spark.driver.bindAddress).
+        env.append({"name": UI_BIND_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     resources = {"cpu": spec.job.driver.cpu, "memory": spec.job.driver.memory}
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,
@@ -267,6 +277,8 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
     if spec.job.deploy_mode == "cluster":
         container["ports"] = [{"name": "driver-rpc", "containerPort": DRIVER_PORT},
                               {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT}]
+    if metrics is not None:
+        container.setdefault("ports", []).append({"name": METRICS_PORT_NAME, "containerPort": metrics.port})
     body = pod_body(_meta(ref, name, labels, {ANNOTATION_SPEC_HASH: spec.spec_hash()}), container,
                     grace_seconds=TERMINATION_GRACE_SECONDS, service_account=spec.job.service_account_name,
                     claim_name=spec.checkpoint.claim_name if spec.checkpoint.store == "pvc" else None,
@@ -367,8 +379,9 @@ def aux_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, component: str, atte
         container.pop("volumeMounts")
     if not body["spec"]["volumes"]:
         body["spec"].pop("volumes")
-    cluster_env = ("PYSPARK_SUBMIT_ARGS", "EOS_DRIVER_POD", SPARK_MASTER_ENV, POD_IP_ENV, "EOS_SERVICE_ACCOUNT")
-    env = [e for e in container["env"] if e["name"] not in cluster_env]
+    driver_only_env = ("PYSPARK_SUBMIT_ARGS", "EOS_DRIVER_POD", SPARK_MASTER_ENV, POD_IP_ENV, "EOS_SERVICE_ACCOUNT",
+                   UI_BIND_ENV)
+    env = [e for e in container["env"] if e["name"] not in driver_only_env]
     for e in env:
         if e["name"] == RUN_CONFIG_ENV:
             e["valueFrom"] = {"configMapKeyRef": {"name": aux_config_name(ref.name, component), "key": RUN_CONFIG_KEY}}

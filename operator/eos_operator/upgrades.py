@@ -10,7 +10,7 @@ Every changed field (a path under spec) falls in one class:
 * **restart** - a new driver on the live checkpoint, whatever the upgrade mode:
   the change alters how the job runs, not what it computes or where its state
   and output live. Driver and executor resources, service account, deploy mode,
-  trigger interval, source connection settings and rate limit, sink producer
+  driver metrics, trigger interval, source connection settings and rate limit, sink producer
   settings and credentials. ``source.startingOffsets`` is here too: it only
   matters for a fresh checkpoint.
 * **upgrade** - a change of what the job computes or where its state and output
@@ -66,7 +66,7 @@ OPERATOR_ONLY_FIELDS = (("job", "state"), ("restartNonce",), ("restartStrategy",
 
 # Fields whose change needs a new driver but keeps its state: a restart on the live checkpoint.
 RESTART_ONLY_FIELDS = (
-    "job.driver", "job.executor", "job.serviceAccountName", "job.deployMode", "triggerIntervalMs",
+    "job.driver", "job.executor", "job.serviceAccountName", "job.deployMode", "job.metrics", "triggerIntervalMs",
     "source.bootstrapServers", "source.maxOffsetsPerTrigger", "source.options", "source.startingOffsets",
     "source.acceptDataLoss",
     "sink.producerConfig", "sink.credentials", "sink.transactionTimeoutMs", "sink.auditHeaders",

@@ -16,6 +16,8 @@ from pydantic import ValidationError
 from eos_job.spec import ExactlyOnceStreamSpec, semantic_errors
 from eos_job.spec_rules import explain
 
+from .children import BLOCK_MANAGER_PORT, DRIVER_PORT
+
 
 @dataclass(frozen=True)
 class InvalidSpec:
@@ -87,6 +89,11 @@ def validate_spec(raw: dict[str, Any] | None, namespace: str | None = None,
         errors.append("checkpoint.store: local is a directory on whichever node runs the driver: a restart on "
                       "another node would not find the checkpoint. Use store s3 (or pvc); local is accepted "
                       "only by an operator started with --allow-local-store (tests, single-node labs)")
+    metrics = spec.job.metrics
+    if (metrics is not None and metrics.enabled and spec.job.deploy_mode == "cluster"
+            and metrics.port in (DRIVER_PORT, BLOCK_MANAGER_PORT)):
+        errors.append(f"job.metrics.port: {metrics.port} is taken by the driver's RPC in cluster mode (ports "
+                      f"{DRIVER_PORT} and {BLOCK_MANAGER_PORT}); pick another port, e.g. the default 4040")
     if errors:
         return InvalidSpec(tuple(e if e.startswith("spec.") else f"spec.{e}" for e in errors))
     return spec

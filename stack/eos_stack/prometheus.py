@@ -196,21 +196,46 @@ def _resolve_exe(exe: str | os.PathLike | None) -> str:
     return chosen
 
 
-def config_text(target: str, rules: list[Path], interval: str = "1s") -> str:
-    """The generated prometheus.yml: one static target scraped every ``interval``, the rule files evaluated
-    every ``interval``. honor_labels as in the chart's ServiceMonitor (the series' `namespace` is the stream's)."""
+def config_text(target: str, rules: list[Path], interval: str = "1s", *, metrics_path: str = "/metrics",
+                labels: dict[str, str] | None = None, metric_relabel_configs: list[dict] | None = None) -> str:
+    """The generated prometheus.yml: one static target scraped every ``interval`` at ``metrics_path``, the rule
+    files evaluated every ``interval``. honor_labels as in the chart's ServiceMonitor (the series' `namespace`
+    is the stream's). ``labels``: the target's own (what a PodMonitor's relabelings would give it);
+    ``metric_relabel_configs``: Prometheus's own form (see :func:`relabel_configs`)."""
+    scrape: dict[str, Any] = {"job_name": "spark-eos-operator", "honor_labels": True, "metrics_path": metrics_path,
+                              "static_configs": [{"targets": [target], **({"labels": labels} if labels else {})}]}
+    if metric_relabel_configs:
+        scrape["metric_relabel_configs"] = metric_relabel_configs
     return json.dumps({  # JSON is YAML: no quoting surprises in paths or targets
         "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
         "rule_files": [str(Path(r).resolve()) for r in rules],
-        "scrape_configs": [{"job_name": "spark-eos-operator", "honor_labels": True, "metrics_path": "/metrics",
-                            "static_configs": [{"targets": [target]}]}],
+        "scrape_configs": [scrape],
     }, indent=2) + "\n"
 
 
+_RELABEL_KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label", "regex": "regex",
+                 "replacement": "replacement", "action": "action", "separator": "separator", "modulus": "modulus"}
+
+
+def relabel_configs(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prometheus Operator relabelings (a PodMonitor's camelCase ``metricRelabelings``) in prometheus.yml's own
+    spelling, as the operator writes them into its generated config; an unknown key is an error."""
+    out = []
+    for rule in rules:
+        unknown = set(rule) - set(_RELABEL_KEYS)
+        if unknown:
+            raise StackError(f"relabeling {rule}: keys {sorted(unknown)} are not translated; add them to _RELABEL_KEYS")
+        out.append({_RELABEL_KEYS[k]: v for k, v in rule.items()})
+    return out
+
+
 def start(target: str, directory: str | os.PathLike, *, rules: list[str | os.PathLike] | None = None,
-          interval: str = "1s", exe: str | os.PathLike | None = None, timeout: float = START_TIMEOUT) -> Server:
-    """Start Prometheus on 127.0.0.1 on a free port, scraping ``target`` (``host:port``, path /metrics) and
-    evaluating ``rules`` (default: the chart's files/alerts.yaml, as shipped) every ``interval``.
+          interval: str = "1s", exe: str | os.PathLike | None = None, timeout: float = START_TIMEOUT,
+          metrics_path: str = "/metrics", labels: dict[str, str] | None = None,
+          metric_relabel_configs: list[dict] | None = None) -> Server:
+    """Start Prometheus on 127.0.0.1 on a free port, scraping ``target`` (``host:port``, path ``metrics_path``,
+    with the target ``labels`` and ``metric_relabel_configs`` of :func:`config_text`) and evaluating ``rules``
+    (default: the chart's files/alerts.yaml, as shipped) every ``interval``.
 
     ``directory`` holds the generated config (prometheus.yml), the TSDB (data/) and the log
     (prometheus.log). Returns once ``/-/ready`` answers; raises StackError (with the log's tail) if the
@@ -222,7 +247,8 @@ def start(target: str, directory: str | os.PathLike, *, rules: list[str | os.Pat
     home.mkdir(parents=True, exist_ok=True)
     rule_files = [Path(r) for r in (rules if rules is not None else [RULES_FILE])]
     config = home / "prometheus.yml"
-    config.write_text(config_text(target, rule_files, interval))
+    config.write_text(config_text(target, rule_files, interval, metrics_path=metrics_path, labels=labels,
+                                  metric_relabel_configs=metric_relabel_configs))
     logfile = home / "prometheus.log"
     port = free_port()
     argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={home / 'data'}",

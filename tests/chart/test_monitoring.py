@@ -1,9 +1,11 @@
-"""The chart's monitoring bundle: ServiceMonitor, PrometheusRule and Grafana dashboard.
+"""The chart's monitoring bundle: ServiceMonitor, PrometheusRule, Grafana dashboard and the drivers' PodMonitor.
 
 The alerting rules are one file, files/alerts.yaml, that the PrometheusRule carries unchanged; promtool
 (built by the stack, PROMTOOL in .stack/env) checks it and runs its unit tests (alerts_test.yaml: every
 alert fires where it must and stays silent where it must not). The dashboard is files/dashboard.json, in
-a ConfigMap for Grafana's sidecar. Every metric both use is one the operator exports.
+a ConfigMap for Grafana's sidecar. Every eos_* metric both use is one the operator exports; every spark_* one
+is a name the drivers' PodMonitor gives Spark's driver metrics (files/driver-metric-relabelings.yaml; that a
+real driver's series get those names: tests/e2e/test_driver_metrics_e2e.py).
 """
 from __future__ import annotations
 
@@ -21,12 +23,13 @@ from .helpers import CHART, Helm, by_kind, one
 HERE = Path(__file__).resolve().parent
 ALERTS = CHART / "files" / "alerts.yaml"
 DASHBOARD = CHART / "files" / "dashboard.json"
+RELABELINGS = CHART / "files" / "driver-metric-relabelings.yaml"
 ALERTS_TEST = HERE / "alerts_test.yaml"
 ALL_ON = ["--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
-          "--set", "monitoring.dashboard.enabled=true"]
-MONITORING_KINDS = ("ServiceMonitor", "PrometheusRule")
+          "--set", "monitoring.dashboard.enabled=true", "--set", "monitoring.driverPodMonitor.enabled=true"]
+MONITORING_KINDS = ("ServiceMonitor", "PrometheusRule", "PodMonitor")
 ROWS = ["Readiness and lifecycle", "Progress and batches", "Restarts and failures", "Replay horizon",
-        "Snapshots and upgrades", "Operator health"]
+        "Snapshots and upgrades", "Operator health", "Driver (Spark metrics)"]
 
 
 def alert_rules() -> list[dict[str, Any]]:
@@ -137,6 +140,28 @@ def test_alerts_and_dashboard_use_only_series_the_operator_exports():
     assert missing == set(), f"not on the dashboard: {sorted(missing)}"
 
 
+def streaming_metrics() -> set[str]:
+    """The query metrics the drivers' PodMonitor renames spark_streaming_<metric> (its rules' alternatives)."""
+    (regex,) = {r["regex"] for r in yaml.safe_load(RELABELINGS.read_text())
+                if r.get("replacement") == "spark_streaming_$2"}
+    return set(re.search(r"_\(([^()]*)\)_Value$", regex).group(1).split("|"))
+
+
+def test_the_dashboards_driver_series_are_names_the_pod_monitor_gives():
+    used = {m for e in dashboard_exprs() for m in re.findall(r"\bspark_[A-Za-z_]+", e)}
+    assert {"spark_streaming_latency", "spark_streaming_inputRate_total", "spark_streaming_processingRate_total",
+            "spark_streaming_states_rowsTotal", "spark_streaming_states_usedBytes", "spark_driver_jvm_heap_used"} <= used
+    streaming = {m[len("spark_streaming_"):] for m in used if m.startswith("spark_streaming_")}
+    assert streaming <= streaming_metrics(), streaming - streaming_metrics()
+    assert all(m.startswith(("spark_streaming_", "spark_driver_")) for m in used), used
+    # Every driver panel filters by the stream's namespace and name, as the operator's panels do.
+    dash = json.loads(DASHBOARD.read_text())
+    for p in dash["panels"]:
+        for t in p.get("targets", []):
+            if "spark_" in t["expr"]:
+                assert 'namespace=~"$namespace", stream=~"$stream"' in t["expr"], p["title"]
+
+
 def test_dashboard_queries_are_valid_promql(promtool, tmp_path):
     """Each panel's query, with the dashboard's variables filled in, passes promtool as a recording rule."""
     exprs = [e.replace("$namespace", ".*").replace("$stream", ".*") for e in dashboard_exprs()]
@@ -243,3 +268,61 @@ def test_a_service_monitor_without_a_metrics_port_is_refused(helm: Helm, off):
     docs = helm.template("--set", "monitoring.prometheusRule.enabled=true",
                          "--set", "monitoring.dashboard.enabled=true", "--set", off)
     assert one(docs, "PrometheusRule") and dashboard_docs(docs)
+
+
+# ------------------------------------------------------------------------------------ the drivers' PodMonitor
+def test_the_pod_monitor_scrapes_exactly_the_drivers_that_serve_metrics(helm: Helm):
+    from eos_job import driver_metrics
+    from eos_operator import children
+    from eos_job.spec import ExactlyOnceStreamSpec
+    from tests.operator.fakes import base_spec
+
+    (pm,) = [d for d in helm.template(*ALL_ON, namespace="ops") if d["kind"] == "PodMonitor"]
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1" and pm["metadata"]["namespace"] == "ops"
+    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    selector = pm["spec"]["selector"]["matchLabels"]
+    ref = children.StreamRef("colors", "team-a", "uid")
+    on = ExactlyOnceStreamSpec.model_validate(base_spec(job={"module": "m", "metrics": {"enabled": True}}))
+    off = ExactlyOnceStreamSpec.model_validate(base_spec(job={"module": "m"}))
+    driver = children.driver_pod(ref, on, attempt=1, tx_generation=0)
+    assert selector.items() <= driver["metadata"]["labels"].items(), "it must select a driver with metrics on"
+    assert not selector.items() <= children.driver_pod(ref, off, attempt=1, tx_generation=0)["metadata"]["labels"].items()
+    aux = children.aux_pod(ref, on, component="preflight", attempt=1, tx_generation=0, args=["preflight"])
+    assert not selector.items() <= aux["metadata"]["labels"].items(), "pre-flight Pods serve no metrics"
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    (port,) = driver["spec"]["containers"][0]["ports"]
+    assert endpoint["port"] == port["name"] == "metrics" and endpoint["path"] == driver_metrics.METRICS_PATH
+    assert endpoint["interval"] == "30s"
+    # The stream's name from the driver's label, as Prometheus's Kubernetes discovery spells the label.
+    label = "__meta_kubernetes_pod_label_" + re.sub(r"[^A-Za-z0-9]", "_", children.LABEL_STREAM)
+    assert endpoint["relabelings"] == [{"sourceLabels": [label], "targetLabel": "stream"}]
+    assert endpoint["metricRelabelings"] == yaml.safe_load(RELABELINGS.read_text())
+
+
+def test_the_pod_monitor_takes_namespaces_labels_and_interval(helm: Helm):
+    docs = helm.template(*ALL_ON, "--set", "monitoring.driverPodMonitor.namespaces={streams-a,streams-b}",
+                         "--set", "monitoring.driverPodMonitor.labels.release=kps",
+                         "--set", "monitoring.driverPodMonitor.interval=10s")
+    (pm,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["streams-a", "streams-b"]}
+    assert pm["metadata"]["labels"]["release"] == "kps" and pm["metadata"]["labels"]["app.kubernetes.io/instance"] == "eos"
+    assert pm["spec"]["podMetricsEndpoints"][0]["interval"] == "10s"
+
+
+def test_with_network_policies_the_pod_monitors_prometheus_reaches_the_drivers_metrics_port(helm: Helm, tmp_path):
+    """The streams' NetworkPolicy admits only their own namespace; with the driverPodMonitor it also admits
+    networkPolicy.metricsFrom to the port named metrics (only drivers with job.metrics have one)."""
+    values = tmp_path / "v.yaml"
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    values.write_text(yaml.safe_dump({"watchNamespaces": ["team-a"], "networkPolicy": {
+        "enabled": True, "metricsFrom": monitoring}}))
+
+    def stream_ingress(*args: str) -> list[dict[str, Any]]:
+        (policy,) = [d for d in helm.template("-f", str(values), *args, namespace="ops")
+                     if d["kind"] == "NetworkPolicy" and d["metadata"]["namespace"] == "team-a"]
+        return policy["spec"]["ingress"]
+
+    assert stream_ingress() == [{"from": [{"podSelector": {}}]}]
+    assert stream_ingress("--set", "monitoring.driverPodMonitor.enabled=true") == [
+        {"from": [{"podSelector": {}}]},
+        {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": monitoring}]
