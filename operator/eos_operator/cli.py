@@ -16,7 +16,7 @@ ENV_INTERVAL = "EOS_OPERATOR_INTERVAL"
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m eos_operator",
-                                 description="The ExactlyOnceStream operator (streaming.eos.dev/v1alpha1).")
+                                 description="The ExactlyOnceStream operator (streaming.eos.dev/v1beta1).")
     sub = ap.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator against a cluster",
                          description="Watch ExactlyOnceStream resources and run their Spark drivers.")
