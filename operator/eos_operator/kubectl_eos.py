@@ -16,7 +16,7 @@ runs it. It talks only to the API server, with kubectl's credentials (``$KUBECON
     kubectl eos resolve NAME --dry-run        the last resolution: fenced ids, checkpoint, ledger per slot, replay
     kubectl eos verify NAME [--from-batch N]  audit the sink against the ledger (kubectl_verify.py): each
                                               committed (slot, batch) once, by count and digest
-    kubectl eos migrate-storage               after an upgrade of the CRDs: every stream and snapshot rewritten
+    kubectl eos migrate-storage [--crd NAME]  after an upgrade of the CRDs: every stream and snapshot rewritten
                                               in the storage version, older versions dropped from the CRDs'
                                               status.storedVersions (storage_migration.py; all namespaces)
 
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace, api: Api, now: Callable[[], datetime], sleep: 
         return EXIT_OK
     if cmd == "migrate-storage":
         from .storage_migration import run as migrate_storage
-        return migrate_storage(args.kubeconfig, args.context, args.output, emit)
+        return migrate_storage(args, emit)
     stream = api.stream(ns, args.name)
     spec = stream.get("spec") or {}
     if cmd == "status":

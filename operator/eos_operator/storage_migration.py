@@ -129,21 +129,24 @@ def migrate_storage(request: Request, crd_names: Iterable[str] | None = None, *,
 
 
 def add_parser(sub) -> None:
-    sub.add_parser("migrate-storage", help="rewrite every stream and snapshot in the storage version (v1beta1) "
-                                           "and drop older versions from the CRDs' status.storedVersions")
+    p = sub.add_parser("migrate-storage", help="rewrite every stream and snapshot in the storage version (v1beta1) "
+                                               "and drop older versions from the CRDs' status.storedVersions")
+    p.add_argument("--crd", action="append", dest="crds", metavar="NAME",
+                   help=f"only this CRD (repeatable; default: {', '.join(f'{p}.{API_GROUP}' for p in PLURALS)})")
 
 
-def run(kubeconfig: str | None, context: str | None, output: str | None, emit) -> int:
+def run(args, emit) -> int:
+    """``kubectl eos migrate-storage``: 0 when every CRD stores its storage version alone, else 1."""
     from .kube_api import KubernetesApi
 
-    api = KubernetesApi.from_kubeconfig(kubeconfig, context, threads=1)
+    api = KubernetesApi.from_kubeconfig(args.kubeconfig, args.context, threads=1)
     try:
-        results = migrate_storage(api.request_sync)
+        results = migrate_storage(api.request_sync, args.crds)
     except MigrationRefused as exc:
         print(f"kubectl eos migrate-storage: {exc}", file=sys.stderr)
         return 1
     doc = {"items": [{"crd": r.crd, "storageVersion": r.storage_version, "storedVersionsBefore": r.stored_before,
                       "storedVersionsAfter": r.stored_after, "rewritten": r.rewritten, "failed": r.failed}
                      for r in results]}
-    emit(doc, output, lambda: "\n".join(r.summary() for r in results))
+    emit(doc, args.output, lambda: "\n".join(r.summary() for r in results))
     return 0 if all(r.done for r in results) else 1

@@ -95,4 +95,6 @@ def test_refused_until_the_new_crds_are_applied():
 
 
 def test_the_plugin_has_the_command():
-    assert parser().parse_args(["migrate-storage"]).command == "migrate-storage"
+    args = parser().parse_args(["migrate-storage"])
+    assert (args.command, args.crds) == ("migrate-storage", None)   # None: both of the project's CRDs
+    assert parser().parse_args(["migrate-storage", "--crd", "a", "--crd", "b"]).crds == ["a", "b"]

@@ -22,12 +22,13 @@ import pytest
 import yaml
 
 from eos_job.spec import API_GROUP
+from eos_operator import kubectl_eos
 from eos_operator.crd import build_crd, build_snapshot_crd
 from eos_operator.kube_api import KubernetesApi
 from eos_operator.reconciler import Deps, reconcile
 from eos_operator.storage_migration import migrate_storage
 from eos_operator.validation import allow_local_store
-from eos_stack.cluster import Kubectl
+from eos_stack.cluster import Kubectl, wait_until
 from eos_stack.common import Stack
 from eos_stack.kube import load_ports
 
@@ -76,9 +77,13 @@ class Scratch:
     def apply(self, crd: dict[str, Any], check: bool = True):
         proc = self.kubectl.run("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump(crd),
                                 check=check)
-        if proc.returncode == 0:
-            self.kubectl.run("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}",
-                             "--timeout=60s")
+        if proc.returncode == 0:   # every version it serves is served (an update is not seen at once)
+            plural = crd["spec"]["names"]["plural"]
+            for version in crd["spec"]["versions"]:
+                path = f"/apis/{self.group}/{version['name']}"
+                wait_until(lambda: any(r["name"] == plural for r in json.loads(
+                    self.kubectl.run("get", "--raw", path).stdout).get("resources") or []),
+                    f"{plural} served at {path}", 60)
         return proc
 
     def stored_versions(self, part: str) -> list[str]:
@@ -109,7 +114,8 @@ def etcd_api_version(group: str, plural: str, namespace: str, name: str) -> str:
     return json.loads(base64.b64decode(kvs[0]["value"]))["apiVersion"]
 
 
-def test_v1alpha1_objects_survive_the_move_to_v1beta1_and_the_storage_migration(scratch, namespace, stack_env):
+def test_v1alpha1_objects_survive_the_move_to_v1beta1_and_the_storage_migration(scratch, namespace, stack_env,
+                                                                                 capsys):
     kubectl, group = scratch.kubectl, scratch.group
     for part in ("stream", "snapshot"):
         scratch.apply(Scratch.only(scratch.crds[part], "v1alpha1"))
@@ -125,6 +131,14 @@ def test_v1alpha1_objects_survive_the_move_to_v1beta1_and_the_storage_migration(
     stored = {part: etcd_api_version(group, scratch.plural(part), namespace, doc["metadata"]["name"])
               for part, doc in zip(("stream", "snapshot"), (stream, snapshot))}
     assert stored == {"stream": f"{group}/v1alpha1", "snapshot": f"{group}/v1alpha1"}
+
+    # Migrating before the new CRDs are applied is refused, and changes nothing.
+    capsys.readouterr()
+    argv = ["--kubeconfig", stack_env["KUBECONFIG"], "-o", "json", "migrate-storage",
+            "--crd", scratch.name("stream"), "--crd", scratch.name("snapshot")]
+    assert kubectl_eos.main(argv) == 1
+    assert "stores v1alpha1, not v1beta1: apply the new CRDs" in capsys.readouterr().err
+    assert scratch.stored_versions("stream") == ["v1alpha1"]
 
     # The upgrade: the generated CRDs (v1beta1 stored, v1alpha1 served and deprecated).
     for part in ("stream", "snapshot"):
@@ -169,9 +183,14 @@ def test_v1alpha1_objects_survive_the_move_to_v1beta1_and_the_storage_migration(
     pods = [p["metadata"]["name"] for p in kubectl.pods(namespace)]
     assert any(p.startswith("colors-driver") for p in pods), (outcome, pods, after["status"])
 
-    # The migration: every object rewritten unchanged, then storedVersions v1beta1 alone.
-    results = migrate_storage(kube.request_sync, [scratch.name("stream"), scratch.name("snapshot")])
-    assert [(r.rewritten, r.failed, r.stored_after) for r in results] == [
+    # The migration, as users run it (the plugin, with the kubeconfig): every object rewritten unchanged, then
+    # storedVersions v1beta1 alone.
+    capsys.readouterr()
+    rc = kubectl_eos.main(argv)
+    out = capsys.readouterr()
+    assert rc == 0, out
+    results = json.loads(out.out)["items"]
+    assert [(r["rewritten"], r["failed"], r["storedVersionsAfter"]) for r in results] == [
         ([f"{namespace}/colors"], [], ["v1beta1"]), ([f"{namespace}/colors-s1"], [], ["v1beta1"])]
     for part, doc in zip(("stream", "snapshot"), created):
         assert scratch.stored_versions(part) == ["v1beta1"]
