@@ -98,3 +98,20 @@ def test_the_plugin_has_the_command():
     args = parser().parse_args(["migrate-storage"])
     assert (args.command, args.crds) == ("migrate-storage", None)   # None: both of the project's CRDs
     assert parser().parse_args(["migrate-storage", "--crd", "a", "--crd", "b"]).crds == ["a", "b"]
+
+
+def test_the_operator_refuses_to_start_on_crds_older_than_it():
+    """`helm upgrade` alone leaves the old CRDs (Helm never upgrades crds/): the operator would watch v1beta1 and
+    see nothing. It says what to apply instead; no CRD at all is left to kopf, which waits for it."""
+    from eos_operator.cli import older_crds
+
+    def serving(*versions):
+        return lambda method, path, *a, **kw: {"versions": [{"version": v} for v in versions]}
+    why = older_crds(serving("v1alpha1"))
+    assert why and "serves streaming.eos.dev v1alpha1, not v1beta1" in why
+    assert "kubectl apply --server-side -f charts/spark-eos-operator/crds/" in why and "migrate-storage" in why
+    assert older_crds(serving("v1beta1", "v1alpha1")) is None
+
+    def absent(method, path, *a, **kw):
+        raise KubeError(404, "not found")
+    assert older_crds(absent) is None
