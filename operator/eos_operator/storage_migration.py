@@ -87,6 +87,18 @@ def _rewrite(request: Request, path: str, obj: dict[str, Any]) -> str | None:
     return "kept changing under five attempts to rewrite it"
 
 
+def _every(request: Request, path: str, page_size: int = 500):
+    """Every object of a cluster-wide list, page by page (a large cluster's list is not one answer)."""
+    token = None
+    while True:
+        query = {"limit": str(page_size), **({"continue": token} if token else {})}
+        page = request("GET", path, None, query) or {}
+        yield from page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
 def migrate_crd(request: Request, crd_name: str, *, want: str = API_VERSION) -> CrdMigration:
     try:
         crd = request("GET", f"{CRD_API}/{crd_name}")
@@ -104,7 +116,7 @@ def migrate_crd(request: Request, crd_name: str, *, want: str = API_VERSION) -> 
         return result
     group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
     base = f"/apis/{group}/{version}"
-    for obj in (request("GET", f"{base}/{plural}") or {}).get("items") or []:
+    for obj in _every(request, f"{base}/{plural}"):
         meta = obj["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         why = _rewrite(request, f"{base}/namespaces/{meta['namespace']}/{plural}/{meta['name']}", obj)

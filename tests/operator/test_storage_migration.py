@@ -35,8 +35,11 @@ class FakeServer:
             assert method == "PATCH"
             self.crd["status"].update(body["status"])
             return self.crd
-        if path == f"{BASE}/exactlyoncestreams":
-            return {"items": list(self.objects.values())}
+        if path == f"{BASE}/exactlyoncestreams":   # pages of one object, as a server with limit=1 answers
+            items = list(self.objects.values())
+            at = int((query or {}).get("continue") or 0)
+            more = {"continue": str(at + 1)} if at + 1 < len(items) else {}
+            return {"items": items[at:at + 1], "metadata": more}
         name = path.rsplit("/", 1)[-1]
         if name not in self.objects:
             raise KubeError(404, "not found")
