@@ -28,7 +28,7 @@ from eos_stack.common import Stack
 
 SA = "spark-eos-driver"          # the job ServiceAccount the chart's job RBAC creates
 GROUP = "streaming.eos.dev"
-VERSION = "v1alpha1"
+VERSION = "v1beta1"
 
 
 # ------------------------------------------------------------------ CPU by component

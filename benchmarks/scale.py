@@ -61,7 +61,7 @@ from tests.harness.kubelet import ProcessKubelet  # noqa: E402
 
 NO_INFORMERS = "no informers"
 
-GROUP, VERSION, PLURAL = "streaming.eos.dev", "v1alpha1", "exactlyoncestreams"
+GROUP, VERSION, PLURAL = "streaming.eos.dev", "v1beta1", "exactlyoncestreams"
 IMAGE = "eos-standin:bench"
 LEASE = "spark-eos-operator"
 

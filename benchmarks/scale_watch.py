@@ -10,7 +10,7 @@ from pathlib import Path
 from kubernetes import client, watch
 from prometheus_client.parser import text_string_to_metric_families
 
-GROUP, VERSION, PLURAL = "streaming.eos.dev", "v1alpha1", "exactlyoncestreams"
+GROUP, VERSION, PLURAL = "streaming.eos.dev", "v1beta1", "exactlyoncestreams"
 LABEL_STREAM = f"{GROUP}/stream"
 
 

@@ -66,7 +66,7 @@ class Bench:
         # Source-partition slots: one per input partition (the benchmark's topics have INPUT_PARTITIONS).
         slots = max(self.args.parallelism, INPUT_PARTITIONS) if slots_from != "key" else self.args.parallelism
         manifest = {
-            "apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
+            "apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceStream",
             # One stream identity per producer setting: its slot producers (same transactional ids) live on
             # across runs in the Python workers, as they do in a long-running stream. The Python workers keep
             # a slot's producer by transactional id whatever its settings, so another setting needs another

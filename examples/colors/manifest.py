@@ -28,5 +28,5 @@ def colors_manifest(name: str, bootstrap: str, events: str, counts: str, checkpo
     if trigger_interval_ms is not None:
         body["triggerIntervalMs"] = trigger_interval_ms
     metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
-    return {"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream", "metadata": metadata,
+    return {"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceStream", "metadata": metadata,
             "spec": body}

@@ -24,7 +24,7 @@ from .spec_rules import (BOOTSTRAP_PATTERN, CHECKPOINT_PATH_PATTERN, DNS_SUBDOMA
                          restore_errors, slots_errors, spark_env_errors, topic_errors)
 
 API_GROUP = "streaming.eos.dev"
-API_VERSION = "v1alpha1"
+API_VERSION = "v1beta1"   # served and stored; older versions served: eos_operator.crd.OLDER_VERSIONS
 KIND = "ExactlyOnceStream"
 PLURAL = "exactlyoncestreams"
 SHORT_NAMES = ["eos"]

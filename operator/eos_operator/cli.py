@@ -16,7 +16,7 @@ ENV_INTERVAL = "EOS_OPERATOR_INTERVAL"
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m eos_operator",
-                                 description="The ExactlyOnceStream operator (streaming.eos.dev/v1alpha1).")
+                                 description="The ExactlyOnceStream operator (streaming.eos.dev/v1beta1).")
     sub = ap.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator against a cluster",
                          description="Watch ExactlyOnceStream resources and run their Spark drivers.")
@@ -91,6 +91,29 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
+def older_crds(request) -> str | None:
+    """Why this operator cannot run on the cluster's CRDs, or None. ``request`` is KubernetesApi.request_sync.
+
+    Helm never upgrades ``crds/``: after ``helm upgrade`` alone the cluster may serve only an older version of the
+    group, and the operator, which watches API_VERSION, would silently see no stream. No CRD at all is left to
+    kopf (it waits for the CRD to appear and warns)."""
+    from eos_job.spec import API_GROUP, API_VERSION
+
+    from .kube_errors import KubeError
+    try:
+        group = request("GET", f"/apis/{API_GROUP}") or {}
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    served = [v.get("version") for v in group.get("versions") or []]
+    if API_VERSION in served:
+        return None
+    return (f"the cluster serves {API_GROUP} {', '.join(served) or 'in no version'}, not {API_VERSION}, which this "
+            f"operator uses: apply its CRDs (`kubectl apply --server-side -f charts/spark-eos-operator/crds/`; "
+            f"Helm does not upgrade them), then run `kubectl eos migrate-storage` (docs/api-policy.md)")
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -120,6 +143,11 @@ def run(args: argparse.Namespace) -> int:
                             informers=not args.no_informers,
                             exact_namespaces=bool(args.namespace) and all(
                                 re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) for ns in args.namespace))
+    from .kube_api import KubernetesApi
+    why = older_crds(KubernetesApi.from_kubeconfig(args.kubeconfig, threads=1).request_sync)
+    if why:
+        print(f"eos-operator: {why}", file=sys.stderr)
+        return 1
     registry = build_registry(config)
     elector = None
     if args.leader_election:

@@ -32,6 +32,18 @@ from eos_job.snapshot_resource import (SNAPSHOT_KIND, SNAPSHOT_PLURAL, SNAPSHOT_
 
 from .children import MAX_LABEL, MAX_STREAM_NAME
 
+# Versions still served besides API_VERSION (the storage version), oldest last, each deprecated with a warning the
+# API server returns on every request made with it. Their schemas are API_VERSION's: no field differs, so the
+# API server converts by rewriting apiVersion (conversion strategy None); a version whose fields differ needs a
+# conversion webhook first (docs/api-policy.md).
+OLDER_VERSIONS = ("v1alpha1",)
+
+
+def deprecation_warning(version: str) -> str:
+    return (f"{API_GROUP}/{version} is deprecated and will be removed in a later release; use "
+            f"{API_GROUP}/{API_VERSION} (same fields: change apiVersion only)")
+
+
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "crds"
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
@@ -219,6 +231,19 @@ def _name_rule(limit: int, why: str) -> list[dict[str, str]]:
 
 def _crd(*, kind: str, plural: str, short_names: list[str], description: str, spec: dict[str, Any],
          status: dict[str, Any], columns: list[dict[str, Any]], name_rule: list[dict[str, str]]) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "description": description,
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+        "x-kubernetes-validations": name_rule,
+    }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -228,28 +253,23 @@ def _crd(*, kind: str, plural: str, short_names: list[str], description: str, sp
             "scope": "Namespaced",
             "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural,
                       "singular": kind.lower(), "shortNames": list(short_names)},
-            "versions": [{
-                "name": API_VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": columns,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": description,
-                    "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": spec,
-                        "status": status,
-                    },
-                    "x-kubernetes-validations": name_rule,
-                }},
-            }],
+            "versions": [_version(API_VERSION, schema, columns)]
+                        + [_version(v, schema, columns, deprecated=True) for v in OLDER_VERSIONS],
+            # Identical schemas: the API server only rewrites apiVersion (see OLDER_VERSIONS).
+            "conversion": {"strategy": "None"},
         },
     }
+
+
+def _version(name: str, schema: dict[str, Any], columns: list[dict[str, Any]], *,
+             deprecated: bool = False) -> dict[str, Any]:
+    """One entry of spec.versions; API_VERSION is the storage version (and first: what readers of [0] want)."""
+    version: dict[str, Any] = {"name": name, "served": True, "storage": name == API_VERSION}
+    if deprecated:
+        version.update(deprecated=True, deprecationWarning=deprecation_warning(name))
+    version.update({"subresources": {"status": {}}, "additionalPrinterColumns": copy.deepcopy(columns),
+                    "schema": {"openAPIV3Schema": copy.deepcopy(schema)}})
+    return version
 
 
 def build_crd() -> dict[str, Any]:

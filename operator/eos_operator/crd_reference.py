@@ -69,6 +69,10 @@ def render() -> str:
         kind = crd["spec"]["names"]["kind"]
         props = version["schema"]["openAPIV3Schema"]["properties"]
         out += [f"## {kind} (`{crd['spec']['group']}/{version['name']}`)", ""]
+        older = [v["name"] for v in crd["spec"]["versions"][1:] if v.get("deprecated")]
+        if older:
+            out += [f"Also served, with the same fields, deprecated: {', '.join(f'`{v}`' for v in older)} "
+                    "([API versions](api-policy.md)).", ""]
         for part in ("spec", "status"):
             if part in props:
                 out += [f"### {part}", ""] + table(props[part], part) + [""]

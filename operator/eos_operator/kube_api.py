@@ -53,6 +53,9 @@ class KubernetesApi:
     """
 
     CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 5.0, 30.0
+    # Where the resources are served: the storage version. A test may subclass with a scratch group of its own
+    # (tests/stack/test_apiversions.py) so that nothing else on a shared API server sees its CRDs.
+    GROUP_VERSION, PLURAL, SNAPSHOT_PLURAL = f"{API_GROUP}/{API_VERSION}", PLURAL, SNAPSHOT_PLURAL
 
     def __init__(self, api_client: Any, threads: int = 16, metrics: OperatorMetrics | None = None):
         self.api = api_client
@@ -149,10 +152,10 @@ class KubernetesApi:
 
     # -- the stream -----------------------------------------------------------
     def _stream_path(self, namespace: str, name: str) -> str:
-        return f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{PLURAL}/{quote(name)}"
+        return f"/apis/{self.GROUP_VERSION}/namespaces/{quote(namespace)}/{self.PLURAL}/{quote(name)}"
 
     async def list_streams(self, namespace: str) -> list[dict[str, Any]]:
-        path = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{PLURAL}"
+        path = f"/apis/{self.GROUP_VERSION}/namespaces/{quote(namespace)}/{self.PLURAL}"
         return list((await self._request("GET", path) or {}).get("items") or [])
 
     async def _get(self, path: str) -> dict[str, Any] | None:
@@ -182,7 +185,7 @@ class KubernetesApi:
 
     # -- snapshots ------------------------------------------------------------
     def _snapshots_path(self, namespace: str) -> str:
-        return f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{quote(namespace)}/{SNAPSHOT_PLURAL}"
+        return f"/apis/{self.GROUP_VERSION}/namespaces/{quote(namespace)}/{self.SNAPSHOT_PLURAL}"
 
     async def list_snapshots(self, namespace: str, stream: str) -> list[dict[str, Any]]:
         """The ExactlyOnceSnapshots labelled as the stream's (snapshots.snapshot_resource sets the label)."""
@@ -341,7 +344,7 @@ class KubernetesApi:
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
-            "involvedObject": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": event_kind(ref, kind),
+            "involvedObject": {"apiVersion": self.GROUP_VERSION, "kind": event_kind(ref, kind),
                                "name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
             "type": type_, "reason": reason, "message": message[:1024],
             "source": {"component": FIELD_MANAGER},

@@ -16,6 +16,9 @@ runs it. It talks only to the API server, with kubectl's credentials (``$KUBECON
     kubectl eos resolve NAME --dry-run        the last resolution: fenced ids, checkpoint, ledger per slot, replay
     kubectl eos verify NAME [--from-batch N]  audit the sink against the ledger (kubectl_verify.py): each
                                               committed (slot, batch) once, by count and digest
+    kubectl eos migrate-storage [--crd NAME]  after an upgrade of the CRDs: every stream and snapshot rewritten
+                                              in the storage version, older versions dropped from the CRDs'
+                                              status.storedVersions (storage_migration.py; all namespaces)
 
 ``-o json`` / ``-o yaml`` print the objects instead of tables. Exit codes a script can use: 0 done (``status``:
 the stream is Ready), 1 the API server or the cluster failed the command, 2 bad usage, 3 no such stream or
@@ -238,6 +241,9 @@ def run(args: argparse.Namespace, api: Api, now: Callable[[], datetime], sleep: 
         snaps = api.snapshots(ns, args.name)
         emit({"items": snaps}, args.output, lambda: snapshot_rows(snaps, now()))
         return EXIT_OK
+    if cmd == "migrate-storage":
+        from .storage_migration import run as migrate_storage
+        return migrate_storage(args, emit)
     stream = api.stream(ns, args.name)
     spec = stream.get("spec") or {}
     if cmd == "status":
@@ -332,6 +338,8 @@ def parser() -> argparse.ArgumentParser:
     snap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (default 300)")
     from .kubectl_verify import add_parser
     add_parser(sub)
+    from .storage_migration import add_parser as add_migrate_parser
+    add_migrate_parser(sub)
     restore = sub.add_parser("restore", help="restore a stream from a snapshot on its next start")
     restore.add_argument("name")
     restore.add_argument("--from", dest="source", required=True, help="an ExactlyOnceSnapshot name or a path")

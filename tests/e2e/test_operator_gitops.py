@@ -88,7 +88,7 @@ def test_gitops_health_of_what_the_operator_writes_without_a_driver(stack_env, k
     too_long = colors_manifest(long_name, bootstrap, "gitops-events", "t" * 179, tmp_path / "long")
     for manifest in (parked, too_long):
         kubectl.apply(manifest, namespace)
-    kubectl.apply({"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
+    kubectl.apply({"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceSnapshot",
                    "metadata": {"name": "parked-now"}, "spec": {"stream": "parked", "maxRetries": 0}}, namespace)
     waits = [("exactlyoncestream/parked", "--for=jsonpath={.status.lifecycleState}=Suspended"),
              ("exactlyoncestream/parked", "--for=condition=Stalled=false"),

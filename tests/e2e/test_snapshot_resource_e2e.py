@@ -50,7 +50,7 @@ class SnapshotDiagnostics(Diagnostics):
 
 
 def snapshot(name: str, stream: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
+    return {"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceSnapshot",
             "metadata": {"name": name}, "spec": {"stream": stream, **spec}}
 
 

@@ -350,7 +350,7 @@ def test_dispose_deletes_only_snapshots_and_is_idempotent(tmp_path, termination,
 
 # ---------------------------------------------------------------------------------- pre-flight edges
 def _config_file(tmp_path: Path, ckpt: Path) -> Path:
-    doc = {"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
+    doc = {"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceStream",
            "metadata": {"name": "colors", "namespace": "ns"},
            "spec": {"job": {"module": "examples.colors.job"}, "source": {"bootstrapServers": "b:1", "topics": ["e"]},
                     "sink": {"bootstrapServers": "b:1", "topic": "out"},

@@ -259,7 +259,7 @@ def validate(tmp_path, capsys, text: str) -> tuple[int, str]:
 
 
 def manifest(**meta) -> str:
-    return yaml.safe_dump({"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
+    return yaml.safe_dump({"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceStream",
                            "metadata": {"name": "colors", **meta}, "spec": spec()})
 
 
@@ -302,7 +302,7 @@ def test_validate_checks_the_derived_ledger_topic_in_the_manifests_namespace(tmp
 
 
 def test_validate_checks_a_snapshot_manifest_as_a_snapshot(tmp_path, capsys):
-    snap = {"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
+    snap = {"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceSnapshot",
             "metadata": {"name": "colors-p1"}, "spec": {"stream": "colors", "path": "/ckpt/snapshots/p1"}}
     code, out = validate(tmp_path, capsys, yaml.safe_dump(snap))
     assert code == EXIT_OK and "snapshot manifest default/colors-p1 is valid" in out

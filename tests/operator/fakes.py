@@ -57,7 +57,7 @@ class FakeKube:
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
 
     def add_stream(self, name: str, spec: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
-        obj = {"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
+        obj = {"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceStream",
                "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "generation": 1},
                "spec": copy.deepcopy(spec)}
         self._bump(obj)

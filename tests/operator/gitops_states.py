@@ -35,7 +35,7 @@ from .test_upgrade_safety import go_to_running
 from .test_upgrades import _with_snapshot, running, upgraded_spec
 
 NS = "default"
-API_VERSION = "streaming.eos.dev/v1alpha1"
+API_VERSION = "streaming.eos.dev/v1beta1"
 GOOD_SNAPSHOT = json.dumps({"reason": "SnapshotTaken", "path": "/tmp/eos-test/snapshots/s1", "lastBatch": 7})
 
 

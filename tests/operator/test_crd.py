@@ -112,7 +112,7 @@ def test_resource_names_subresource_and_printer_columns():
     assert (names["kind"], names["plural"], names["shortNames"]) == ("ExactlyOnceStream", "exactlyoncestreams",
                                                                      ["eos"])
     version = doc["spec"]["versions"][0]
-    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    assert version["name"] == "v1beta1" and version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {"State": ".status.lifecycleState",
                        "Ready": '.status.conditions[?(@.type=="Ready")].reason',
@@ -128,7 +128,7 @@ def test_snapshot_resource_names_schema_and_printer_columns():
     assert (names["kind"], names["plural"], names["shortNames"]) == ("ExactlyOnceSnapshot", "exactlyoncesnapshots",
                                                                      ["eoss"])
     version = doc["spec"]["versions"][0]
-    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    assert version["name"] == "v1beta1" and version["subresources"] == {"status": {}}
     columns = [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
     assert columns == [("Stream", ".spec.stream"), ("Batch", ".status.batch"), ("Path", ".status.path"),
                        ("State", ".status.state"), ("Age", ".metadata.creationTimestamp")]
@@ -154,3 +154,43 @@ def _env():
     root = crd.REPO
     return {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(root / "operator"), str(root / "jobs"), str(root), os.environ.get("PYTHONPATH", "")])}
+
+
+@BOTH
+def test_v1beta1_is_stored_and_v1alpha1_served_deprecated_with_the_same_schema(path, render):
+    """The policy (docs/api-policy.md): one storage version, older ones still served, deprecated with a warning
+    naming the new one, and no field differing, which is what makes conversion strategy None correct."""
+    doc = yaml.safe_load(render())
+    versions = {v["name"]: v for v in doc["spec"]["versions"]}
+    assert list(versions) == ["v1beta1", "v1alpha1"]
+    assert [v["name"] for v in doc["spec"]["versions"] if v["storage"]] == ["v1beta1"]
+    assert all(v["served"] for v in versions.values())
+    assert "deprecated" not in versions["v1beta1"] and "deprecationWarning" not in versions["v1beta1"]
+    assert versions["v1alpha1"]["deprecated"] is True
+    assert "streaming.eos.dev/v1beta1" in versions["v1alpha1"]["deprecationWarning"]
+    for key in ("schema", "subresources", "additionalPrinterColumns"):
+        assert versions["v1alpha1"][key] == versions["v1beta1"][key], key
+    assert doc["spec"]["conversion"] == {"strategy": "None"}
+
+
+def test_the_operator_speaks_the_storage_version():
+    from eos_job.spec import API_VERSION
+
+    assert API_VERSION == "v1beta1" and API_VERSION not in crd.OLDER_VERSIONS
+
+
+def test_the_shared_stack_keeps_the_version_it_stores():
+    """eos_stack.cluster.apply_crds on a server whose CRD stores v1alpha1 only (the shared stack, used by branches
+    that still apply v1alpha1-only CRDs): v1beta1 is served, v1alpha1 stays the storage version, undeprecated;
+    once v1beta1 was stored, or on a fresh server, the generated CRD as it is."""
+    from eos_stack.cluster import keep_stored_version
+
+    generated = crd.build_crd()
+    kept = keep_stored_version(generated, {"status": {"storedVersions": ["v1alpha1"]}})
+    versions = {v["name"]: v for v in kept["spec"]["versions"]}
+    assert (versions["v1alpha1"]["storage"], versions["v1beta1"]["storage"]) == (True, False)
+    assert versions["v1beta1"]["served"] and "deprecated" not in versions["v1alpha1"]
+    assert versions["v1alpha1"]["schema"] == versions["v1beta1"]["schema"]
+    assert generated == crd.build_crd()   # not changed in place
+    for stored in (["v1alpha1", "v1beta1"], ["v1beta1"], ["v0"]):
+        assert keep_stored_version(generated, {"status": {"storedVersions": stored}}) == generated, stored

@@ -135,7 +135,7 @@ def served(stack_env) -> Iterator[Served]:
             # The CRD's own rules refuse the invalid spec (CEL): the operator's InvalidSpec status is for what
             # only it checks; the server's copy carries it on an accepted spec.
             spec = base_spec() if state.name == "stream-invalid-spec" else state.doc["spec"]
-            kubectl.run("create", "-f", "-", stdin=json.dumps({"apiVersion": f"{s.group}/v1alpha1",
+            kubectl.run("create", "-f", "-", stdin=json.dumps({"apiVersion": f"{s.group}/v1beta1",
                                                              "kind": SCRATCH_KIND[state.kind], "metadata": meta,
                                                              "spec": spec}))
             ref = [s.resource(state.kind), state.name, "-n", s.ns]

@@ -19,7 +19,7 @@ from eos_operator.kube_errors import Conflict, KubeError
 
 pytestmark = pytest.mark.unit
 
-G = "/apis/streaming.eos.dev/v1alpha1"
+G = "/apis/streaming.eos.dev/v1beta1"
 
 
 def pod(ns: str, name: str, stream: str = "s", phase: str = "Running") -> dict:

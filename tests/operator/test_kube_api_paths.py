@@ -24,7 +24,7 @@ def test_a_name_with_slashes_stays_in_its_namespace():
     asyncio.run(api.get_snapshot("team-a", "../../team-b/exactlyoncesnapshots/prod"))
     asyncio.run(api.read_secret("team-a", "../../team-b/secrets/keys"))
     assert api.paths == [
-        "/apis/streaming.eos.dev/v1alpha1/namespaces/team-a/exactlyoncesnapshots/"
+        "/apis/streaming.eos.dev/v1beta1/namespaces/team-a/exactlyoncesnapshots/"
         "..%2F..%2Fteam-b%2Fexactlyoncesnapshots%2Fprod",
         "/api/v1/namespaces/team-a/secrets/..%2F..%2Fteam-b%2Fsecrets%2Fkeys"]
 

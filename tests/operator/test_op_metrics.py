@@ -89,7 +89,7 @@ def test_a_deletion_still_waiting_for_its_driver_is_a_requeue():
 
 def test_a_snapshot_reconcile_is_its_own_kind():
     kube, m, registry, call = operator_over_fakes()
-    snap = kube.add_snapshot({"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
+    snap = kube.add_snapshot({"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceSnapshot",
                               "metadata": {"name": "s1"}, "spec": {"stream": "colors"}})
     asyncio.run(handler(registry, "snapshot-on-create")(**{**call, "name": "s1", "uid": snap["metadata"]["uid"]}))
     assert reconciles(m, "snapshot", "ok") == 1 and reconciles(m, "stream", "ok") == 0
@@ -201,7 +201,7 @@ def test_no_metrics_no_counting():
 @pytest.mark.parametrize("method,path,expected", [
     ("GET", "/api/v1/namespaces/ns/pods", ("list", "pods")),
     ("GET", "/api/v1/namespaces/ns/secrets/s%2Fx", ("get", "secrets")),
-    ("PATCH", "/apis/streaming.eos.dev/v1alpha1/namespaces/ns/exactlyoncestreams/c/status",
+    ("PATCH", "/apis/streaming.eos.dev/v1beta1/namespaces/ns/exactlyoncestreams/c/status",
      ("patch", "exactlyoncestreams/status")),
     ("PUT", "/api/v1/namespaces/ns/services/c-driver", ("update", "services")),
     ("DELETE", "/api/v1/namespaces/ns/configmaps/c-run", ("delete", "configmaps")),

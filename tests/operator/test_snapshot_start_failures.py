@@ -32,7 +32,7 @@ def make(*, max_retries: int = 1):
     kube.add_stream("colors", stream_spec)["status"] = {
         "checkpointDir": "/tmp/eos-test/live", "txGeneration": 0,
         "lastReconciledSpec": spec_json(ExactlyOnceStreamSpec.model_validate(stream_spec))}
-    kube.add_snapshot({"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
+    kube.add_snapshot({"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceSnapshot",
                        "metadata": {"name": "s1"}, "spec": {"stream": "colors", "maxRetries": max_retries}})
     return kube, clock, Deps(kube=kube, resolver=FakeResolver(), clock=clock)
 

@@ -95,7 +95,7 @@ def test_pending_creates_the_take_pod_and_records_it_first():
     assert meta["labels"] == {"app.kubernetes.io/managed-by": "eos-operator", "app.kubernetes.io/component": "snapshot",
                               "streaming.eos.dev/snapshot": "s1", "streaming.eos.dev/stream": "colors",
                               "streaming.eos.dev/snapshot-action": "take", "streaming.eos.dev/attempt": "1"}
-    assert meta["ownerReferences"] == [{"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
+    assert meta["ownerReferences"] == [{"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceSnapshot",
                                         "name": "s1", "uid": UID, "controller": True, "blockOwnerDeletion": False}]
     assert pod_spec["restartPolicy"] == "Never" and [v["name"] for v in pod_spec["volumes"]] == ["eos-scratch"]
     [container] = pod_spec["containers"]
@@ -453,7 +453,7 @@ def test_deletion_of_a_failed_take_has_nothing_to_dispose():
 # ------------------------------------------------------------------ builders
 def test_snapshot_resource_is_labelled_and_never_owned_by_its_stream():
     body = snapshot_resource("ns", "colors", "colors-n3", "nonce", max_retries=2, dispose_on_delete=False)
-    assert body["kind"] == "ExactlyOnceSnapshot" and body["apiVersion"] == "streaming.eos.dev/v1alpha1"
+    assert body["kind"] == "ExactlyOnceSnapshot" and body["apiVersion"] == "streaming.eos.dev/v1beta1"
     assert body["metadata"] == {"name": "colors-n3", "namespace": "ns", "labels": {
         "app.kubernetes.io/managed-by": "eos-operator", "streaming.eos.dev/stream": "colors"}}
     assert body["spec"] == {"stream": "colors", "trigger": "nonce", "maxRetries": 2, "disposeOnDelete": False}
@@ -496,7 +496,7 @@ def make(spec_overrides: dict | None = None, *, stream_status: dict | None = Non
         obj["status"] = stream_status if stream_status is not None else {
             "checkpointDir": f"{CKPT}/live", "txGeneration": 0,
             "lastReconciledSpec": spec_json(ExactlyOnceStreamSpec.model_validate(sspec))}
-    kube.add_snapshot({"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceSnapshot",
+    kube.add_snapshot({"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceSnapshot",
                        "metadata": {"name": "s1"}, "spec": snapshot_spec or {"stream": "colors"}})
     return kube, clock, Deps(kube=kube, resolver=FakeResolver(), clock=clock)
 

@@ -62,7 +62,7 @@ def test_crd_schema_decides_as_annotated(path):
 
 
 def test_the_base_of_the_corpus_is_valid():
-    doc = {"apiVersion": "streaming.eos.dev/v1alpha1", "kind": "ExactlyOnceStream",
+    doc = {"apiVersion": "streaming.eos.dev/v1beta1", "kind": "ExactlyOnceStream",
            "metadata": {"name": "ok"}, "spec": base_spec()}
     assert validate(doc, SCHEMA) == []
     assert isinstance(validate_spec(doc["spec"]), ExactlyOnceStreamSpec)
@@ -119,7 +119,7 @@ def scratch_api(stack_env):
         for crd in crds:
             kubectl.run("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
         yield lambda doc: kubectl.run("apply", "--dry-run=server", "-n", "default", "-f", "-", check=False,
-                                      stdin=yaml.safe_dump({**doc, "apiVersion": f"{group}/v1alpha1"}))
+                                      stdin=yaml.safe_dump({**doc, "apiVersion": f"{group}/v1beta1"}))
     finally:
         for crd in crds:
             kubectl.run("delete", "crd", crd["metadata"]["name"], "--ignore-not-found", "--wait=false", check=False)
