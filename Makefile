@@ -7,7 +7,7 @@ export EOS_CACHE ?= $(HOME)/.cache/eos
 export PIP_CACHE_DIR ?= $(EOS_CACHE)/pip
 export PYTHONPATH := $(CURDIR)/stack:$(CURDIR)
 
-.PHONY: venv stack-up stack-down stack-status image image-test test test-unit demo soak bench bench-upgrade bench-recovery bench-executors bench-fencing bench-scale crds clean
+.PHONY: venv stack-up stack-down stack-status image image-test test test-unit demo soak bench bench-upgrade bench-recovery bench-executors bench-fencing bench-scale crds release clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install python3.11 (or set PYTHON=/path/to/python3.11)"; exit 1; }
@@ -114,6 +114,19 @@ bench-scale: venv
 	$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[test,bench]'
 	$(PY) -m eos_stack up
 	PYTHONPATH=$(CURDIR)/stack:$(CURDIR):$(CURDIR)/jobs:$(CURDIR)/operator $(PY) benchmarks/scale.py --streams $${STREAMS:-50,200,500} --baseline-no-informers $${SCALE_ARGS}
+
+# The CRDs (crds/ and the chart's copy) and docs/reference.md, generated from the pydantic models.
+crds: venv
+	$(PY) -m eos_operator.crd
+	$(PY) -m eos_operator.crd --dir charts/spark-eos-operator/crds
+	$(PY) -m eos_operator.crd_reference
+
+# The release checklist as a script (docs/releasing.md): `make release VERSION=0.1.0` bumps every place that
+# carries the version, regenerates, turns the changelog's Unreleased section into the release's, commits, tags
+# vVERSION, packages the chart into dist/ and builds the image; it pushes nothing.
+release: venv
+	@[ -n "$(VERSION)" ] || { echo "make release needs VERSION=X.Y.Z (or X.Y.Z-rc.N), for example make release VERSION=0.1.0"; exit 2; }
+	$(PY) -m eos_stack.release $(VERSION)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

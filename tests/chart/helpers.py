@@ -69,6 +69,11 @@ class Kubectl:
         return self.run("get", *args, "--ignore-not-found", "-o", "name", check=False).stdout.strip() != ""
 
 
+def chart_version(key: str = "version") -> str:
+    """The chart's ``version`` (or ``appVersion``), as a release writes it (stack/eos_stack/release.py)."""
+    return str(yaml.safe_load((CHART / "Chart.yaml").read_text())[key])
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 

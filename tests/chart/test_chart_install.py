@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .helpers import CHART, Helm, Kubectl, can_i, install, one, sa_user, token_kubeconfig, unique, wait_until
+from .helpers import CHART, chart_version, Helm, Kubectl, can_i, install, one, sa_user, token_kubeconfig, unique, wait_until
 from .rbac_model import ALL_CALLS, NAMESPACED_CALLS, SECRET_CALLS
 
 CRD_NAME = "exactlyoncestreams.streaming.eos.dev"
@@ -49,7 +49,7 @@ def test_install_upgrade_uninstall(helm: Helm, kubectl: Kubectl, namespaces, rel
     dep = kubectl.json("get", "deployment", name, "-n", ns)
     assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == name
-    assert dep["metadata"]["labels"]["helm.sh/chart"] == "spark-eos-operator-0.1.0"
+    assert dep["metadata"]["labels"]["helm.sh/chart"] == f"spark-eos-operator-{chart_version()}"
     sa = kubectl.json("get", "serviceaccount", name, "-n", ns)
     assert kubectl.exists("service", name, "-n", ns)
     role = kubectl.json("get", "clusterrole", cluster_name)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .helpers import CHART, REPO, VALUES_ALL, Helm, Kubectl, by_kind, one, values_all
+from .helpers import CHART, chart_version, REPO, VALUES_ALL, Helm, Kubectl, by_kind, one, values_all
 
 INVALID = sorted((Path(__file__).parent / "invalid-values").glob("*.yaml"))
 RBAC_KINDS = ("Role", "ClusterRole")
@@ -81,7 +81,7 @@ def test_default_render_watches_every_namespace_with_a_cluster_role(helm: Helm):
     sa = one(docs, "ServiceAccount")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}]
     assert binding["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
-    assert c["image"] == "ghcr.io/spark-eos/spark-eos-operator:0.1.0"
+    assert c["image"] == f"ghcr.io/spark-eos/spark-eos-operator:{chart_version('appVersion')}"
     assert not [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")], \
         "job RBAC is off by default (local deploy mode needs none)"
 
