@@ -209,6 +209,26 @@ def build(st: Stack, *, tag: str, bases_mode: str) -> dict[str, str]:
     return {"EOS_IMAGE": tag, "EOS_IMAGE_SIZE": str(size)}
 
 
+def build_on_project_image(st: Stack, context: Path, *, tag: str) -> str:
+    """A Dockerfile ``FROM`` the project's image (``ARG EOS_IMAGE``: a user's job image, examples/job-image)
+    built on this storage, offline; the project's image must be built. Returns the image id."""
+    ensure_tools()
+    base = image_name()
+    if image_id(st, base) is None:
+        raise StackError(f"{base} is not built: run `make image` first")
+    with open(home(st) / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        argv = ["buildah", "bud", "--isolation", "oci", "--runtime", shutil.which("runc") or "runc",
+                "--pull=never", "--network", "none", "--layers", "--format", "docker",
+                "--build-arg", f"EOS_IMAGE={base}", "-t", tag, str(context)]
+        proc = subprocess.run(argv, env=engine_env(st), capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise StackError(f"buildah bud of {context} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
+                         f"{proc.stderr[-2000:]}")
+    log(f"image {tag} built on {base} from {context}")
+    return image_id(st, tag) or ""
+
+
 # -- status --------------------------------------------------------------------------
 def status(st: Stack, tag: str) -> tuple[str, str]:
     missing = [t for t in TOOLS if not shutil.which(t)]

@@ -5,7 +5,7 @@ script so no step is forgotten. In a clean work tree of the commit to release it
    that ``CHANGELOG.md``'s ``## Unreleased`` section says something;
 2. writes the version into every place that carries it (:data:`PLACES`: ``pyproject.toml``, both packages'
    ``__version__``, the runtime image's default tag in ``eos_job.spec``, the chart's ``version`` and
-   ``appVersion``), regenerates what is made from them (``crds/``, the chart's copy of them,
+   ``appVersion``, the job-image example's base), regenerates what is made from them (``crds/``, the chart's copy of them,
    ``docs/reference.md``), and turns ``## Unreleased`` into ``## X.Y.Z - <date>`` under a new, empty
    ``## Unreleased``;
 3. commits that as "Release X.Y.Z" and tags it ``vX.Y.Z`` (annotated, the changelog section as its message);
@@ -40,6 +40,7 @@ PLACES: tuple[tuple[str, str], ...] = (
     ("jobs/eos_job/spec.py", r'(?m)^(DEFAULT_IMAGE = "[^":]+:)[^"]+(")'),
     ("charts/spark-eos-operator/Chart.yaml", r'(?m)^(version: )\S+()$'),
     ("charts/spark-eos-operator/Chart.yaml", r'(?m)^(appVersion: ")[^"]+(")'),
+    ("examples/job-image/Dockerfile", r'(?m)^(ARG EOS_IMAGE=[^:\s]+:)\S+()$'),
 )
 
 

@@ -25,6 +25,8 @@ for extra in (REPO / "operator", REPO / "jobs", REPO):
 
 from eos_job.verify import audit_counts  # noqa: E402
 from eos_stack.cluster import condition, holds_for, wait_until  # noqa: E402
+from eos_stack.common import Stack  # noqa: E402
+from eos_stack.image import build_on_project_image  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
 from tests.e2e.exactness import assert_exactly_once  # noqa: E402
 from tests.e2e.planted import kubectl_eos, plant_duplicate, plant_loss  # noqa: E402
@@ -241,12 +243,16 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
                f"{failed} to be removed after its successor committed", 120, diag, 2)
     assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
 
-    # A snapshot upgrade on the claim: the old driver stops with a snapshot, a check Pod verifies it where the
-    # claim is mounted (the operator mounts nothing), and the new driver's resolution knows the restored
-    # checkpoint from the probe Pod's reading.
+    # A snapshot upgrade on the claim, to a user's job in an image of its own (examples/job-image: FROM the
+    # project's image, the team's module my_colors added): the old driver stops with a snapshot, a check Pod
+    # verifies it where the claim is mounted (the operator mounts nothing), and the new driver, a container of
+    # the user's image, resumes from it; its resolution knows the restored checkpoint from the probe Pod's reading.
+    job_image = "localhost/eos-examples/my-colors:e2e"
+    build_on_project_image(Stack(), REPO / "examples" / "job-image", tag=job_image)
     before = kubectl.status(namespace, name)
     committed, attempt = before["lastCommittedBatch"], before["driverAttempt"]
-    kubectl.patch_spec(namespace, name, {"job": {"args": {"version": "v2"}}})
+    kubectl.patch_spec(namespace, name, {"job": {"image": job_image, "module": "my_colors.job",
+                                                 "args": {"version": "v2"}}})
     # A newer attempt than the running one: the status read right after the patch may not show the upgrade yet.
     status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running"
                                  and s.get("driverAttempt", 0) > attempt and not s.get("upgrade") else None)(
@@ -258,6 +264,9 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     assert res["checkpointReadable"] is True and res["checkpointId"], res
     assert res["checkpointLastCommittedBatch"] is not None and res["checkpointLastCommittedBatch"] >= committed, res
     assert list((tmp_path / "volume" / "snapshots").iterdir()), "the snapshot is on the volume"
+    driver = kubectl.json("get", "pod", status["driverPod"], "-n", namespace)
+    assert driver["spec"]["containers"][0]["image"] == job_image, driver["spec"]["containers"][0]
+    assert driver["status"]["containerStatuses"][0]["containerID"].startswith("podman://")
     more = produce(topics.bootstrap, topics.events, 500, seed=9, start_id=1000)
     expected = {c: expected.get(c, 0) + more.get(c, 0) for c in expected.keys() | more.keys()}
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output after the "

@@ -54,6 +54,7 @@ def test_a_release_bumps_every_place_commits_tags_and_packages_the_chart(stack_e
     for rel in ("jobs/eos_job/__init__.py", "operator/eos_operator/__init__.py"):
         assert '__version__ = "0.2.0"' in (clone / rel).read_text(), rel
     assert re.search(r'DEFAULT_IMAGE = "[^"]+:0\.2\.0"', (clone / "jobs/eos_job/spec.py").read_text())
+    assert "ARG EOS_IMAGE=ghcr.io/spark-eos/spark-eos-operator:0.2.0\n" in (clone / "examples/job-image/Dockerfile").read_text()
     for crds in (clone / "crds", clone / release.CHART / "crds"):     # regenerated from the bumped model
         text = (crds / "exactlyoncestreams.streaming.eos.dev.yaml").read_text()
         assert "spark-eos-operator:0.2.0" in text and "spark-eos-operator:0.1.0" not in text, crds
