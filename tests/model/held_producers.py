@@ -76,7 +76,7 @@ def _fence_and_decide(s: State, w: int, slot: int, batch: int) -> State:
     epoch = s.epochs[slot] + 1
     r = s.ledger[slot]
     held = _held(s)
-    held[(w, slot)] = (epoch, r, True)
+    held[(w, slot)] = (epoch, r, False)   # clean only once its own commit returned
     s = replace(s, epochs=_set(s.epochs, slot, epoch), held=frozenset(held.items()))
     if _decide(batch, r) is SlotAction.SKIP:
         return _report(s, slot, batch)
@@ -100,7 +100,9 @@ def _after_failure(s: State, task, keep_clean: bool) -> State:
     still trusted with its old R; the task goes on to the fallback."""
     w, slot, batch, _, epoch, r = task
     held = _held(s)
-    if not keep_clean:
+    if keep_clean:
+        held[(w, slot)] = (epoch, r, True)   # as the runtime's control: the failure forgotten, R kept
+    else:
         held.pop((w, slot), None)
     return replace(s, held=frozenset(held.items()),
                    tasks=(s.tasks - {task}) | {(w, slot, batch, "fallback", epoch, r)})
@@ -149,11 +151,12 @@ def kill(s: State, task, applied: bool) -> State:
     s = replace(s, tasks=s.tasks - {task}, faults=s.faults + 1)
     if applied and epoch == s.epochs[slot]:
         s = replace(s, ledger=_set(s.ledger, slot, batch), sink=_set(s.sink, slot, s.sink[slot] + (batch,)))
+    held = _held(s)
     if "held-clean" in s.safeties:
-        held = _held(s)
         held.pop((w, slot), None)
-        s = replace(s, held=frozenset(held.items()))
-    return s
+    elif (w, slot) in held:
+        held[(w, slot)] = (epoch, r, True)
+    return replace(s, held=frozenset(held.items()))
 
 
 class Explorer:
