@@ -35,6 +35,11 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     (``before_slot_commit``) and the chosen one kills the driver once it
     committed (``slot_committed``): a partially committed batch.
 
+``EOS_FAULT_COMMIT_OUTCOME_LOST=<batch>:<slot>``
+    ``commit_returned``: the first commit of that slot and batch in this process
+    applies, then the slot task sees an error as if its outcome were lost (a
+    timeout after the coordinator wrote the commit).
+
 ``EOS_UNSAFE_DISABLE=<safety>[,<safety>...]``
     Negative controls: switch a safety of the protocol off, so a test can show
     that its verifier reports the violation that follows. ``input-check``: the
@@ -53,7 +58,10 @@ the driver's environment through the JVM (local mode), so the hooks fire there.
     batch another spec left partial is finished by this one even when its slots
     are cut by key (as if ``job.slotsFrom: sourcePartitions``); ``poison-alone``:
     a record the broker refused with a record error is a dead letter at once,
-    even when the request it was in was refused whole. Never set
+    even when the request it was in was refused whole; ``held-clean``: a slot's
+    producer held in a worker stays trusted (no fence, no ledger read, amendment
+    A2) after a failed or unknown commit, so a commit that applied but whose
+    outcome was lost is written again by the retry. Never set
     in production; the driver logs an error when one is.
 
     Two guards keep them out of a stream's reach. No spec can set an ``EOS_*``
@@ -96,7 +104,9 @@ HOLD_RELEASE_ENV = "EOS_FAULT_HOLD_RELEASE"
 FROM_BATCH_ENV = "EOS_FAULT_FROM_BATCH"
 UNSAFE_ENV = "EOS_UNSAFE_DISABLE"
 JOURNAL_ENV = "EOS_FAULT_JOURNAL"
-SAFETIES = ("input-check", "ledger-skip", "fence", "slot-order", "stream-epoch", "spec-check", "poison-alone")
+SAFETIES = ("input-check", "ledger-skip", "fence", "slot-order", "stream-epoch", "spec-check", "poison-alone",
+            "held-clean")
+COMMIT_OUTCOME_LOST_ENV = "EOS_FAULT_COMMIT_OUTCOME_LOST"
 DRIVER_PGID_ENV = "EOS_DRIVER_PGID"
 DRIVER_PID_ENV = "EOS_DRIVER_PID"
 PARTIAL_HOLD_S = 120   # long enough for the driver to be killed meanwhile
@@ -118,12 +128,13 @@ class Faults:
     hold_in_sink_s: float = 0.0   # the driver pauses once after a batch reached the sink, before commits/N
     from_batch: int = 0
     hold_release: str = ""
+    outcome_lost: tuple[int, int] | None = None   # (batch, slot) whose first commit's outcome is lost
 
     @property
     def enabled(self) -> bool:
         return (self.kill_after_commit > 0 or self.kill_before_commit_log > 0 or self.partial_batch is not None
                 or self.kill_in_transaction > 0 or self.kill_during_commit > 0 or self.hold_open_s > 0
-                or self.hold_in_sink_s > 0)
+                or self.hold_in_sink_s > 0 or self.outcome_lost is not None)
 
     @classmethod
     def from_env(cls, env) -> Faults:
@@ -132,6 +143,11 @@ class Faults:
         if raw:
             batch, slot = raw.split(":")
             partial = int(batch), int(slot)
+        lost = None
+        raw = env.get(COMMIT_OUTCOME_LOST_ENV, "")
+        if raw:
+            batch, slot = raw.split(":")
+            lost = int(batch), int(slot)
         return cls(kill_after_commit=float(env.get(KILL_AFTER_COMMIT_ENV, "0") or 0),
                    kill_before_commit_log=float(env.get(KILL_BEFORE_COMMIT_LOG_ENV, "0") or 0),
                    partial_batch=partial,
@@ -140,7 +156,7 @@ class Faults:
                    hold_open_s=float(env.get(HOLD_OPEN_ENV, "0") or 0),
                    hold_in_sink_s=float(env.get(HOLD_IN_SINK_ENV, "0") or 0),
                    from_batch=int(env.get(FROM_BATCH_ENV, "0") or 0),
-                   hold_release=env.get(HOLD_RELEASE_ENV, ""))
+                   hold_release=env.get(HOLD_RELEASE_ENV, ""), outcome_lost=lost)
 
 
 def parse_unsafe(env) -> frozenset[str]:
@@ -154,6 +170,7 @@ def parse_unsafe(env) -> frozenset[str]:
 
 _current: Faults | None = None
 _held_in_sink: list[int] = []   # the batch the hold-in-sink fault held (once per process)
+_outcomes_lost: set[tuple[int, int]] = set()   # the outcome-lost fault fired (once per batch and slot)
 _driver_unsafe: frozenset[str] | None = None
 
 
@@ -171,6 +188,7 @@ def reset() -> None:
     _current = None
     _driver_unsafe = None
     _held_in_sink.clear()
+    _outcomes_lost.clear()
 
 
 # ------------------------------------------------------------------ hooks
@@ -276,6 +294,18 @@ def committing(batch: int, slot: int, producer=None) -> None:
     timer = threading.Timer(delay, kill_driver)
     timer.daemon = True
     timer.start()
+
+
+def commit_returned(batch: int, slot: int) -> None:
+    """A slot's ``commit_transaction`` returned: the outcome-lost fault raises as if it had not (once per
+    process, batch and slot)."""
+    f = current()
+    if f.outcome_lost != (batch, slot) or (batch, slot) in _outcomes_lost:
+        return
+    _outcomes_lost.add((batch, slot))
+    from confluent_kafka import KafkaError, KafkaException
+    _say("fault injection: the commit of slot %d of batch %d applied, its outcome lost", slot, batch)
+    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: commit outcome lost"))
 
 
 def _hold(seconds: float, release: str) -> None:

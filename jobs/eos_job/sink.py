@@ -15,7 +15,11 @@ over, which buys nothing here.
 Write path of slot p in batch N (shared/design/exactly-once-protocol.md):
 fence (``init_transactions``) → read the slot's latest ledger record
 (read_committed) → skip if N is already recorded → else one transaction with
-every output record and the slot's ledger record → commit → report.
+every output record and the slot's ledger record → commit → report. A producer
+held in the worker and clean since its last commit (amendment A2,
+docs/protocol-amendments.md) skips the fence and the read and decides on the
+record it committed last; any failure of it discards it and falls back to
+fence-then-read.
 """
 from __future__ import annotations
 
@@ -77,10 +81,10 @@ class SlotWriterConfig:
 class _SlotClients:
     """A slot's transactional producer and ledger reader, kept across batches in a Python worker.
 
-    Keeping the producer saves the fence round trip per batch. It is safe: the
-    producer of the slot that was initialised last is the only one that can
-    commit; an older one fails on its next operation, and that failure is
-    handled as "fence again and re-read", never as success.
+    Keeping the producer saves the fence round trip per batch; keeping it *clean* (no error since its last
+    successful ``commit_transaction``) also saves the ledger read (amendment A2): ``last_record`` is then the
+    slot's newest ledger record, since anyone who wrote there since fenced this producer, whose transaction
+    then fails at the broker, and that failure is handled as "fence again and re-read", never as success.
     """
 
     def __init__(self, cfg: SlotWriterConfig, slot: int):
@@ -111,9 +115,12 @@ class _SlotClients:
         log.debug("fenced %s in %.1f ms", self.txid, self.fence_ms)
         self.consumer = ledger_consumer(cfg.bootstrap, _client_security(cfg.producer_config))
         self.fresh = True
-        # (ledger topic, key, batch) of the last commit by this producer: if the ledger shows another
-        # record, another worker fenced this producer since, and it must fence again before writing.
-        self.last_commit: tuple[str, str, int] | None = None
+        # A2: the slot record this producer committed (or read, right after its fence) last, under which
+        # (ledger topic, key, driver epoch), and whether nothing failed since: False before begin_transaction,
+        # True only once commit_transaction returned (or the fence's read returned).
+        self.last_record: SlotLedgerRecord | None = None
+        self.last_scope: tuple[str, str, int] | None = None
+        self.clean = False
         self.commit_ms = 0.0   # the last commit_transaction's wall time (slot_stats)
 
     def close(self) -> None:
@@ -133,6 +140,7 @@ def _client_security(conf: dict[str, str]) -> dict[str, str]:
 
 
 def _slot_clients(cfg: SlotWriterConfig, slot: int, fresh: bool) -> _SlotClients:
+    """The worker's producer of the slot; a new (fenced) one if ``fresh`` or none is held."""
     txid = protocol.transactional_id(cfg.tx_prefix, cfg.generation, slot)
     held = _clients.get(txid)
     if held is not None and (fresh or held.producer is None):
@@ -180,20 +188,29 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows, 
     unfenced = faults.unsafe("fence", cfg.unsafe)   # the negative control also trusts a held-back read
     # What the broker said of single records, kept across fresh fences.
     verdicts = poison.Verdicts(alone=not faults.unsafe("poison-alone", cfg.unsafe))
+    scope = (cfg.ledger_topic, key, cfg.epoch)
+    keep_trusting = faults.unsafe("held-clean", cfg.unsafe)   # the negative control: a failure leaves it clean
     last_exc: Exception | None = None
+    trusted = False
     for round_no in range(MAX_FENCE_ROUNDS):
-        clients = _counted(stats, _slot_clients(cfg, slot, fresh=round_no > 0))
+        clients = _slot_clients(cfg, slot, fresh=False)
+        trusted = held_trusted(clients, scope)
+        if not trusted and not clients.fresh:
+            # Held but not clean (an error or a task that ended mid-transaction since its last commit), or of
+            # another ledger key or driver epoch: fence again, then read (steps 1 and 2).
+            stats.stale_producers += 1
+            clients = _slot_clients(cfg, slot, fresh=True)
+        clients = _counted(stats, clients)
         try:
-            recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced, stats)
-            if not clients.fresh and (recorded is None or clients.last_commit != (cfg.ledger_topic, key,
-                                                                                  recorded.batch)):
-                # The slot moved to another Python worker and back: that worker's fence made this
-                # producer useless. Fence again now (fence, then read) rather than fail mid-transaction.
-                stats.stale_producers += 1
-                clients = _counted(stats, _slot_clients(cfg, slot, fresh=True))
-                recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced, stats)
-            elif not clients.fresh:
+            if trusted:
+                # A2: no fence, no read; a newer driver's epoch marker cannot be there (writing it fences).
                 stats.pool_hits += 1
+                stats.trusted += 1
+                recorded, stream_epoch = clients.last_record, 0
+            else:
+                recorded, stream_epoch = _read_slot(cfg, clients, slot, key, unfenced, stats)
+                # What the read said; clean only once this producer's own commit returned (A2).
+                clients.last_record, clients.last_scope = recorded, scope
             clients.fresh = False
             decision = protocol.decide_slot(cfg.batch, recorded, input=cfg.input, output_hash=cfg.output_hash,
                                             epoch=cfg.epoch, stream_epoch=stream_epoch,
@@ -223,13 +240,14 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows, 
             faults.before_slot_commit(cfg.batch, slot)
             dead = _transaction(cfg, clients, slot, key, rows, round_no, verdicts)
             stats.commit_ms += getattr(clients, "commit_ms", 0.0)
-            clients.last_commit = (cfg.ledger_topic, key, cfg.batch)
             faults.slot_committed(cfg.batch, slot)
             return SlotCommit(slot, cfg.batch, rows.count, rows.digest, skipped=False, dead_letters=dead,
                               attempt=attempt)
         except KafkaException as exc:
             err = exc.args[0]
             last_exc = exc
+            if trusted:
+                stats.trusted_fallbacks += 1
             log.warning("slot %d batch %d: %s (fatal=%s, abortable=%s, retriable=%s); fencing again",
                         slot, cfg.batch, err, err.fatal(), err.txn_requires_abort(), err.retriable())
             if err.txn_requires_abort() and clients.producer is not None:
@@ -237,13 +255,23 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows, 
                     clients.producer.abort_transaction(cfg.transaction_timeout_ms / 1000)
                 except KafkaException:
                     pass
-            _discard(cfg, slot)
+            if keep_trusting and clients.producer is not None and not err.fatal():
+                clients.clean = True   # UNSAFE (held-clean): the failed or unknown commit is forgotten
+            else:
+                _discard(cfg, slot)
             time.sleep(min(0.2 * 2 ** round_no, 5.0))
         except Exception:
             _discard(cfg, slot)
             raise
     raise RuntimeError(f"slot {slot} of batch {cfg.batch}: could not commit after {MAX_FENCE_ROUNDS} fenced "
                        f"attempts; last error: {last_exc}") from last_exc
+
+
+def held_trusted(clients: _SlotClients, scope: tuple[str, str, int]) -> bool:
+    """A2: whether a held producer may decide on its last record with no fence and no read: held (not just
+    fenced), clean since its last commit, for the same ledger topic, slot key and driver epoch."""
+    return (not clients.fresh and getattr(clients, "clean", False)
+            and getattr(clients, "last_scope", None) == scope)
 
 
 def _counted(stats: SlotStats, clients: _SlotClients) -> _SlotClients:
@@ -296,6 +324,7 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
                 failures.append((msg.topic(), poison.identity(msg.topic(), msg.key(), msg.value()), err))
 
         started = time.monotonic()
+        clients.clean = False   # A2: from here until commit_transaction returns, the outcome is not known
         producer.begin_transaction()
         dead = 0
         try:
@@ -309,7 +338,9 @@ def _transaction(cfg: SlotWriterConfig, clients: _SlotClients, slot: int, key: s
             faults.committing(cfg.batch, slot, producer)
             t_commit = time.monotonic()
             producer.commit_transaction(cfg.transaction_timeout_ms / 1000)
+            faults.commit_returned(cfg.batch, slot)   # a test may lose the outcome of the commit just applied
             clients.commit_ms = (time.monotonic() - t_commit) * 1000
+            clients.last_record, clients.clean = record, True
             _warn_if_slow(cfg, slot, time.monotonic() - started)
             return dead
         except KafkaException as exc:

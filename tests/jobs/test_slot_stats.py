@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from eos_job import protocol, sink, slot_stats
+from eos_job import faults, protocol, sink, slot_stats
 from eos_job.slot_stats import SlotStats
 
 BASE = dict(bootstrap="x:9092", producer_config={}, topic="out", dead_letter_topic=None, ledger_topic="ledger",
@@ -88,13 +88,14 @@ def world(monkeypatch):
     monkeypatch.setattr(sink.time, "sleep", lambda s: None)   # the back-off between fence rounds
     pools: dict[str, dict] = {}
 
-    def run(worker: str, batch: int, slot: int = 1, attempt: int = 0) -> SlotStats:
+    def run(worker: str, batch: int, slot: int = 1, attempt: int = 0, rows=None, **cfg) -> SlotStats:
         monkeypatch.setattr(sink, "_clients", pools.setdefault(worker, {}))
-        rows = [pa.RecordBatch.from_pydict({"key": [b"k1", b"k2"], "value": [b"a", b"b"],
-                                            protocol.HASH_COL: [1, 2]})]
+        rows = rows if rows is not None else [pa.RecordBatch.from_pydict(
+            {"key": [b"k1", b"k2"], "value": [b"a", b"b"], protocol.HASH_COL: [1, 2]})]
         stats = SlotStats()
-        sink.write_slot(sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=batch), slot, attempt, rows, stats)
-        assert slot_stats.problems(stats, 1) == []
+        sink.write_slot(sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=batch, **cfg), slot, attempt, rows,
+                        stats)
+        assert cfg.get("unsafe") or slot_stats.problems(stats, 1) == []
         # Every reader left unassigned after its read: none fetches between batches.
         assert not any(c.consumer.assigned for pool in pools.values() for c in pool.values())
         return stats
@@ -102,17 +103,17 @@ def world(monkeypatch):
     return broker, run
 
 
-def counts(s: SlotStats) -> tuple[int, int, int, int, int]:
-    return s.pool_hits, s.new_producers, s.stale_producers, s.fences, s.ledger_reads
+def counts(s: SlotStats) -> tuple[int, ...]:
+    return s.pool_hits, s.new_producers, s.stale_producers, s.fences, s.ledger_reads, s.trusted, s.trusted_fallbacks
 
 
-def test_a_slot_in_the_same_worker_is_a_pool_hit_and_in_another_a_new_fenced_producer(world):
+def test_a_clean_held_producer_is_trusted_and_one_another_worker_fenced_falls_back(world):
     broker, run = world
-    assert counts(run("A", 0)) == (0, 1, 0, 1, 1)        # first task of the slot: a producer, fenced, one read
-    assert counts(run("A", 1)) == (1, 0, 0, 0, 1)        # the same worker again: no fence, one read
-    assert counts(run("B", 2)) == (0, 1, 0, 1, 1)        # another worker: a new producer, whose fence ...
-    back = run("A", 3)                                   # ... A's ledger read sees: stale, fenced again
-    assert counts(back) == (0, 1, 1, 1, 2)
+    assert counts(run("A", 0)) == (0, 1, 0, 1, 1, 0, 0)   # first task of the slot: a producer, fenced, one read
+    assert counts(run("A", 1)) == (1, 0, 0, 0, 0, 1, 0)   # the same worker again: trusted, no fence, no read
+    assert counts(run("B", 2)) == (0, 1, 0, 1, 1, 0, 0)   # another worker: a new producer, whose fence ...
+    back = run("A", 3)                                    # ... makes A's trusted commit fail: fence, read, write
+    assert counts(back) == (1, 1, 0, 1, 1, 1, 1)
     assert back.fence_ms == 1.5 and back.ledger_ms >= 0 and back.tasks == 1
     assert len(broker.output) == 8                        # every batch written once
 
@@ -123,17 +124,73 @@ def test_a_producer_fenced_without_a_commit_is_found_at_its_commit_and_counted_w
     sink._clients = {}
     sink._slot_clients(sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=1), 1, fresh=True)   # B fences only
     s = run("A", 1)
-    # The held producer passed the ledger check (a hit), failed at its commit, and the retry fenced again.
-    assert counts(s) == (1, 1, 0, 1, 2) and s.tasks == 1
+    # The held producer was trusted, failed at its commit, and the retry fenced and read again.
+    assert counts(s) == (1, 1, 0, 1, 1, 1, 1) and s.tasks == 1
     assert len(broker.output) == 4
 
 
-def test_a_replay_in_the_same_worker_skips_on_its_pool_hit(world):
+def test_a_replay_in_the_same_worker_skips_on_its_trusted_record(world):
     broker, run = world
     run("A", 0)
     s = run("A", 0, attempt=1)
-    assert counts(s) == (1, 0, 0, 0, 1) and s.commit_ms == 0
+    assert counts(s) == (1, 0, 0, 0, 0, 1, 0) and s.commit_ms == 0
     assert len(broker.output) == 2
+
+
+@pytest.fixture
+def outcome_lost(monkeypatch):
+    """The first commit of slot 1 of batch 1 applies, and the task sees an error (faults.commit_returned)."""
+    monkeypatch.setenv(faults.COMMIT_OUTCOME_LOST_ENV, "1:1")
+    faults.reset()
+    yield
+    monkeypatch.delenv(faults.COMMIT_OUTCOME_LOST_ENV)
+    faults.reset()
+
+
+def test_a_commit_whose_outcome_is_lost_discards_the_held_producer_and_the_read_skips_the_retry(world, outcome_lost):
+    broker, run = world
+    run("A", 0)
+    s = run("A", 1)
+    # Trusted, the commit applied and raised: a fresh fence and read find batch 1 committed and skip.
+    assert counts(s) == (1, 1, 0, 1, 1, 1, 1)
+    assert len(broker.output) == 4                        # batch 1 once
+    # The producer that only read (skipped) is not clean: the next task fences and reads again.
+    assert counts(run("A", 2)) == (0, 1, 1, 1, 1, 0, 0)
+    assert len(broker.output) == 6
+
+
+def test_negative_control_held_clean_off_a_lost_outcome_writes_the_batch_twice(world, outcome_lost):
+    broker, run = world
+    run("A", 0, unsafe=frozenset({"held-clean"}))
+    s = run("A", 1, unsafe=frozenset({"held-clean"}))
+    # The producer stayed trusted with batch 0 as its last record: the retry of batch 1 committed it again.
+    assert (s.trusted, s.trusted_fallbacks, s.fences, s.ledger_reads) == (2, 1, 0, 0)
+    assert broker.output == [b"a", b"b"] * 3
+
+
+def test_a_held_producer_of_another_driver_epoch_is_not_trusted(world):
+    broker, run = world
+    run("A", 0, epoch=1)
+    assert counts(run("A", 1, epoch=2)) == (0, 1, 1, 1, 1, 0, 0)
+    assert len(broker.output) == 4
+
+
+class TaskKilled(BaseException):
+    """A task ended mid-transaction by something no ``except Exception`` catches (Spark interrupting it)."""
+
+
+def test_a_task_that_ends_mid_transaction_leaves_its_producer_not_clean(world):
+    broker, run = world
+    run("A", 0)
+
+    def killed():
+        yield pa.RecordBatch.from_pydict({"key": [b"k1"], "value": [b"a"], protocol.HASH_COL: [1]})
+        raise TaskKilled()
+    with pytest.raises(TaskKilled):
+        run("A", 1, rows=killed())
+    assert not sink._clients[protocol.transactional_id("p", 0, 1)].clean
+    assert counts(run("A", 1)) == (0, 1, 1, 1, 1, 0, 0)  # fenced and read again, not trusted
+    assert len(broker.output) == 4
 
 
 def test_a_whole_skip_counts_its_task_and_nothing_else():
