@@ -52,17 +52,19 @@ def test_every_slot_task_reports_its_counters_once_and_they_add_up(colors_run, s
     assert run.stop() == 0, run.log_tail()
     assert_exact(run, expected)
     line = re.compile(r"batch (\d+) slot tasks (\d+): (\d+) pool hits, (\d+) new producers, (\d+) stale, "
-                      r"(\d+) fences, (\d+) ledger reads")
+                      r"(\d+) fences, (\d+) ledger reads; [^;]*; (\d+) trusted, (\d+) of them fell back")
     batches = {}
     for m in line.finditer(run.log_path.read_text()):
-        n, tasks, hits, new, stale, fences, reads = (int(x) for x in m.groups())
+        n, tasks, hits, new, stale, fences, reads, trusted, fell_back = (int(x) for x in m.groups())
         assert n not in batches, f"batch {n} logged twice"
         batches[n] = slot_stats.SlotStats(tasks=tasks, pool_hits=hits, new_producers=new, stale_producers=stale,
-                                          fences=fences, ledger_reads=reads)
+                                          fences=fences, ledger_reads=reads, trusted=trusted,
+                                          trusted_fallbacks=fell_back)
     assert len(batches) >= 4, run.log_tail()
     for n, stats in batches.items():
         assert slot_stats.problems(stats, 3) == [], (n, stats)
-        assert stats.ledger_reads >= 3, (n, stats)
+        # Each slot task read the ledger or trusted its clean held producer (amendment A2).
+        assert stats.ledger_reads + stats.trusted - stats.trusted_fallbacks >= 3, (n, stats)
     first = batches[min(batches)]
     assert first.pool_hits == 0 and first.new_producers >= 3 and first.fences >= 3, first
 
