@@ -170,11 +170,12 @@ def _latency_table(s: dict, lat: dict) -> list[str]:
 def _counters_row(where: str, stats: list[dict]) -> str:
     t = {k: sum(x.get(k, 0) for x in stats) for k in ("batches", "tasks", "whole_skips", "pool_hits", "new_producers",
                                                      "stale_producers", "fences", "ledger_reads", "fence_ms",
-                                                     "ledger_ms", "commit_ms")}
+                                                     "ledger_ms", "commit_ms", "trusted", "trusted_fallbacks")}
     tasks = max(t["tasks"], 1)
     per = (lambda ms, n: f"{t[ms] / t[n]:.1f}" if t[n] else "-")
     return (f"| {where} | {len(stats)} | {t['batches']:,} | {t['tasks']:,} | {t['pool_hits']:,} "
             f"({100 * t['pool_hits'] / tasks:.0f} %) | {t['new_producers']:,} | {t['stale_producers']:,} | "
+            f"{t['trusted']:,} | {t['trusted_fallbacks']:,} | "
             f"{t['fences']:,} | {t['ledger_reads']:,} | {per('fence_ms', 'fences')} | {per('ledger_ms', 'ledger_reads')} "
             f"| {t['commit_ms'] / max(t['tasks'] - t['whole_skips'], 1):.1f} |")
 
@@ -197,12 +198,14 @@ def _counters_table(res: dict) -> list[str]:
     return ["## Slot tasks (exactly-once sink)", "",
             "What the slot tasks did besides writing, counted by each task and summed by the driver "
             "(`eos_job.slot_stats`), over all runs of a table. A pool hit: the task's Python worker held the slot's "
-            "producer and it was still the slot's (no fence); otherwise the task made a producer and fenced "
-            "(`init_transactions`); stale: a held producer another worker's fence had made useless. The ms columns "
+            "producer, clean since its last commit, and trusted it (no fence, no ledger read: amendment A2); "
+            "fell back: a trusted transaction that failed (another worker had fenced the id) and fenced and read "
+            "again; otherwise the task made a producer and fenced (`init_transactions`); stale: a held producer "
+            "not clean (or of another key or epoch), fenced again. Runs before A2 show no trusted tasks. The ms columns "
             "are wall time per fence, per ledger read, and in `commit_transaction` per writing task.", "",
-            "| runs | n | batches | slot tasks | pool hits | new producers | stale | fences | ledger reads | "
-            "ms per fence | ms per ledger read | commit ms per task |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"] + rows
+            "| runs | n | batches | slot tasks | pool hits | new producers | stale | trusted | fell back | fences | "
+            "ledger reads | ms per fence | ms per ledger read | commit ms per task |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"] + rows
 
 
 def _breakdown(bd: dict) -> list[str]:
