@@ -160,10 +160,25 @@ def _meta(ref: StreamRef, name: str, labels: dict[str, str],
     return meta
 
 
+# Pod template fields only the Pod uses, newer than images built before them: left out of the run config, whose
+# models refuse unknown fields, so such an image still reads it (the runtime never reads Pod templates).
+POD_ONLY_TEMPLATE_FIELDS = ("schedulerName",)
+
+
+def runtime_json(config: RunConfig) -> str:
+    """The run config as the driver's runtime reads it: without ``POD_ONLY_TEMPLATE_FIELDS``."""
+    doc = json.loads(config.model_dump_json(by_alias=True))
+    job = doc["spec"]["job"]
+    for template in (job.get("podTemplate") or {}, (job.get("executor") or {}).get("podTemplate") or {}):
+        for key in POD_ONLY_TEMPLATE_FIELDS:
+            template.pop(key, None)
+    return json.dumps(doc, separators=(",", ":"))
+
+
 def run_config_map(ref: StreamRef, config: RunConfig, name: str | None = None) -> dict[str, Any]:
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: ref.name,
               LABEL_GENERATION: str(config.stream.generation)}
-    data = {RUN_CONFIG_KEY: config.model_dump_json(by_alias=True)}
+    data = {RUN_CONFIG_KEY: runtime_json(config)}
     if config.spec.job.deploy_mode == "cluster":
         template = config.spec.job.executor.pod_template.executor_template()
         data[EXECUTOR_TEMPLATE_KEY] = json.dumps(template, sort_keys=True)   # JSON is YAML

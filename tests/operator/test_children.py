@@ -257,6 +257,32 @@ def test_pod_templates_merge_and_the_operator_wins():
     assert aux["metadata"]["labels"][children.LABEL_COMPONENT] == "preflight"
 
 
+def test_a_scheduler_name_reaches_every_pod_of_the_stream_but_not_the_run_config():
+    """``podTemplate.schedulerName`` (a scheduler profile of its own, the stack's real nodes') is set on the
+    driver, the short-lived Pods and the executors' template; the run config leaves it out, so a runtime image
+    older than the field (its models refuse unknown fields) still reads it."""
+    from eos_job.spec import StreamIdentity
+    s = spec(job={"module": "m", "deployMode": "cluster",
+                  "podTemplate": {"schedulerName": "eos-real-nodes", "priorityClassName": "streaming-high"},
+                  "executor": {"podTemplate": {"schedulerName": "eos-real-nodes"}}})
+    assert children.driver_pod(REF, s, attempt=0, tx_generation=0)["spec"]["schedulerName"] == "eos-real-nodes"
+    aux = children.aux_pod(REF, s, component="preflight", attempt=0, tx_generation=0, args=["preflight"])
+    assert aux["spec"]["schedulerName"] == "eos-real-nodes"
+    cm = children.run_config_map(REF, RunConfig(stream=StreamIdentity(name="colors", namespace="team-a", uid=REF.uid,
+                                                                      generation=0), spec=s, checkpoint_dir="/c"))
+    assert json.loads(cm["data"]["executor-template.yaml"])["spec"]["schedulerName"] == "eos-real-nodes"
+    run = json.loads(cm["data"]["run.json"])
+    assert "schedulerName" not in run["spec"]["job"]["podTemplate"], run["spec"]["job"]["podTemplate"]
+    assert "schedulerName" not in run["spec"]["job"]["executor"]["podTemplate"]
+    assert run["spec"]["job"]["podTemplate"]["priorityClassName"] == "streaming-high"
+    assert "schedulerName" not in json.dumps(run), "the runtime's models before the field refuse it"
+    assert RunConfig.model_validate(run).spec.job.pod_template.scheduler_name is None
+    unset = children.driver_pod(REF, spec(job={"module": "m"}), attempt=0, tx_generation=0)
+    assert "schedulerName" not in unset["spec"], "unset: the cluster's default scheduler"
+    res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": {"schedulerName": "Not A Name"}}})
+    assert any("schedulerName" in e for e in res.errors), res
+
+
 def test_executor_templates_become_spark_settings_and_a_template_file():
     res = validate_spec({**base_spec(), "job": {"module": "m", "executor": {"podTemplate": {
         "env": [{"name": "SPARK_HOME", "value": "/x"}]}}}})
