@@ -113,6 +113,10 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
     def pod(name: str) -> dict | None:
         return next((p for p in kubectl.pods(namespace) if p["metadata"]["name"] == name), None)
 
+    def committed() -> int:
+        batch = kubectl.status(namespace, NAME).get("lastCommittedBatch")
+        return -1 if batch is None else batch      # batch 0 counts
+
     def driver_log() -> str:
         d = kubectl.status(namespace, NAME).get("driverPod") or f"{NAME}-driver-0"
         return kubectl.run("logs", "-n", namespace, d, "--tail=30", check=False).stdout
@@ -142,7 +146,7 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
             pod(f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300, diagnose, 1)
         first_node = on_a_real_node(first, nodes)
         feed.start()
-        wait_until(lambda: (kubectl.status(namespace, NAME).get("lastCommittedBatch") or -1) >= 0,
+        wait_until(lambda: committed() >= 0,
                    "a batch committed by the first driver", 420, diagnose, 1)
         log = LogFollower(v1, namespace, f"{NAME}-driver-0")
         log.start()
@@ -177,9 +181,8 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         if replay is not None:   # the slots the report says committed the replay batch are those its ledger has
             assert sorted(res.get("replaySlotsAlreadyCommitted") or []) == sorted(
                 s for s, b in per_slot.items() if b >= replay), res
-        wait_until(lambda: (kubectl.status(namespace, NAME).get("lastCommittedBatch") or -1)
-                   >= res["checkpointLastCommittedBatch"] + 3, "three batches committed by the next driver", 420,
-                   diagnose, 1)
+        wait_until(lambda: committed() >= res["checkpointLastCommittedBatch"] + 3,
+                   "three batches committed by the next driver", 420, diagnose, 1)
         expected = feed.finish()
         wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=420)
         assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
