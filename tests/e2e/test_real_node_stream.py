@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient
 from kubernetes import client, config
 
 from eos_job.resolution import open_transaction_partitions
+from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 from eos_stack.cluster import wait_until
 from eos_stack.image_common import image_name
 from eos_stack.node_config import SCHEDULER_NAME
@@ -90,6 +91,17 @@ def on_a_real_node(pod: dict, nodes) -> str:
     return spec["nodeName"]
 
 
+def gone_or(read) -> bool:
+    """``read()`` succeeds (True), or the object is gone (False)."""
+    try:
+        read()
+        return True
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
 def what_the_kill_hit(res: dict) -> str:
     """Resolution's report (status.resolution) in words: the batch the restart replays and its slots."""
     per_slot = res.get("lastCommittedBatchPerSlot") or {}
@@ -113,12 +125,19 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
     def pod(name: str) -> dict | None:
         return next((p for p in kubectl.pods(namespace) if p["metadata"]["name"] == name), None)
 
+    api = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
+    v1, crs = client.CoreV1Api(api), client.CustomObjectsApi(api)
+
+    def status() -> dict:
+        # Through the API at the stream's own group and version, not kubectl's discovery (see docs/testing.md).
+        return crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME).get("status") or {}
+
     def committed() -> int:
-        batch = kubectl.status(namespace, NAME).get("lastCommittedBatch")
+        batch = status().get("lastCommittedBatch")
         return -1 if batch is None else batch      # batch 0 counts
 
     def driver_log() -> str:
-        d = kubectl.status(namespace, NAME).get("driverPod") or f"{NAME}-driver-0"
+        d = status().get("driverPod") or f"{NAME}-driver-0"
         return kubectl.run("logs", "-n", namespace, d, "--tail=30", check=False).stdout
 
     def crd_note() -> str:
@@ -131,8 +150,6 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
     diag = Diagnostics(kubectl, namespace, operator)
     diagnose = lambda: diag() + "\ndriver log:\n" + driver_log() + crd_note()   # noqa: E731
     feed = IdFeed(topics.bootstrap, topics.events, chunk=100, pause=1.0)
-    api = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
-    v1 = client.CoreV1Api(api)
     admin = AdminClient({"bootstrap.servers": topics.bootstrap})
 
     def open_now() -> set:
@@ -141,7 +158,8 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
 
     try:
         feed.send(4 * BATCH, 7, 1_000_000)    # a backlog: four full batches at the start, then the feed's chunks
-        kubectl.apply(real_node_stream(topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-real/{namespace}"), namespace)
+        crs.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, real_node_stream(
+            topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-real/{namespace}"))
         first = wait_until(lambda: (lambda p: p if p and p.get("status", {}).get("phase") == "Running" else None)(
             pod(f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300, diagnose, 1)
         first_node = on_a_real_node(first, nodes)
@@ -152,7 +170,7 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         log.start()
         procs = pod_processes(first["metadata"]["uid"])
         assert len(procs) >= 2, f"the driver's processes (JVM, Python) in its Pod's cgroup: {procs}"
-        before = kubectl.status(namespace, NAME)["lastCommittedBatch"]
+        before = status()["lastCommittedBatch"]
 
         # The backlog keeps the driver inside a batch; the deletion follows the sight of an open slot transaction
         # in the sink or the ledger at once (one admin client, the Pod deleted through the API, no kubectl).
@@ -165,7 +183,7 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
 
         status = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
                                      and s.get("lifecycleState") == "Running" else None)(
-            kubectl.status(namespace, NAME)), "the operator's next driver Pod to run", 300, diagnose, 1)
+            status()), "the operator's next driver Pod to run", 300, diagnose, 1)
         second_node = on_a_real_node(pod(f"{NAME}-driver-1"), nodes)
         assert status["restartCount"] == 1 and "disappeared" in status["lastError"], status
         reasons = kubectl.events(namespace, NAME)
@@ -194,6 +212,10 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
                       f"{NAME}-driver-1 resumed on {second_node}")
     finally:
         feed.stop_flag.set()
-        kubectl.run("delete", "exactlyoncestream", NAME, "-n", namespace, "--timeout=120s", check=False)
+        try:    # the operator stops the driver gracefully and releases the stream
+            crs.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
+            wait_until(lambda: not gone_or(status), "the stream deleted", 120)
+        except Exception as exc:  # noqa: BLE001 - cleanup; the namespace fixture releases what is left
+            print(f"cleanup: {exc}")
         operator.stop()
         api.close()
