@@ -192,7 +192,9 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         res = status["resolution"]
         # Resolved from the host through the services address: the bucket read, every slot of the stream fenced.
         assert res["checkpointReadable"] and res["slots"] == 2 and res["fencedTransactionalIds"] >= 2, res
-        assert res["checkpointLastCommittedBatch"] >= before, (before, res)
+        # ``before`` is the ledger's progress (status.lastCommittedBatch): a batch is complete in the ledger just
+        # before Spark's commit log records it, so the checkpoint may trail it by the batch in flight.
+        assert res["lastCompleteBatch"] >= before and res["checkpointLastCommittedBatch"] >= before - 1, (before, res)
         per_slot = {int(s): b for s, b in (res.get("lastCommittedBatchPerSlot") or {}).items()}
         assert set(per_slot) == {0, 1} and min(per_slot.values()) >= before, res
         replay = res.get("replayBatch")
