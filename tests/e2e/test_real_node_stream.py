@@ -181,15 +181,15 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         sigterm = GRACEFUL in log.text
         assert not pod_processes(first["metadata"]["uid"]), "a process joined the deleted Pod's cgroup"
 
-        status = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
+        after_kill = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
                                      and s.get("lifecycleState") == "Running" else None)(
             status()), "the operator's next driver Pod to run", 300, diagnose, 1)
         second_node = on_a_real_node(pod(f"{NAME}-driver-1"), nodes)
-        assert status["restartCount"] == 1 and "disappeared" in status["lastError"], status
+        assert after_kill["restartCount"] == 1 and "disappeared" in after_kill["lastError"], after_kill
         reasons = kubectl.events(namespace, NAME)
         after = reasons[reasons.index("Restarting"):]
         assert "Resolved" in after and after.index("Resolved") < after.index("Submitted"), reasons
-        res = status["resolution"]
+        res = after_kill["resolution"]
         # Resolved from the host through the services address: the bucket read, every slot of the stream fenced.
         assert res["checkpointReadable"] and res["slots"] == 2 and res["fencedTransactionalIds"] >= 2, res
         # ``before`` is the ledger's progress (status.lastCommittedBatch): a batch is complete in the ledger just
