@@ -3,8 +3,9 @@ extra volumes, the user they run as).
 
 ``job.podTemplate`` applies to the driver Pod and the stream's short-lived Pods (pre-flight, drain), which
 must land where the driver may; ``job.executor.podTemplate`` to the executor Pods Spark creates in cluster
-mode (as Spark settings: labels, annotations, node selector and env; tolerations, priority class and image
-pull secrets through Spark's executor pod template file, which the operator writes into the run ConfigMap).
+mode (as Spark settings: labels, annotations, node selector and env; tolerations, priority class, scheduler
+name and image pull secrets through Spark's executor pod template file, which the operator writes into the
+run ConfigMap).
 
 Merged with what the operator owns, which always wins and cannot be set here: its labels (prefix
 ``streaming.eos.dev/``, ``app.kubernetes.io/managed-by`` and ``component``, Spark's ``spark-role``,
@@ -124,6 +125,9 @@ class PodTemplate(Model):
     node_selector: dict[str, str] = Field(default_factory=dict, description="The Pods' nodeSelector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="The Pods' tolerations.")
     priority_class_name: str | None = Field(None, pattern=DNS_NAME, description="The Pods' priorityClassName.")
+    scheduler_name: str | None = Field(None, pattern=DNS_NAME, description=(
+        "The Pods' schedulerName: a scheduler (profile) other than the cluster's default, e.g. a batch "
+        "scheduler or a pool's own; unset: the default scheduler."))
     image_pull_secrets: list[str] = Field(default_factory=list, description=(
         "Names of Secrets in the stream's namespace to pull the image with."))
     env: list[EnvVar] = Field(default_factory=list, max_length=MAX_ENV, description=(
@@ -200,8 +204,11 @@ class PodTemplate(Model):
         return self.security_context.apply(pod)
 
     def _pod_spec_fields(self) -> dict:
-        """Tolerations, priority class and pull secrets, as a Pod spec spells them (only those set)."""
+        """Tolerations, priority class, scheduler, pull secrets and affinity, as a Pod spec spells them (only
+        those set)."""
         spec: dict = {}
+        if self.scheduler_name:
+            spec["schedulerName"] = self.scheduler_name
         if self.tolerations:
             spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations]
         if self.priority_class_name:

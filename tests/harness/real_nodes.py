@@ -1,6 +1,7 @@
 """Pods for the real nodes (stack/eos_stack/node.py): ``restricted`` Pods of the project's image that ask for
-the real nodes (their scheduler and the toleration of their taint, ``node_config.placement()``), and waiting
-for a Pod's state with its events in the failure message.
+the real nodes (their scheduler and the toleration of their taint, ``node_config.placement()``), the same as a
+stream's ``job.podTemplate`` (``stream_template``), waiting for a Pod's state with its events in the failure
+message, and a Pod's processes seen through its cgroup.
 """
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ def real_pod(name: str, command: list[str], *, memory: str | None = None, node_n
     if node_name:
         body["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body}
+
+
+def stream_template() -> dict:
+    """``placement()`` as a stream's ``job.podTemplate`` spells it: the operator's Pods of the stream (driver,
+    pre-flight, drain) go to the real nodes' scheduler and tolerate their taint."""
+    p = placement()
+    return {"schedulerName": p["schedulerName"], "tolerations": p["tolerations"]}
 
 
 def wait_pod(v1, ns: str, name: str, check, what: str, timeout: float = 180):
@@ -79,3 +87,21 @@ def wait_gone(v1, ns: str, name: str, timeout: float = 120) -> None:
             raise
         time.sleep(0.5)
     raise AssertionError(f"Pod {ns}/{name} still there {timeout:.0f} s after its deletion")
+
+
+def wait_processes_gone(procs: dict[int, int], timeout: float = 120) -> float:
+    """Until none of ``procs`` (``pod_processes``) runs any more (a zombie counts as gone); returns the seconds
+    it took. Fails naming those still running after ``timeout``."""
+    start = time.monotonic()
+    while alive := [p for p in procs if _running(p)]:
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"processes of the deleted Pod still run {timeout:.0f} s after its deletion: {alive}")
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

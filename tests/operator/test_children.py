@@ -257,6 +257,29 @@ def test_pod_templates_merge_and_the_operator_wins():
     assert aux["metadata"]["labels"][children.LABEL_COMPONENT] == "preflight"
 
 
+def test_a_scheduler_name_reaches_every_pod_of_the_stream_and_the_run_config_as_the_spec_says():
+    """``podTemplate.schedulerName`` (a scheduler profile of its own, the stack's real nodes') is set on the
+    driver, the short-lived Pods and the executors' template; the run config carries the spec as it is (the
+    driver's spec hash is the operator's: an image older than the field refuses it, as the version-skew policy
+    says)."""
+    from eos_job.spec import StreamIdentity
+    s = spec(job={"module": "m", "deployMode": "cluster",
+                  "podTemplate": {"schedulerName": "eos-real-nodes", "priorityClassName": "streaming-high"},
+                  "executor": {"podTemplate": {"schedulerName": "eos-real-nodes"}}})
+    assert children.driver_pod(REF, s, attempt=0, tx_generation=0)["spec"]["schedulerName"] == "eos-real-nodes"
+    aux = children.aux_pod(REF, s, component="preflight", attempt=0, tx_generation=0, args=["preflight"])
+    assert aux["spec"]["schedulerName"] == "eos-real-nodes"
+    cm = children.run_config_map(REF, RunConfig(stream=StreamIdentity(name="colors", namespace="team-a", uid=REF.uid,
+                                                                      generation=0), spec=s, checkpoint_dir="/c"))
+    assert json.loads(cm["data"]["executor-template.yaml"])["spec"]["schedulerName"] == "eos-real-nodes"
+    run = RunConfig.model_validate(json.loads(cm["data"]["run.json"]))
+    assert run.spec.job.pod_template.scheduler_name == "eos-real-nodes" and run.spec == s
+    unset = children.driver_pod(REF, spec(job={"module": "m"}), attempt=0, tx_generation=0)
+    assert "schedulerName" not in unset["spec"], "unset: the cluster's default scheduler"
+    res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": {"schedulerName": "Not A Name"}}})
+    assert any("schedulerName" in e for e in res.errors), res
+
+
 def test_executor_templates_become_spark_settings_and_a_template_file():
     res = validate_spec({**base_spec(), "job": {"module": "m", "executor": {"podTemplate": {
         "env": [{"name": "SPARK_HOME", "value": "/x"}]}}}})

@@ -1,0 +1,223 @@
+"""The unique-id stream exactly once under the operator, its driver Pods on the real nodes.
+
+The operator runs as a process on this machine (as the other operator e2e tests do) against the stack's API
+server; it creates the driver Pods, and the stream's ``job.podTemplate`` puts them on the real nodes
+(stack/eos_stack/node.py): the real nodes' scheduler profile and the toleration of their taint
+(``tests.harness.real_nodes.stream_template``). The Pods run the project's image as each node's containerd holds
+it (``imagePullPolicy`` IfNotPresent, the default for its tag) in a namespace enforcing ``restricted``, and reach
+Kafka and the checkpoint bucket (MinIO, ``checkpoint.store: s3``) through the stack's services address
+(node_services.py), which the operator on the host reaches too: it resolves every start itself, reading the
+checkpoint straight from the bucket.
+
+Mid-stream, with a slot transaction open, the driver Pod is deleted with grace 0. The object goes at once; the
+kubelet then stops the container with its minimum grace of 2 s (kubelet 1.35 ``minimumGracePeriodInSeconds``:
+SIGTERM, SIGKILL 2 s later), and every process of it goes (the JVM and PySpark's workers, whatever their process
+groups; checked in the Pod's cgroup). Whether the driver logged the SIGTERM (its stop at a batch boundary
+begun) is reported; batches of ``BATCH`` records take longer than those 2 s. The operator sees its driver
+disappear, resolves (fencing every slot) and starts the next driver Pod on a real node. The output, read_committed, is every id sent, none twice (``assert_ids_exactly_once``: the
+ledger only grew, no open transaction, every committed slot against the ledger); what the kill hit is read from
+status, as resolution reported it per slot.
+"""
+from __future__ import annotations
+
+import base64
+import threading
+
+import pytest
+
+from confluent_kafka.admin import AdminClient
+from kubernetes import client, config
+
+from eos_job.resolution import open_transaction_partitions
+from eos_job.spec import API_GROUP, API_VERSION, PLURAL
+from eos_stack.cluster import wait_until
+from eos_stack.image_common import image_name
+from eos_stack.node_config import SCHEDULER_NAME
+from examples.colors.manifest import colors_manifest
+from tests.e2e.streams import (IDS, NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
+                               assert_ids_exactly_once, wait_ids)
+from tests.harness.real_nodes import pod_processes, stream_template, wait_processes_gone
+
+pytestmark = pytest.mark.timeout(1200)
+# Records a batch reads at most: batches long enough (seconds) that the kubelet's SIGKILL, which follows its
+# SIGTERM by at least 2 s even for a grace-0 deletion, can land inside one.
+BATCH = 8000
+GRACEFUL = "received SIGTERM: stopping at the next clean batch boundary"
+
+
+class LogFollower(threading.Thread):
+    """A Pod's log as it is written (``kubectl logs -f``), kept after the Pod is gone."""
+
+    def __init__(self, v1, namespace: str, pod: str):
+        super().__init__(daemon=True)
+        self.v1, self.namespace, self.pod, self.text = v1, namespace, pod, ""
+
+    def run(self) -> None:
+        try:
+            resp = self.v1.read_namespaced_pod_log(self.pod, self.namespace, follow=True, _preload_content=False)
+            for chunk in resp.stream():
+                self.text += chunk.decode(errors="replace")
+        except Exception as exc:  # noqa: BLE001 - the log ends with its Pod
+            self.text += f"\n(log follow ended: {exc})"
+
+
+def real_node_stream(topics: ColorsTopics, pod_env: dict[str, str], bucket: str, prefix: str) -> dict:
+    """The unique-id stream as Pods on the real nodes reach the stack (Kafka's PODS listener, the bucket through
+    the services address, its keys in Secret ``ckpt-keys``), its driver on the real nodes."""
+    doc = colors_manifest(NAME, pod_env["POD_KAFKA_BOOTSTRAP"], topics.events, topics.counts, "/unused",
+                          dlq=topics.dlq, max_offsets_per_trigger=BATCH, trigger_interval_ms=500,
+                          job={"module": IDS, "image": image_name(), "driver": {"cpu": "1", "memory": "2Gi"},
+                               "podTemplate": stream_template()},
+                          restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 5, "delaySeconds": 1}})
+    doc["spec"]["checkpoint"] = {"store": "s3", "path": prefix, "s3": {
+        "bucket": bucket, "endpoint": pod_env["POD_S3_ENDPOINT"], "pathStyleAccess": True,
+        "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
+    return doc
+
+
+def keys_secret(stack_env: dict[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
+            "data": {k: base64.b64encode(stack_env[v].encode()).decode()
+                     for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}
+
+
+def on_a_real_node(pod: dict, nodes) -> str:
+    """The Pod's node, after checking the Pod is the real nodes' and runs the image as the node holds it."""
+    spec = pod["spec"]
+    assert spec.get("schedulerName") == SCHEDULER_NAME, spec.get("schedulerName")
+    assert spec.get("nodeName") in {n.name for n in nodes}, spec.get("nodeName")
+    container = spec["containers"][0]
+    assert container["image"] == image_name() and container["imagePullPolicy"] in ("IfNotPresent", "Never"), container
+    return spec["nodeName"]
+
+
+def gone_or(read) -> bool:
+    """``read()`` succeeds (True), or the object is gone (False)."""
+    try:
+        read()
+        return True
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+def what_the_kill_hit(res: dict) -> str:
+    """Resolution's report (status.resolution) in words: the batch the restart replays and its slots."""
+    per_slot = res.get("lastCommittedBatchPerSlot") or {}
+    slots = ", ".join(f"slot {s}: batch {b}" for s, b in sorted(per_slot.items()))
+    replay = res.get("replayBatch")
+    where = (f"inside batch {replay} (slots that had committed it: {res.get('replaySlotsAlreadyCommitted') or []})"
+             if replay is not None else "between batches")
+    return f"{where}; {res.get('openTransactionsAborted', 0)} open transactions aborted; ledger per slot: {slots}"
+
+
+def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driver_deletion(
+        stack_env, nodes, kubectl, namespace, tmp_path, report_result):
+    from eos_stack import node_services
+    from eos_stack.common import Stack
+    pod_env = node_services.pod_env(Stack())     # not .stack/env: test workers rewrite it concurrently
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
+    ledger = topics.ledger(namespace, NAME)
+    kubectl.apply(keys_secret(stack_env), namespace)
+    operator = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log").start()
+
+    def pod(name: str) -> dict | None:
+        return next((p for p in kubectl.pods(namespace) if p["metadata"]["name"] == name), None)
+
+    api = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
+    v1, crs = client.CoreV1Api(api), client.CustomObjectsApi(api)
+
+    def status() -> dict:
+        # Through the API at the stream's own group and version, not kubectl's discovery (see docs/testing.md).
+        return crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME).get("status") or {}
+
+    def committed() -> int:
+        batch = status().get("lastCommittedBatch")
+        return -1 if batch is None else batch      # batch 0 counts
+
+    def driver_log() -> str:
+        d = status().get("driverPod") or f"{NAME}-driver-0"
+        return kubectl.run("logs", "-n", namespace, d, "--tail=30", check=False).stdout
+
+    def crd_note() -> str:
+        # The API server is shared: a checkout whose CRD lacks the field applies it, the server prunes the field
+        # from the stored stream, and the operator sees a spec change (an upgrade whose Pods nobody schedules).
+        crd = kubectl.run("get", "crd", "exactlyoncestreams.streaming.eos.dev", "-o", "json", check=False).stdout
+        return "" if "schedulerName" in crd else ("\nthe API server's ExactlyOnceStream CRD has no "
+                                                   "podTemplate.schedulerName: another checkout's CRD replaced it")
+
+    diag = Diagnostics(kubectl, namespace, operator)
+    diagnose = lambda: diag() + "\ndriver log:\n" + driver_log() + crd_note()   # noqa: E731
+    feed = IdFeed(topics.bootstrap, topics.events, chunk=100, pause=1.0)
+    admin = AdminClient({"bootstrap.servers": topics.bootstrap})
+
+    def open_now() -> set:
+        md = admin.list_topics(timeout=10).topics
+        return open_transaction_partitions(admin, md, [topics.counts, ledger], 10)
+
+    try:
+        feed.send(4 * BATCH, 7, 1_000_000)    # a backlog: four full batches at the start, then the feed's chunks
+        crs.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, real_node_stream(
+            topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-real/{namespace}"))
+        first = wait_until(lambda: (lambda p: p if p and p.get("status", {}).get("phase") == "Running" else None)(
+            pod(f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300, diagnose, 1)
+        first_node = on_a_real_node(first, nodes)
+        feed.start()
+        wait_until(lambda: committed() >= 0,
+                   "a batch committed by the first driver", 420, diagnose, 1)
+        log = LogFollower(v1, namespace, f"{NAME}-driver-0")
+        log.start()
+        procs = pod_processes(first["metadata"]["uid"])
+        assert len(procs) >= 2, f"the driver's processes (JVM, Python) in its Pod's cgroup: {procs}"
+        before = status()["lastCommittedBatch"]
+
+        # The backlog keeps the driver inside a batch; the deletion follows the sight of an open slot transaction
+        # in the sink or the ledger at once (one admin client, the Pod deleted through the API, no kubectl).
+        in_flight = wait_until(lambda: open_now() or None, "an open slot transaction", 120, diagnose, 0.01)
+        v1.delete_namespaced_pod(f"{NAME}-driver-0", namespace, grace_period_seconds=0)
+        gone_s = wait_processes_gone(procs)
+        log.join(30)
+        sigterm = GRACEFUL in log.text
+        assert not pod_processes(first["metadata"]["uid"]), "a process joined the deleted Pod's cgroup"
+
+        after_kill = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
+                                     and s.get("lifecycleState") == "Running" else None)(
+            status()), "the operator's next driver Pod to run", 300, diagnose, 1)
+        second_node = on_a_real_node(pod(f"{NAME}-driver-1"), nodes)
+        assert after_kill["restartCount"] == 1 and "disappeared" in after_kill["lastError"], after_kill
+        reasons = kubectl.events(namespace, NAME)
+        after = reasons[reasons.index("Restarting"):]
+        assert "Resolved" in after and after.index("Resolved") < after.index("Submitted"), reasons
+        res = after_kill["resolution"]
+        # Resolved from the host through the services address: the bucket read, every slot of the stream fenced.
+        assert res["checkpointReadable"] and res["slots"] == 2 and res["fencedTransactionalIds"] >= 2, res
+        # ``before`` is the ledger's progress (status.lastCommittedBatch): a batch is complete in the ledger just
+        # before Spark's commit log records it, so the checkpoint may trail it by the batch in flight.
+        assert res["lastCompleteBatch"] >= before and res["checkpointLastCommittedBatch"] >= before - 1, (before, res)
+        per_slot = {int(s): b for s, b in (res.get("lastCommittedBatchPerSlot") or {}).items()}
+        assert set(per_slot) == {0, 1} and min(per_slot.values()) >= before, res
+        replay = res.get("replayBatch")
+        if replay is not None:   # the slots the report says committed the replay batch are those its ledger has
+            assert sorted(res.get("replaySlotsAlreadyCommitted") or []) == sorted(
+                s for s, b in per_slot.items() if b >= replay), res
+        wait_until(lambda: committed() >= res["checkpointLastCommittedBatch"] + 3,
+                   "three batches committed by the next driver", 420, diagnose, 1)
+        expected = feed.finish()
+        wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=420)
+        assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
+        report_result(f"real nodes, under the operator: {len(expected)} ids exactly once through a grace-0 deletion "
+                      f"of {NAME}-driver-0 on {first_node} after batch {before} with {len(in_flight)} partitions "
+                      f"in open transactions ({len(procs)} processes in {len(set(procs.values()))} process groups, "
+                      f"gone {gone_s:.1f} s after the deletion, SIGTERM {'logged' if sigterm else 'not logged'} by the "
+                      f"driver); the kill hit {what_the_kill_hit(res)}; "
+                      f"{NAME}-driver-1 resumed on {second_node}")
+    finally:
+        feed.stop_flag.set()
+        try:    # the operator stops the driver gracefully and releases the stream
+            crs.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
+            wait_until(lambda: not gone_or(status), "the stream deleted", 120)
+        except Exception as exc:  # noqa: BLE001 - cleanup; the namespace fixture releases what is left
+            print(f"cleanup: {exc}")
+        operator.stop()
+        api.close()
