@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-local-store", action="store_true",
                      help="accept checkpoint.store local (a directory on the driver's node): tests and single-node "
                           "labs only, where every Pod runs on one machine")
+    run.add_argument("--allow-ambient-s3-credentials", action="store_true",
+                     help="accept checkpoint.s3.credentials ambient: the operator reads such a stream's bucket "
+                          "with its own identity (environment, instance profile, IRSA, Workload Identity); off, "
+                          "such a stream is InvalidSpec")
     run.add_argument("--no-informers", action="store_true",
                      help="read Pods, streams and snapshots with a request per reconcile instead of from watches "
                           "(needs no list/watch on Pods; costs a few API requests per stream every interval)")
@@ -95,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from .handlers import OperatorConfig, build_registry
-    from .validation import allow_local_store
+    from .validation import allow_ambient_s3_credentials, allow_local_store
 
     allow_local_store(args.allow_local_store)
+    allow_ambient_s3_credentials(args.allow_ambient_s3_credentials)
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
