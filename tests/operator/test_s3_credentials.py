@@ -12,7 +12,7 @@ from eos_job.spec import ExactlyOnceStreamSpec
 from eos_operator.adapters import StoreUnreadable, s3_options
 from eos_operator.cli import _parser
 from eos_operator.reconciler import Deps, reconcile
-from eos_operator.upgrades import classify
+from eos_operator.upgrades import classify, plan_spec_change, run_affecting_changes, spec_json
 from eos_operator.validation import InvalidSpec, allow_ambient_s3_credentials, ambient_s3_allowed, validate_spec
 
 from .fakes import FakeClock, FakeKube, FakeResolver, base_spec
@@ -151,5 +151,10 @@ def test_the_reconciler_runs_an_allowed_ambient_stream_without_keys(ambient):
 def test_choosing_ambient_for_a_keyless_stream_is_a_restart_not_an_upgrade():
     """The migration of a keyless stream (add credentials: ambient) changes no location, so no snapshot."""
     assert classify("checkpoint.s3.credentials") == "restart"
+    old = ExactlyOnceStreamSpec.model_validate(s3_spec())               # as a keyless stream ran before 0.1.0
+    new = ExactlyOnceStreamSpec.model_validate(s3_spec(credentials="ambient"))
+    changes = run_affecting_changes(spec_json(old), new)
+    assert changes == ["checkpoint.s3.credentials"]
+    assert plan_spec_change(changes, new).kind == "restart"
     assert classify("checkpoint.s3.accessKeyId") == "upgrade"   # unchanged: another Secret may be another bucket
 
