@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 from eos_job import checkpoint
 from eos_job.clients import SharedClients
 from eos_job.kafka_security import KafkaSecretMissing, KafkaSecrets, secret_refs
+from eos_job.log_format import register_secret
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
 from eos_job.spec_rules import AMBIENT_GATE
 from eos_job.status import CheckpointFacts, ReplayHorizon, ResolutionReport
@@ -127,7 +128,9 @@ def key_value(secret: dict | None, namespace: str, ref, field: str) -> str:
         raise LookupError(f"{field}: Secret {namespace}/{ref.name} "
                           + ("does not exist" if secret is None else f"has no key {ref.key!r}")
                           + "; create it (the stream's Pods read the same key)")
-    return base64.b64decode(data[ref.key]).decode()
+    value = base64.b64decode(data[ref.key]).decode()
+    register_secret(value)   # never written to a log, whatever prints it (eos_job.log_format)
+    return value
 
 
 async def s3_options(kube: Kube, namespace: str, spec: ExactlyOnceStreamSpec) -> S3Options | None:
