@@ -76,3 +76,19 @@ def test_what_a_reconcile_logs_names_its_stream_and_namespace():
     assert inside, "the reconcile logged nothing"
     assert all((r.get("stream"), r.get("namespace")) == ("colors", "default") for r in inside), inside
     assert "stream" not in outside
+
+
+def test_a_worker_thread_of_the_operator_logs_with_its_callers_stream():
+    """Resolution, progress and store reads run in pools.Pools threads; the caller's context goes along."""
+    from eos_operator.pools import Pools
+
+    async def call() -> dict:
+        with log_format.log_context(stream="colors", namespace="team-a"):
+            probe = logging.LogRecord("eos_job.resolution", logging.INFO, __file__, 1, "resolved", (), None)
+            return await pools.run("resolve", "kafka:9092", lambda: log_format.context_of(probe), timeout=10)
+
+    pools = Pools()
+    try:
+        assert asyncio.run(call()) == {"stream": "colors", "namespace": "team-a"}
+    finally:
+        pools.close()
