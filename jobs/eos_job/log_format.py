@@ -136,13 +136,22 @@ def formatter(fmt: str) -> logging.Formatter:
     return JsonFormatter() if parse_format(fmt, "log format") == "json" else RedactingFormatter(TEXT_FORMAT)
 
 
-def configure(fmt: str, level: int | str = logging.INFO, stream: TextIO | None = None) -> None:
-    """One handler on the root logger writing ``fmt`` to ``stream`` (stderr); replaces any other."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(formatter(fmt))
+class _Handler(logging.StreamHandler):
+    """The handler ``configure`` installs (and replaces when called again)."""
+
+
+def configure(fmt: str, level: int | str = logging.INFO, stream: TextIO | None = None, *,
+              force: bool = False) -> None:
+    """One handler on the root logger writing ``fmt`` to ``stream`` (stderr). Like ``logging.basicConfig``,
+    it leaves a root logger that has handlers of someone else's alone (a test runner's, a host program's)
+    unless ``force``; the chosen format is recorded either way (the operator passes it on to its Pods)."""
+    _chosen["format"] = parse_format(fmt, "log format")
     root = logging.getLogger()
-    for old in list(root.handlers):
+    for old in [h for h in root.handlers if isinstance(h, _Handler) or force]:
         root.removeHandler(old)
+    if root.handlers:
+        return
+    handler = _Handler(stream or sys.stderr)
+    handler.setFormatter(formatter(fmt))
     root.addHandler(handler)
     root.setLevel(level)
-    _chosen["format"] = parse_format(fmt, "log format")

@@ -124,9 +124,9 @@ def test_configure_installs_one_handler_writing_the_chosen_format():
     saved = (list(root.handlers), root.level)
     out = io.StringIO()
     try:
-        log_format.configure("json", logging.INFO, stream=out)
+        log_format.configure("json", logging.INFO, stream=out, force=True)   # the test runner's handlers too
         logging.getLogger("eos_operator.reconciler").info("stream %s started", "colors")
-        log_format.configure("text", logging.INFO, stream=out)
+        log_format.configure("text", logging.INFO, stream=out)                # replaces its own handler
         logging.getLogger("eos_operator.reconciler").info("plain")
     finally:
         root.handlers[:] = saved[0]
@@ -134,6 +134,18 @@ def test_configure_installs_one_handler_writing_the_chosen_format():
     first, second = out.getvalue().splitlines()
     assert json.loads(first)["message"] == "stream colors started"
     assert second.endswith(" INFO eos_operator.reconciler: plain")
+
+
+def test_configure_leaves_someone_elses_handlers_alone_as_basic_config_does():
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    foreign = logging.NullHandler()
+    try:
+        root.handlers[:] = [foreign]
+        log_format.configure("json", logging.INFO)
+        assert root.handlers == [foreign] and log_format.current_format() == "json"
+    finally:
+        root.handlers[:] = saved
 
 
 def test_the_writer_logs_every_record_of_a_batch_with_its_number():

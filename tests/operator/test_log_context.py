@@ -28,6 +28,16 @@ def chosen():
     log_format._chosen.update(saved)
 
 
+@pytest.fixture(autouse=True)
+def no_base_context():
+    """A process-wide context another test left (eos_job.cli.main run in this process sets one) is cleared."""
+    saved = dict(log_format._base)
+    log_format._base.clear()
+    yield
+    log_format._base.clear()
+    log_format._base.update(saved)
+
+
 def env_of(pod: dict) -> dict:
     return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
 
