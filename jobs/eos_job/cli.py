@@ -27,6 +27,7 @@ import threading
 import yaml
 from pydantic import ValidationError
 
+from . import log_format
 from .storage import Loc
 from .storage import configure as configure_storage
 
@@ -36,6 +37,33 @@ EXIT_NOTHING_TO_SNAPSHOT = 5  # no committed batch yet: retry later
 EXIT_NOT_A_SNAPSHOT = 6     # the path has no manifest (or the copy does not match it)
 SNAPSHOT_ON_STOP_ENV = "EOS_SNAPSHOT_ON_STOP"
 DRAIN_ENV = "EOS_DRAIN"
+# Secret values the operator maps into a Pod's environment besides the Kafka ones (kafka_security.env_name).
+SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def _complain(message: str) -> None:
+    """A refusal on stderr: as it always was in text, as an ERROR record (one JSON line) in json."""
+    if log_format.current_format() == "json":
+        logging.getLogger("eos_job").error("%s", message)
+    else:
+        print(message, file=sys.stderr)
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    """The chosen format, and every Secret value of the environment registered for redaction."""
+    from .kafka_security import VALUES, env_name
+
+    log_format.configure(args.log_format, os.environ.get("EOS_LOG_LEVEL", "INFO"))
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    names = [env_name(end, v) for end in ("source", "sink") for v in VALUES if v not in ("username", "ca")]
+    for name in (*names, *SECRET_ENV):
+        log_format.register_secret(os.environ.get(name))
+
+
+def _log_context(cfg) -> None:
+    attempt = os.environ.get(log_format.ATTEMPT_ENV, "")
+    log_format.set_base_context(stream=cfg.stream.name, namespace=cfg.stream.namespace,
+                                attempt=int(attempt) if attempt.isdigit() else None)
 
 
 def _emit(doc: dict) -> None:
@@ -196,7 +224,7 @@ def _validate_snapshot(doc: dict) -> int:
     except ValidationError as exc:
         errors += _field_errors(exc, prefix="spec.").splitlines()[1:]
     if errors:
-        print("invalid snapshot manifest:\n" + "\n".join(errors), file=sys.stderr)
+        _complain("invalid snapshot manifest:\n" + "\n".join(errors))
         return EXIT_BAD_CONFIG
     meta = doc["metadata"]
     print(f"snapshot manifest {meta.get('namespace', 'default')}/{meta['name']} is valid (the operator checks that "
@@ -206,6 +234,9 @@ def _validate_snapshot(doc: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="eos-job", description="Run an exactly-once Spark streaming job.")
+    ap.add_argument("--log-format", type=log_format.format_argument,
+                    default=os.environ.get(log_format.FORMAT_ENV, "text"),
+                    help=f"text (default) or json: one object per line on stderr (default: ${log_format.FORMAT_ENV})")
     sub = ap.add_subparsers(dest="command", required=True)
     for name, help_ in (("run", "run the stream until SIGTERM (graceful stop) or failure"),
                         ("resolve", "fence the stream's transactions and report what a restart will replay"),
@@ -243,9 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                           ("dispose", "delete a snapshot (refuses a directory that is not one)")):
         snap_sub.add_parser(action, help=help_).add_argument("--path", required=True)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("EOS_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    _setup_logging(args)
     log = logging.getLogger("eos_job")
     if args.command == "snapshot":
         return _snapshot_command(args)
@@ -255,22 +284,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "validate" and doc.get("kind") == "ExactlyOnceSnapshot":
             return _validate_snapshot(doc)
         cfg = _load(args, doc)
+        _log_context(cfg)
         from .spec import semantic_errors
         errs = semantic_errors(cfg.spec, cfg.stream.namespace, cfg.stream.name)
         if errs:
             raise ValueError("invalid config:\n" + "\n".join(f"  {e}" for e in errs))
     except ValidationError as exc:
-        print(_field_errors(exc), file=sys.stderr)
+        _complain(_field_errors(exc))
         if args.command == "preflight":
             _emit({"reason": "InvalidConfig", "error": _field_errors(exc)[:2000]})
         return EXIT_BAD_CONFIG
     except RecursionError:
-        print("the config is nested too deeply to be a stream's config", file=sys.stderr)
+        _complain("the config is nested too deeply to be a stream's config")
         if args.command == "preflight":
             _emit({"reason": "InvalidConfig", "error": "the config is nested too deeply"})
         return EXIT_BAD_CONFIG
     except (ValueError, OSError, yaml.YAMLError) as exc:
-        print(f"{exc}", file=sys.stderr)
+        _complain(f"{exc}")
         if args.command == "preflight":
             _emit({"reason": "InvalidConfig", "error": str(exc)[:2000]})
         return EXIT_BAD_CONFIG
@@ -296,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             report = resolve(cfg)
         except SinkUnavailable as exc:
-            print(f"resolution failed: {exc}", file=sys.stderr)
+            _complain(f"resolution failed: {exc}")
             return EXIT_SINK
         print(report.model_dump_json(by_alias=True, indent=2))
         return EXIT_OK

@@ -19,9 +19,10 @@ from .kafka_security import KafkaCredentials, KafkaTls, SecretKeyRef, end_errors
 from .pod_template import PodTemplate
 from .spec_rules import (BOOTSTRAP_PATTERN, CHECKPOINT_PATH_PATTERN, DNS_SUBDOMAIN, EXPONENTIAL_DELAY_RULES,
                          IMAGE_PATTERN, MAX_ENTRIES, MAX_IMAGE, MAX_LOCATION, MAX_NAME, MAX_PATH, MAX_SERVERS,
-                         MAX_VALUE, RESTORE_FROM_PATTERN, SINK_RULES, SOURCE_OPTION_RULES, SOURCE_RESERVED,
-                         SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES, TOPIC_PATTERN, default_ledger_topic,
-                         restore_errors, slots_errors, spark_env_errors, topic_errors)
+                         MAX_VALUE, RESTORE_FROM_PATTERN, S3_CREDENTIAL_RULES, SINK_RULES, SOURCE_OPTION_RULES,
+                         SOURCE_RESERVED, SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES, TOPIC_PATTERN,
+                         default_ledger_topic, restore_errors, s3_credential_errors, slots_errors, spark_env_errors,
+                         topic_errors)
 
 API_GROUP = "streaming.eos.dev"
 API_VERSION = "v1beta1"   # served and stored; older versions served: eos_operator.crd.OLDER_VERSIONS
@@ -161,8 +162,13 @@ class S3Store(Model):
     region: str = Field("us-east-1", pattern=r"^[a-z0-9-]{1,32}$", description="The bucket's region.")
     path_style_access: bool = Field(False, description=(
         "Address the bucket in the path (http://host/bucket/key), as most S3-compatible servers need."))
+    credentials: Literal["secret", "ambient"] | None = Field(None, description=(
+        "Whose identity reads the bucket. secret (or unset): the keys of accessKeyId and secretAccessKey, "
+        "required. ambient: no keys; the operator reads the bucket with its own identity (environment, "
+        "instance profile, IRSA, GKE Workload Identity) and the stream's Pods with theirs; accepted only by "
+        "an operator installed with operator.allowAmbientS3Credentials (--allow-ambient-s3-credentials)."))
     access_key_id: SecretKeyRef | None = Field(None, description=(
-        "The access key id, from a Secret; unset: the Pod's own AWS credentials (IRSA, instance profile)."))
+        "The access key id, from a Secret (credentials secret)."))
     secret_access_key: SecretKeyRef | None = Field(None, description="The secret access key, from a Secret.")
 
     @model_validator(mode="after")
@@ -177,6 +183,7 @@ class CheckpointSpec(Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self.store != 's3' || has(self.s3)",
          "message": "spec.checkpoint.s3 is required when checkpoint.store is s3: set at least s3.bucket"},
+        *S3_CREDENTIAL_RULES,
         {"rule": "self.store != 'pvc' || has(self.claimName)",
          "message": "spec.checkpoint.claimName is required when checkpoint.store is pvc: name the claim"},
     ]})
@@ -323,6 +330,7 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
     errors += spec.job.executor.pod_template.errors("job.executor.podTemplate")
     if spec.checkpoint.store == "s3" and spec.checkpoint.s3 is None:
         errors.append("checkpoint.s3: required when checkpoint.store is s3 (at least its bucket)")
+    errors += s3_credential_errors(spec.checkpoint)
     for key in spec.source.options:
         if key in SOURCE_RESERVED:
             via = SOURCE_RESERVED[key]

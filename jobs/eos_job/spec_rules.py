@@ -202,6 +202,25 @@ STREAM_RULES = [
                 "checkpoint.path (the only part of the store the stream's Pods mount); name a snapshot "
                 "elsewhere by its ExactlyOnceSnapshot"},
 ]
+# On checkpoint (CheckpointSpec): whose identity reads an S3 bucket is the stream's explicit choice, never the
+# operator's own credentials by omission (issue 30).
+AMBIENT_GATE = ("operator.allowAmbientS3Credentials (chart value; the operator's flag "
+                "--allow-ambient-s3-credentials)")
+_AMBIENT = "(has(self.s3.credentials) && self.s3.credentials == 'ambient')"
+_KEYS_FIX = ("name the bucket's keys (accessKeyId and secretAccessKey, Secret references), or set "
+             "checkpoint.s3.credentials: ambient to read it with the operator's and the Pods' own identity "
+             f"(IRSA, GKE Workload Identity, instance profile; the operator must allow it: {AMBIENT_GATE})")
+S3_CREDENTIAL_RULES = [
+    {"rule": f"self.store != 's3' || !has(self.s3) || {_AMBIENT} || "
+             "(has(self.s3.accessKeyId) && has(self.s3.secretAccessKey))",
+     "fieldPath": ".s3.accessKeyId",
+     "message": f"spec.checkpoint.s3.accessKeyId and secretAccessKey are required with checkpoint.store s3 "
+                f"unless checkpoint.s3.credentials is ambient: {_KEYS_FIX}"},
+    {"rule": f"!has(self.s3) || !{_AMBIENT} || (!has(self.s3.accessKeyId) && !has(self.s3.secretAccessKey))",
+     "fieldPath": ".s3.credentials",
+     "message": "spec.checkpoint.s3.credentials: ambient reads the bucket without keys, but accessKeyId or "
+                "secretAccessKey is set: remove the keys, or set credentials secret (or leave it unset)"},
+]
 # On the whole object (crd.py): CEL sees metadata.name but not the namespace, so the ledger rule checks the
 # bound of a one-character namespace; topic_errors checks the real one.
 _LEDGER_BOUND = MAX_TOPIC - len(LEDGER_INFIX) - len(".") - 1
@@ -256,6 +275,23 @@ def topic_errors(spec, namespace: str | None = None, name: str | None = None) ->
                               "broker lists share a host:port); the stream would read its own output. Choose "
                               f"another sink.{field}")
     return errors
+
+
+def s3_credential_errors(checkpoint) -> list[str]:
+    """``checkpoint.s3``: keys (``credentials`` secret, the default) or none (``ambient``), never neither by
+    omission and never both (S3_CREDENTIAL_RULES say the same to the API server)."""
+    s3 = checkpoint.s3
+    if s3 is None:
+        return []
+    keys = s3.access_key_id is not None or s3.secret_access_key is not None
+    if s3.credentials == "ambient":
+        return [] if not keys else [
+            "checkpoint.s3.credentials: ambient reads the bucket without keys, but accessKeyId or secretAccessKey "
+            "is set: remove the keys, or set credentials secret (or leave it unset)"]
+    if checkpoint.store == "s3" and not (s3.access_key_id is not None and s3.secret_access_key is not None):
+        return [f"checkpoint.s3.accessKeyId: required with checkpoint.store s3 unless checkpoint.s3.credentials is "
+                f"ambient (the operator no longer reads a bucket with its own identity by omission): {_KEYS_FIX}"]
+    return []
 
 
 def store_problem(checkpoint, location: str) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from . import checkpoint, faults, protocol, slot_stats, source_slots
 from .contract import BatchRefused, DriverSuperseded, JobFailed
 from .ledger import admin_client, base_config, ledger_consumer, read_history, sink_security
+from .log_format import log_context
 from .request_limits import SinkLimits
 from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
 from .spec import RunConfig
@@ -155,6 +156,10 @@ class BatchWriter:
         self.base["generation"] = rec.generation
 
     def __call__(self, df, batch_id: int) -> None:
+        with log_context(batch=batch_id):   # every record of this batch's write carries its number
+            self._write(df, batch_id)
+
+    def _write(self, df, batch_id: int) -> None:
         with self.lock:
             if self.stopping:
                 raise StopRequested(f"stop requested before batch {batch_id}; it is replayed on the next start")

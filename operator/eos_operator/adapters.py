@@ -22,7 +22,9 @@ from typing import Any, Callable, Protocol
 from eos_job import checkpoint
 from eos_job.clients import SharedClients
 from eos_job.kafka_security import KafkaSecretMissing, KafkaSecrets, secret_refs
+from eos_job.log_format import register_secret
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
+from eos_job.spec_rules import AMBIENT_GATE
 from eos_job.status import CheckpointFacts, ReplayHorizon, ResolutionReport
 from eos_job.storage import Loc, S3Options
 
@@ -31,6 +33,7 @@ from .kube_api import Conflict, KubeError, KubernetesApi, NameTaken, ObjectRef, 
 from .observed import CheckpointState, SnapshotView
 from .op_metrics import OperatorMetrics
 from .pools import Pools, cluster_of
+from .validation import ambient_s3_allowed
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +128,9 @@ def key_value(secret: dict | None, namespace: str, ref, field: str) -> str:
         raise LookupError(f"{field}: Secret {namespace}/{ref.name} "
                           + ("does not exist" if secret is None else f"has no key {ref.key!r}")
                           + "; create it (the stream's Pods read the same key)")
-    return base64.b64decode(data[ref.key]).decode()
+    value = base64.b64decode(data[ref.key]).decode()
+    register_secret(value)   # never written to a log, whatever prints it (eos_job.log_format)
+    return value
 
 
 async def s3_options(kube: Kube, namespace: str, spec: ExactlyOnceStreamSpec) -> S3Options | None:
@@ -134,6 +139,13 @@ async def s3_options(kube: Kube, namespace: str, spec: ExactlyOnceStreamSpec) ->
     ck = spec.checkpoint
     if ck.store != "s3" or ck.s3 is None:
         return None
+    if ck.s3.access_key_id is None or ck.s3.secret_access_key is None:
+        # Never the operator's own identity by omission (validation refuses such a spec first).
+        if ck.s3.credentials != "ambient" or not ambient_s3_allowed():
+            raise StoreUnreadable("checkpoint.s3: no keys, and ambient credentials are not both chosen "
+                                  "(checkpoint.s3.credentials: ambient) and allowed by the operator "
+                                  f"({AMBIENT_GATE}): the operator does not read the bucket with its own identity")
+        return S3Options(endpoint=ck.s3.endpoint, region=ck.s3.region, path_style=ck.s3.path_style_access)
     keys: dict[str, str] = {}
     for field_name, ref in (("access_key", ck.s3.access_key_id), ("secret_key", ck.s3.secret_access_key)):
         if ref is not None:

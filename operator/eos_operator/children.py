@@ -16,6 +16,7 @@ from typing import Any
 from eos_job.driver_metrics import PORT_NAME as METRICS_PORT_NAME
 from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity, stream_uid
 from eos_job.kafka_security import env_name, secret_refs
+from eos_job.log_format import ATTEMPT_ENV, FORMAT_ENV, current_format
 from eos_job.spec_rules import POD_TEMPLATE_FILE_CONF, sets_runtime_env
 
 MANAGED_BY = "eos-operator"
@@ -247,6 +248,7 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
         {"name": RUN_CONFIG_ENV,
          "valueFrom": {"configMapKeyRef": {"name": run_config_name(ref.name), "key": RUN_CONFIG_KEY}}},
         {"name": "EOS_DRIVER_POD", "value": name},
+        {"name": ATTEMPT_ENV, "value": str(attempt)},   # a field of the runtime's JSON log lines
     ]
     if snapshot_on_stop:
         # The runtime's --snapshot-on-stop default: any graceful stop of this driver leaves a snapshot.
@@ -337,6 +339,9 @@ def pod_body(meta: dict[str, Any], container: dict[str, Any], *, grace_seconds: 
                                 "containers": [container]}
     if s3 is not None:
         container["env"] = [*container.get("env", []), *s3_env(s3)]
+    if current_format() != "text":
+        # The operator's own log format (--log-format), passed on to everything it runs.
+        container["env"] = [*container.get("env", []), {"name": FORMAT_ENV, "value": current_format()}]
     if service_account:
         pod_spec["serviceAccountName"] = service_account
     if claim_name is not None:

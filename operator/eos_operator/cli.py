@@ -11,6 +11,9 @@ import os
 import re
 import sys
 
+from eos_job.log_format import FORMAT_ENV, format_argument
+from eos_job.log_format import configure as configure_logging
+
 ENV_INTERVAL = "EOS_OPERATOR_INTERVAL"
 
 
@@ -61,10 +64,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-local-store", action="store_true",
                      help="accept checkpoint.store local (a directory on the driver's node): tests and single-node "
                           "labs only, where every Pod runs on one machine")
+    run.add_argument("--allow-ambient-s3-credentials", action="store_true",
+                     help="accept checkpoint.s3.credentials ambient: the operator reads such a stream's bucket "
+                          "with its own identity (environment, instance profile, IRSA, Workload Identity); off, "
+                          "such a stream is InvalidSpec")
     run.add_argument("--no-informers", action="store_true",
                      help="read Pods, streams and snapshots with a request per reconcile instead of from watches "
                           "(needs no list/watch on Pods; costs a few API requests per stream every interval)")
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    run.add_argument("--log-format", type=format_argument, default=os.environ.get(FORMAT_ENV, "text"),
+                     help="text (default) or json: one object per line on stderr with time, level, logger, message "
+                          "and the stream and namespace where known; the Pods the operator makes log the same way "
+                          f"(default: ${FORMAT_ENV})")
     crd = sub.add_parser("crd", help="write (or --check) crds/exactlyoncestreams.streaming.eos.dev.yaml")
     crd.add_argument("--check", action="store_true")
     crd.add_argument("--stdout", action="store_true")
@@ -118,12 +129,12 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from .handlers import OperatorConfig, build_registry
-    from .validation import allow_local_store
+    from .validation import allow_ambient_s3_credentials, allow_local_store
 
     allow_local_store(args.allow_local_store)
+    allow_ambient_s3_credentials(args.allow_ambient_s3_credentials)
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
     for noisy in ("kubernetes", "urllib3", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if not args.verbose:

@@ -11,6 +11,7 @@ Kafka client's), and ``run`` stops waiting at ``timeout`` while the thread ends 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,7 +49,11 @@ class Pools:
 
     async def run(self, purpose: str, cluster: str, fn: Callable[[], Any], timeout: float) -> Any:
         loop = asyncio.get_running_loop()
-        return await asyncio.wait_for(loop.run_in_executor(self.pool(purpose, cluster), fn), timeout=timeout)
+        # The caller's context goes with the call (as asyncio.to_thread does): what the thread logs names the
+        # stream the caller works on (eos_job.log_format).
+        ctx = contextvars.copy_context()
+        return await asyncio.wait_for(loop.run_in_executor(self.pool(purpose, cluster), ctx.run, fn),
+                                      timeout=timeout)
 
     def close(self, wait: bool = False) -> None:
         with self._lock:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from eos_job.kafka_security import KafkaSecretMissing, KafkaSecrets, denial, secret_refs
+from eos_job.log_format import log_context
 from eos_job.spec import ExactlyOnceStreamSpec
 from eos_job.status import ExactlyOnceStreamStatus
 
@@ -196,7 +197,13 @@ def _forget(deps: Deps, namespace: str, name: str) -> None:
 
 async def reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int = 12) -> Outcome:
     """Drive the stream one or more steps towards its spec; safe to call at any time, concurrently
-    with nothing else for the same stream (the kopf layer holds a per-stream lock)."""
+    with nothing else for the same stream (the kopf layer holds a per-stream lock). Every record logged
+    meanwhile (in this task) names the stream (eos_job.log_format)."""
+    with log_context(stream=name, namespace=namespace):
+        return await _reconcile(namespace, name, deps, max_steps=max_steps)
+
+
+async def _reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int) -> Outcome:
     last: dict[str, Any] = {"plan": None, "lifecycle": None}
 
     async def one_pass() -> Outcome | None:

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from eos_job.log_format import log_context
 from eos_job.snapshot_resource import SnapshotSpec
 
 from .actions import Plan
@@ -61,6 +62,11 @@ async def observe(obj: dict[str, Any], spec: SnapshotSpec | Any, deps: SnapshotD
 async def reconcile_snapshot(namespace: str, name: str, deps: SnapshotDeps, *, max_steps: int = 6) -> SnapshotOutcome:
     """Drive one snapshot a step towards Completed (or its disposal, when deleted). Safe to call at any time,
     concurrently with nothing else for the same snapshot (the kopf layer holds a per-object lock)."""
+    with log_context(snapshot=name, namespace=namespace):
+        return await _reconcile_snapshot(namespace, name, deps, max_steps=max_steps)
+
+
+async def _reconcile_snapshot(namespace: str, name: str, deps: SnapshotDeps, *, max_steps: int) -> SnapshotOutcome:
     last: dict[str, Plan | None] = {"plan": None}
 
     async def one_pass() -> SnapshotOutcome | None:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from eos_job.spec import ExactlyOnceStreamSpec, semantic_errors
-from eos_job.spec_rules import explain
+from eos_job.spec_rules import AMBIENT_GATE, explain
 
 from .children import BLOCK_MANAGER_PORT, DRIVER_PORT
 
@@ -72,6 +72,20 @@ def allow_local_store(allowed: bool = True) -> None:
     _LOCAL_STORE["allowed"] = allowed
 
 
+_AMBIENT_S3 = {"allowed": False}
+
+
+def allow_ambient_s3_credentials(allowed: bool = True) -> None:
+    """``python -m eos_operator run --allow-ambient-s3-credentials`` (chart value
+    ``operator.allowAmbientS3Credentials``): accept ``checkpoint.s3.credentials: ambient``, a bucket read with the
+    operator's own identity. Off by default: in a shared cluster that identity may reach every tenant's bucket."""
+    _AMBIENT_S3["allowed"] = allowed
+
+
+def ambient_s3_allowed() -> bool:
+    return _AMBIENT_S3["allowed"]
+
+
 def validate_spec(raw: dict[str, Any] | None, namespace: str | None = None,
                   name: str | None = None) -> ExactlyOnceStreamSpec | InvalidSpec:
     """Parse and check a resource's ``spec``; never raises for bad input. With the stream's namespace and
@@ -94,6 +108,11 @@ def validate_spec(raw: dict[str, Any] | None, namespace: str | None = None,
             and metrics.port in (DRIVER_PORT, BLOCK_MANAGER_PORT)):
         errors.append(f"job.metrics.port: {metrics.port} is taken by the driver's RPC in cluster mode (ports "
                       f"{DRIVER_PORT} and {BLOCK_MANAGER_PORT}); pick another port, e.g. the default 4040")
+    s3 = spec.checkpoint.s3
+    if spec.checkpoint.store == "s3" and s3 is not None and s3.credentials == "ambient" and not ambient_s3_allowed():
+        errors.append("checkpoint.s3.credentials: ambient would read the bucket with the operator's own identity, "
+                      f"and this operator does not allow it: set {AMBIENT_GATE} to true if every stream may use "
+                      "that identity, or give the stream its keys (accessKeyId and secretAccessKey)")
     if errors:
         return InvalidSpec(tuple(e if e.startswith("spec.") else f"spec.{e}" for e in errors))
     return spec

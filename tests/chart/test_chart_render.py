@@ -77,6 +77,8 @@ def test_default_render_watches_every_namespace_with_a_cluster_role(helm: Helm):
     assert "--all-namespaces" in c["args"] and not any(a.startswith("--namespace") for a in c["args"])
     assert "--liveness=http://0.0.0.0:8080/healthz" in c["args"]
     assert "--verbose" not in c["args"]
+    assert "--allow-ambient-s3-credentials" not in c["args"]   # the operator's own identity: opt-in only
+    assert "--log-format=text" in c["args"]
     binding = one(docs, "ClusterRoleBinding")
     sa = one(docs, "ServiceAccount")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}]
@@ -157,7 +159,8 @@ def test_every_option_renders_where_it_belongs(helm: Helm, tmp_path):
     assert [a for a in c["args"] if a.startswith("--namespace")] == ["--namespace=team-a", "--namespace=team-b"]
     assert "--all-namespaces" not in c["args"]
     for arg in ("--verbose", "--interval=2.5", "--resolution-timeout=90", "--progress-interval=20",
-                "--horizon-interval=120", "--liveness=http://0.0.0.0:9090/live", "--metrics-port=9464"):
+                "--horizon-interval=120", "--liveness=http://0.0.0.0:9090/live", "--metrics-port=9464",
+                "--allow-local-store", "--allow-ambient-s3-credentials", "--log-format=json"):
         assert arg in c["args"]
     assert {"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"} in c["env"]
     pod = one(docs, "Deployment")["spec"]["template"]
@@ -327,11 +330,13 @@ def test_the_operator_cli_accepts_the_rendered_arguments(helm: Helm, tmp_path, e
     assert parsed.command == "run" and parsed.standalone and parsed.peering is None
     assert parsed.liveness.startswith("http://0.0.0.0:")
     if extra:
-        assert parsed.namespace == ["team-a", "team-b"] and parsed.verbose
+        assert parsed.namespace == ["team-a", "team-b"] and parsed.verbose and parsed.allow_ambient_s3_credentials
+        assert parsed.log_format == "json"
         assert (parsed.interval, parsed.resolution_timeout, parsed.progress_interval,
                 parsed.horizon_interval) == (2.5, 90.0, 20.0, 120.0)
     else:
         assert parsed.all_namespaces and parsed.namespace == [] and not parsed.verbose
+        assert not parsed.allow_ambient_s3_credentials and parsed.log_format == "text"
 
 
 def test_network_policies_are_opt_in_and_confine_the_operator_and_the_stream_pods(helm: Helm, tmp_path):

@@ -16,6 +16,8 @@ from eos_job.spec import ExactlyOnceStreamSpec, RunConfig, StreamIdentity, seman
 
 from .test_spec import spec
 
+KEYS = {"accessKeyId": {"name": "keys", "key": "id"}, "secretAccessKey": {"name": "keys", "key": "secret"}}
+
 
 def matches(pattern: str, value: str) -> bool:
     return re.match(pattern, value) is not None
@@ -96,10 +98,10 @@ def test_over_long_strings_are_refused():
     ({"store": "local", "path": "/tmp/c"}, "/tmp/cc/snapshots/x", "outside checkpoint.path"),
     ({"store": "pvc", "claimName": "c", "path": "/ckpt"}, "/var/lib/x", "outside checkpoint.path"),
     ({"store": "pvc", "claimName": "c", "path": "/ckpt"}, "s3a://bk1/x", "is an S3 location"),
-    ({"store": "s3", "path": "/p", "s3": {"bucket": "bk1"}}, "s3a://bk1/other/x", None),
-    ({"store": "s3", "path": "/p", "s3": {"bucket": "bk1"}}, "s3://bk1/x", None),
-    ({"store": "s3", "path": "/p", "s3": {"bucket": "bk1"}}, "s3a://bk10/x", "not in the stream's bucket"),
-    ({"store": "s3", "path": "/p", "s3": {"bucket": "bk1"}}, "/p/snapshots/x", "not in the stream's bucket"),
+    ({"store": "s3", "path": "/p", "s3": {"bucket": "bk1", **KEYS}}, "s3a://bk1/other/x", None),
+    ({"store": "s3", "path": "/p", "s3": {"bucket": "bk1", **KEYS}}, "s3://bk1/x", None),
+    ({"store": "s3", "path": "/p", "s3": {"bucket": "bk1", **KEYS}}, "s3a://bk10/x", "not in the stream's bucket"),
+    ({"store": "s3", "path": "/p", "s3": {"bucket": "bk1", **KEYS}}, "/p/snapshots/x", "not in the stream's bucket"),
 ])
 def test_a_snapshot_location_must_lie_in_the_streams_store(checkpoint, location, problem):
     s = ExactlyOnceStreamSpec.model_validate(spec(checkpoint=checkpoint))

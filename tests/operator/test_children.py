@@ -21,6 +21,7 @@ SCRATCH = {"name": pod_template.SCRATCH_VOLUME, "emptyDir": {}}
 SCRATCH_MOUNT = {"name": pod_template.SCRATCH_VOLUME, "mountPath": pod_template.SCRATCH_DIR}
 
 REF = StreamRef("colors", "team-a", "0f6c2a1e-1111-2222-3333-444455556666")
+KEYS = {"accessKeyId": {"name": "keys", "key": "id"}, "secretAccessKey": {"name": "keys", "key": "secret"}}
 
 
 def spec(**overrides) -> ExactlyOnceStreamSpec:
@@ -135,7 +136,7 @@ def test_cluster_mode_executors_mount_a_pvc_checkpoint_and_nothing_for_s3():
            ["spec"]["containers"][0]["env"]}
     assert shlex.split(env["PYSPARK_SUBMIT_ARGS"]) == args + ["pyspark-shell"]   # what the driver runs with
     s3 = spec(job={"module": "m", "deployMode": "cluster"},
-              checkpoint={"store": "s3", "path": "/streams/colors", "s3": {"bucket": "ckpt"}})
+              checkpoint={"store": "s3", "path": "/streams/colors", "s3": {"bucket": "ckpt", **KEYS}})
     assert not [a for a in children.spark_submit_args(REF, s3, "colors-driver-0") if a.startswith(EXECUTOR_PVC)]
 
 

@@ -162,7 +162,8 @@ def test_a_spec_path_outside_the_streams_store_fails_before_any_pod(path):
 
 
 def test_a_spec_path_of_an_s3_stream_must_be_in_its_bucket():
-    s3 = base_spec(checkpoint={"store": "s3", "path": "/streams/colors", "s3": {"bucket": "checkpoints"}})
+    keys = {"accessKeyId": {"name": "keys", "key": "id"}, "secretAccessKey": {"name": "keys", "key": "secret"}}
+    s3 = base_spec(checkpoint={"store": "s3", "path": "/streams/colors", "s3": {"bucket": "checkpoints", **keys}})
     inside = plan_snapshot(spec(path="s3a://checkpoints/other/s1"), status(), observed(stream=stream_obj(s3)))
     assert inside.status.state == "InProgress"
     for path in ("s3a://other-team/streams/s1", "/streams/colors/s1"):

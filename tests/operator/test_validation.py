@@ -19,11 +19,12 @@ import yaml
 
 from eos_job.spec import ExactlyOnceStreamSpec
 from eos_operator.crd import build_crd
-from eos_operator.validation import InvalidSpec, validate_spec
+from eos_operator.validation import InvalidSpec, allow_ambient_s3_credentials, validate_spec
 
 from .fakes import base_spec
 from .schema_check import validate
 
+KEYS = {"accessKeyId": {"name": "keys", "key": "id"}, "secretAccessKey": {"name": "keys", "key": "secret"}}
 CORPUS = sorted((Path(__file__).parent / "invalid").glob("*.yaml"))
 SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
@@ -145,8 +146,12 @@ def test_the_api_server_accepts_what_the_rules_allow(scratch_api):
           stream_doc(restoreFrom="colors-p1"),
           stream_doc(restoreFrom="/tmp/eos-test/snapshots/colors-p1"),
           stream_doc(restoreFrom="file:///tmp/eos-test/snapshots/colors-p1"),
-          stream_doc(checkpoint={"store": "s3", "path": "/streams/ok", "s3": {"bucket": "checkpoints"}},
+          stream_doc(checkpoint={"store": "s3", "path": "/streams/ok", "s3": {"bucket": "checkpoints", **KEYS}},
                      restoreFrom="s3a://checkpoints/other-stream/snapshots/x"),
+          stream_doc(checkpoint={"store": "s3", "path": "/streams/ok", "s3": {"bucket": "checkpoints",
+                                                                                 "credentials": "ambient"}}),
+          stream_doc(checkpoint={"store": "s3", "path": "/streams/ok", "s3": {"bucket": "checkpoints",
+                                                                                 "credentials": "secret", **KEYS}}),
           # another cluster: the same topic names are other topics
           stream_doc(sink={"bootstrapServers": "sink-0.kafka:9093", "topic": "in", "deadLetterTopic": "dlq"}),
           stream_doc(sink={"bootstrapServers": "localhost:9092", "topic": "out", "deadLetterTopic": "dlq",
@@ -156,10 +161,14 @@ def test_the_api_server_accepts_what_the_rules_allow(scratch_api):
                      source={"bootstrapServers": "[::1]:9092,kafka-0.kafka.svc:9092", "topics": ["in", ".x", "..y"],
                              "options": {"kafka.fetch.max.bytes": "1048576"}}),
           stream_doc("n" * 56, sink={"bootstrapServers": "localhost:9092", "topic": "t" * 179})]   # 179 + 56 = 235
-    for doc in ok:
-        result = scratch_api(doc)
-        assert result.returncode == 0, (doc["metadata"]["name"], doc["spec"], result.stderr)
-        assert validate_spec(doc["spec"], "d", doc["metadata"]["name"]).__class__ is ExactlyOnceStreamSpec
+    allow_ambient_s3_credentials(True)   # the ambient stream above: on an operator that allows it
+    try:
+        for doc in ok:
+            result = scratch_api(doc)
+            assert result.returncode == 0, (doc["metadata"]["name"], doc["spec"], result.stderr)
+            assert validate_spec(doc["spec"], "d", doc["metadata"]["name"]).__class__ is ExactlyOnceStreamSpec
+    finally:
+        allow_ambient_s3_credentials(False)
 
 
 @pytest.mark.parametrize("name", ["1-colors", "colors.v2", "Colors"])
