@@ -30,9 +30,13 @@ def test_the_operator_and_its_driver_log_json(stack_env, kubectl, namespace, tmp
         kubectl.apply(doc, namespace)
         r.wait_status(lambda s: s.get("lifecycleState") == "Running", "the stream to run")
         wait_until(lambda: r.counts_total() > 0, "first output", 240, r.diag, 2)
-        driver_logs = sorted(r.kubelet.log_dir.glob(f"{namespace}_colors-driver-0*.log"))
-        assert driver_logs, sorted(p.name for p in r.kubelet.log_dir.iterdir())
-        driver_text = "\n".join(p.read_text(errors="replace") for p in driver_logs)
+
+        def driver_text() -> str:
+            logs = sorted(r.kubelet.log_dir.glob(f"{namespace}_colors-driver-0*.log"))
+            return "\n".join(p.read_text(errors="replace") for p in logs)
+        # The batch's log record follows its commit (the output can be read before the line is written).
+        wait_until(lambda: " committed: " in driver_text(), "the driver to log a committed batch", 120, r.diag, 1)
+        driver_text = driver_text()
     op_text = op.log_path.read_text(errors="replace")
 
     # The operator: every line it wrote is a JSON record (the lines the test harness itself writes into
