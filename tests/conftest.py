@@ -17,6 +17,15 @@ for extra in (REPO / "stack", REPO):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+# The Spark drivers the tests start on this machine (local runs, and the process kubelet's Pods, which inherit this
+# environment) compile with C1 only: spark-submit adds SPARK_SUBMIT_OPTS to the driver's JVM. A test's driver
+# lives for seconds to minutes and runs small batches, where C2's compiling is most of the CPU: measured on this
+# machine, a driver's start took 14-16 CPU-s instead of 23-25 and a 100-record batch 0.55-0.75 CPU-s instead of
+# 1.1-1.6 (docs/measurements.md), and `make test` is bound by its two cores. The JIT compiler changes no result:
+# the containers and real-node tests run the image's JVM as a user's Pod does, and the benchmarks (not run by
+# pytest) keep the default. `SPARK_SUBMIT_OPTS=` (empty) in the environment runs the tests with the default.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
 
 # Tiers, each with its own per-test timeout (seconds): a hung unit test is caught in a minute, not after the
 # 15 minutes an end-to-end test may need. A test's own ``@pytest.mark.timeout`` wins.

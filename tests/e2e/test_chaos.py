@@ -35,6 +35,21 @@ PLANNED = {   # kind -> the fault switches of the run (they fire from the run's 
     "before-commit-log": {"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"},
 }
 CYCLE = ("random", *PLANNED)
+SPECIAL = ("broker-hard-kill", "hold-open", "sink-outage")
+
+
+def schedule(runs: int) -> list[str]:
+    """The runs' kinds: the broker kill, the held transaction and the sink outage at a third, half and two thirds
+    of the way; the other runs take ``CYCLE`` in turn, so eight runs try every planned kill point once."""
+    at = {runs // 3: SPECIAL[0], runs // 2: SPECIAL[1], (2 * runs) // 3: SPECIAL[2]}
+    kinds, j = [], 0
+    for i in range(runs):
+        if i in at:
+            kinds.append(at[i])
+        else:
+            kinds.append(CYCLE[j % len(CYCLE)])
+            j += 1
+    return kinds
 
 
 def _wait_exit(run: ColorsRun, timeout: float) -> int | None:
@@ -120,16 +135,15 @@ def test_chaos_exactly_once(private_kafka, colors_run, tmp_path, report_result):
     feed.start()
     hit: Counter = Counter()
     journal: list[str] = []
-    broker_kill_at, hold_at, outage_at = RUNS // 3, RUNS // 2, (2 * RUNS) // 3
+    kinds = schedule(RUNS)
+    assert set(kinds) >= {*PLANNED, *SPECIAL}, f"EOS_CHAOS_RUNS={RUNS} cannot try every kill point: {kinds}"
     failures_seen, outage, held = 0, 0.0, 0
     pending = None                       # (run, kind, journal) of a planned kill, checked by the next resolution
     outcomes: dict[str, list[str]] = {k: [] for k in PLANNED}
     try:
         for i in range(RUNS):
             assert feed.error is None, f"the event feed failed before run {i}: {feed.error!r}"
-            kind = CYCLE[i % len(CYCLE)]
-            if i in (broker_kill_at, hold_at, outage_at):
-                kind = {broker_kill_at: "broker-hard-kill", hold_at: "hold-open", outage_at: "sink-outage"}[i]
+            kind = kinds[i]
             done = checkpoint.last_committed_batch(run.live_checkpoint)
             first = 0 if done is None else done + 1
             env = dict(PLANNED.get(kind, {}))
