@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from eos_job import epoch, faults, poison, protocol, runtime, sink, slot_produce, slot_stats
+from eos_job import epoch, faults, poison, process_tree, protocol, runtime, sink, slot_produce, slot_stats
 from eos_job import writer as writer_module
 from eos_job.contract import DriverSuperseded
 from eos_job.faults import Faults
@@ -39,8 +39,8 @@ def clean(monkeypatch):
 @pytest.fixture
 def kills(monkeypatch):
     calls: list[tuple[int, int]] = []
-    monkeypatch.setattr(faults, "_killpg", lambda pgid, sig: calls.append((pgid, sig)))
-    monkeypatch.setattr(faults, "_kill", lambda pid, sig: calls.append((f"pid {pid}", sig)))
+    monkeypatch.setattr(process_tree, "_killpg", lambda pgid, sig: calls.append((pgid, sig)))
+    monkeypatch.setattr(process_tree, "_kill", lambda pid, sig: calls.append((f"pid {pid}", sig)))
     return calls
 
 
@@ -286,7 +286,7 @@ def test_kills_inside_the_transaction_and_during_the_commit_fire_from_their_batc
     kills.clear()
     enable(monkeypatch, **{faults.KILL_DURING_COMMIT_ENV: "1", faults.FROM_BATCH_ENV: "0"})
     done = threading.Event()
-    monkeypatch.setattr(faults, "_killpg", lambda pgid, sig: (kills.append((pgid, sig)), done.set()))
+    monkeypatch.setattr(process_tree, "_killpg", lambda pgid, sig: (kills.append((pgid, sig)), done.set()))
     faults.committing(0, 0)                          # returns at once: the commit goes on while the timer runs
     assert done.wait(5) and kills == [(4242, signal.SIGKILL)]
 
@@ -516,7 +516,7 @@ def test_a_kill_takes_every_process_of_the_driver_even_in_a_group_of_its_own(tmp
             time.sleep(0.05)
         _, daemon_pid = (int(p) for p in pids.read_text().split())
         assert os.getpgid(daemon_pid) == daemon_pid != os.getpgid(driver.pid)
-        assert faults.descendants(driver.pid) == [driver.pid, daemon_pid]
+        assert process_tree.descendants(driver.pid) == [driver.pid, daemon_pid]
         os.environ[faults.DRIVER_PID_ENV] = str(driver.pid)
         os.environ[faults.DRIVER_PGID_ENV] = str(os.getpgid(driver.pid))
         faults.kill_driver()
