@@ -39,7 +39,8 @@ from eos_job.process_tree import descendants
 from eos_job.spec import StreamIdentity
 from eos_job.verify import audit_ids
 from eos_stack.cluster import wait_until
-from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.job_runs import assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.streams import IdFeed
 
 pytestmark = pytest.mark.stack
 
