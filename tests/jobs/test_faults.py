@@ -156,7 +156,8 @@ class _Clients:
         self.consumer = SimpleNamespace(unassign=lambda: None)
         self.producer = object()
         self.fresh = True
-        self.last_commit = None
+        self.fence_ms = self.commit_ms = 0.0
+        self.last_record, self.last_scope, self.clean = None, None, False   # as _SlotClients after its fence
 
 
 def _slot_rows(n: int) -> list[pa.RecordBatch]:
