@@ -53,7 +53,7 @@ from benchmarks import procstat, report  # noqa: E402
 from benchmarks.kafka_io import Topics  # noqa: E402
 from benchmarks.report import say  # noqa: E402
 from eos_job import fencing, protocol, resolution  # noqa: E402
-from eos_job.ledger import Durability, ensure_ledger_topic  # noqa: E402
+from eos_job.ledger_topic import Durability, ensure_ledger_topic  # noqa: E402
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig, StreamIdentity  # noqa: E402
 from eos_stack.common import Stack  # noqa: E402
 

@@ -90,8 +90,8 @@ class ColorsRun:
     def kill9(self) -> None:
         """SIGKILL every process of the driver (PySpark's workers too: they have a process group of their own)."""
         if self.proc and self.proc.poll() is None:
-            from eos_job import faults
-            faults.kill_tree(faults.descendants(self.proc.pid), {self.proc.pid})
+            from eos_job.process_tree import descendants, kill_tree
+            kill_tree(descendants(self.proc.pid), {self.proc.pid})
             self.proc.wait(30)
 
     def stop(self, timeout: float = 120) -> int:

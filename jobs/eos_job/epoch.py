@@ -119,7 +119,7 @@ class EpochWatch:
     first partition-0 write: a newer epoch stops the driver with that epoch named (later writes fail anyway:
     a newer driver's start fences this one's writer), and a record of another stream refuses the ledger: of
     two streams started together on one empty ``ledgerTopic``, whose start checks
-    (``ledger.check_ledger_topic``) both saw none of the other's records, at least one meets the other's
+    (``ledger_topic.check_ledger_topic``) both saw none of the other's records, at least one meets the other's
     here before it records a batch."""
 
     def __init__(self, bootstrap: str, sec: dict[str, str], ledger_topic: str, stream_uid: str, epoch: int,

@@ -82,14 +82,14 @@ worker that held the transaction go on and commit.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
-import signal
 import threading
 import time
 from dataclasses import dataclass
+
+from .process_tree import descendants, kill_tree
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +111,7 @@ DRIVER_PGID_ENV = "EOS_DRIVER_PGID"
 DRIVER_PID_ENV = "EOS_DRIVER_PID"
 PARTIAL_HOLD_S = 120   # long enough for the driver to be killed meanwhile
 
-# Indirections the unit tests replace.
-_killpg = os.killpg
-_kill = os.kill
+# An indirection the unit tests replace.
 _sleep = time.sleep
 
 
@@ -359,47 +357,3 @@ def kill_driver() -> None:
     """SIGKILL every process of the driver (see the module's docstring), this one last."""
     root = int(os.environ.get(DRIVER_PID_ENV, "0") or 0)
     kill_tree(descendants(root) if root else [], {_driver_pgid()})
-
-
-def kill_tree(tree: list[int], groups: set[int] = frozenset()) -> None:
-    """SIGKILL the processes ``tree`` (``descendants``), their process groups and ``groups``; the calling
-    process and its group last (its group only if named, or if the process is in ``tree``). Also what the
-    tests' node uses for a Pod's SIGKILL."""
-    me, mine = os.getpid(), os.getpgrp()
-    groups = set(groups)
-    for pid in tree:
-        with contextlib.suppress(ProcessLookupError):
-            group = os.getpgid(pid)
-            if group != mine or me in tree:
-                groups.add(group)
-    for pid in tree:
-        if pid != me:
-            with contextlib.suppress(ProcessLookupError):
-                _kill(pid, signal.SIGKILL)
-    for group in sorted(groups, key=lambda g: g == mine):     # our own group last: it holds this process
-        with contextlib.suppress(ProcessLookupError):
-            _killpg(group, signal.SIGKILL)
-    if me in tree:
-        _kill(me, signal.SIGKILL)
-
-
-def descendants(root: int) -> list[int]:
-    """``root`` and every process descending from it, parents before children (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])   # the name in parentheses may hold spaces
-        children.setdefault(ppid, []).append(int(entry))
-    if not os.path.exists(f"/proc/{root}"):
-        return []
-    order, i = [root], 0
-    while i < len(order):
-        order.extend(sorted(children.get(order[i], [])))
-        i += 1
-    return order

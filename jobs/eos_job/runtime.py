@@ -17,8 +17,8 @@ from . import replay as rerun
 from .contract import (BatchRefused, DriverSuperseded, JobFailed, SpecRefused, TransformContext, load_transform,
                        prepare_output)
 from .kafka_security import KafkaSecrets, java_config
-from .ledger import (admin_client, base_config, check_ledger_topic, ensure_ledger_topic, ledger_consumer,
-                     ledger_durability, require_topics, sink_security)
+from .ledger import admin_client, base_config, ledger_consumer, require_topics, sink_security
+from .ledger_topic import check_ledger_topic, ensure_ledger_topic, ledger_durability
 from .request_limits import SinkLimits, check_sink_limits
 from .spec import RunConfig
 from .storage import Loc

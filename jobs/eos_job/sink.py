@@ -239,7 +239,7 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows, 
                 return SlotCommit(slot, cfg.batch, 0, 0, skipped=False, attempt=attempt)
             faults.before_slot_commit(cfg.batch, slot)
             dead = _transaction(cfg, clients, slot, key, rows, round_no, verdicts)
-            stats.commit_ms += getattr(clients, "commit_ms", 0.0)
+            stats.commit_ms += clients.commit_ms
             faults.slot_committed(cfg.batch, slot)
             return SlotCommit(slot, cfg.batch, rows.count, rows.digest, skipped=False, dead_letters=dead,
                               attempt=attempt)
@@ -270,8 +270,7 @@ def _write_slot(cfg: SlotWriterConfig, slot: int, attempt: int, rows: SlotRows, 
 def held_trusted(clients: _SlotClients, scope: tuple[str, str, int]) -> bool:
     """A2: whether a held producer may decide on its last record with no fence and no read: held (not just
     fenced), clean since its last commit, for the same ledger topic, slot key and driver epoch."""
-    return (not clients.fresh and getattr(clients, "clean", False)
-            and getattr(clients, "last_scope", None) == scope)
+    return not clients.fresh and clients.clean and clients.last_scope == scope
 
 
 def _counted(stats: SlotStats, clients: _SlotClients) -> _SlotClients:
@@ -279,7 +278,7 @@ def _counted(stats: SlotStats, clients: _SlotClients) -> _SlotClients:
     if clients.fresh:
         stats.new_producers += 1
         stats.fences += 1
-        stats.fence_ms += getattr(clients, "fence_ms", 0.0)
+        stats.fence_ms += clients.fence_ms
     return clients
 
 

@@ -60,22 +60,13 @@ class Kubectl:
         return self.run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(doc), check=check)
 
     def apply_crds(self, timeout: str = "60s") -> list[str]:
-        """Apply every CRD in ``crds/`` and wait until the API server serves them; their names.
-
-        On a server whose CRD has never stored the files' storage version, the version it stores now stays the
-        storage version (see :func:`keep_stored_version`): the shared stack's API server is used by branches
-        that still apply older CRDs, and the API server refuses a CRD without a version listed in its
-        ``status.storedVersions``. Storage itself is tested on CRDs of their own (tests/stack/test_apiversions.py).
-        """
+        """Apply every CRD in ``crds/`` as generated and wait until the API server serves them; their names.
+        Storage versions are tested on CRDs of their own (tests/stack/test_apiversions.py)."""
         names = []
         for path in sorted(CRD_DIR.glob("*.yaml")):
             doc = yaml.safe_load(path.read_text())
-            name = doc["metadata"]["name"]
-            current = self.run("get", "crd", name, "-o", "json", check=False)
-            if current.returncode == 0:
-                doc = keep_stored_version(doc, json.loads(current.stdout))
             self.run("apply", "-f", "-", stdin=yaml.safe_dump(doc, sort_keys=False))
-            names.append(name)
+            names.append(doc["metadata"]["name"])
         for name in names:
             self.run("wait", "--for=condition=Established", f"crd/{name}", f"--timeout={timeout}")
         return names
@@ -108,26 +99,6 @@ class Kubectl:
     def patch_spec(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.run("patch", "exactlyoncestream", name, "-n", namespace, "--type=merge", "-p",
                  json.dumps({"spec": patch}))
-
-
-def keep_stored_version(crd: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """``crd`` with its storage version moved to a version ``current`` (the server's CRD) already stores, if the
-    server has never stored ``crd``'s storage version and ``crd`` still serves a stored one (not deprecated then:
-    the server behaves as the older CRD did, plus the newer version served). Else ``crd`` unchanged."""
-    stored = (current.get("status") or {}).get("storedVersions") or []
-    versions = crd["spec"]["versions"]
-    if any(v["storage"] and v["name"] in stored for v in versions):
-        return crd
-    keep = next((v["name"] for v in versions if v["name"] in stored and v.get("served")), None)
-    if keep is None:
-        return crd
-    out = json.loads(json.dumps(crd))
-    for v in out["spec"]["versions"]:
-        v["storage"] = v["name"] == keep
-        if v["name"] == keep:
-            v.pop("deprecated", None)
-            v.pop("deprecationWarning", None)
-    return out
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:

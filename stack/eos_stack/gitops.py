@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import REPO, Stack, StackError, log
-from .kube import build_once, go_env, require_go, run_logged_build
+from .go_build import build_once, go_env, require_go, run_logged_build
 
 SOURCE = REPO / "stack" / "gitops-check"
 FILES = ("go.mod", "go.sum", "main.go")

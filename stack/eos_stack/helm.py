@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from .common import Stack, StackError, log
-from .kube import go_env, require_go, run_logged_build
+from .go_build import go_env, require_go, run_logged_build
 
 HELM_VERSION = "v3.19.5"
 ENV_KEYS = ["HELM"]

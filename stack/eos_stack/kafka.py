@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import kafka_security
 from .common import REPO, Stack, StackError, free_port, log, port_open, require_tool, run
+from .maven import JAVA_HINT, maven_copy_dependencies
 from .node_config import services_ip
 
 VERSION = os.environ.get("EOS_KAFKA_VERSION", "4.1.1")
@@ -30,39 +31,8 @@ HEAP = os.environ.get("EOS_KAFKA_HEAP", "512m")
 START_TIMEOUT = 120.0  # two busy cores: a cold JVM start plus metadata log replay
 STOP_GRACE = 30.0
 
-JAVA_HINT = "Install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)."
-MVN_HINT = "Install Apache Maven 3.8+ (Debian: apt-get install maven); it resolves the Kafka broker's and the Spark connector's jars once."
-
 
 # -- jars ----------------------------------------------------------------------
-def maven_copy_dependencies(st: Stack, pom: Path, props: dict[str, str], out: Path, *, what: str,
-                            repository_layout: bool = False) -> Path:
-    """Resolve ``pom``'s runtime dependencies into ``out`` (once; atomically).
-
-    The jars land in ``out.tmp`` first and are renamed to ``out`` only when Maven
-    succeeded, so an interrupted download is never mistaken for a complete one.
-    Maven's own repository lives in the stack cache too (``<cache>/m2``).
-    """
-    if out.is_dir() and any(out.iterdir()):
-        return out
-    mvn = require_tool("mvn", MVN_HINT)
-    require_tool("java", JAVA_HINT)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    t0 = time.monotonic()
-    log(f"resolving {what} with Maven (first run only)")
-    argv = [mvn, "-B", "-q", "-f", str(pom), f"-Dmaven.repo.local={st.cache_dir('m2', 'repository')}",
-            *(f"-D{k}={v}" for k, v in props.items()),
-            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={tmp}"]
-    if repository_layout:
-        argv.append("-Dmdep.useRepositoryLayout=true")
-    run(argv, what=f"resolving {what} with Maven (is Maven Central reachable?)", timeout=1800)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    log(f"resolved {what} in {time.monotonic() - t0:.1f}s")
-    return out
-
-
 def libs_dir(st: Stack) -> Path:
     return st.cache / f"kafka-{VERSION}" / "libs"
 

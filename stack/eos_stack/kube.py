@@ -19,7 +19,6 @@ chosen once and kept in ``<state>/kube/ports.json``.
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
 import re
@@ -27,17 +26,14 @@ import secrets
 import shutil
 import ssl
 import subprocess
-import threading
-import time
 import urllib.request
-from typing import Callable
 from pathlib import Path
 
 from .common import REPO, Stack, StackError, free_port, log, port_open, require_tool, run, wait_for
+from .go_build import build_once, go_env, require_go, run_logged_build
 
 K8S_VERSION = "v1.35.4"
 ETCD_VERSION = "v3.6.5"  # pinned in stack/kube-build/go.mod
-GO_MIN = (1, 25)
 BUILD_DIR = REPO / "stack" / "kube-build"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 BUILD_PACKAGES = [
@@ -71,57 +67,6 @@ def pki_dir(st: Stack) -> Path:
 
 def admin_kubeconfig(st: Stack) -> Path:
     return kube_dir(st) / "admin.kubeconfig"
-
-
-def go_env(st: Stack) -> dict[str, str]:
-    """The Go settings every build of the stack uses: all caches under the stack cache."""
-    return {
-        "GOPATH": str(st.cache / "gopath"),
-        "GOMODCACHE": str(st.cache / "gomod"),
-        "GOCACHE": str(st.cache / "gobuild"),
-        "GOFLAGS": "-modcacherw",
-        "GOTOOLCHAIN": "local",
-        "CGO_ENABLED": "0",
-    }
-
-
-def require_go() -> str:
-    go = require_tool("go", "install Go 1.25+ (https://go.dev/doc/install, or your package manager) "
-                            "so the stack can build the Kubernetes control plane and helm")
-    out = subprocess.run([go, "env", "GOVERSION"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True).stdout.strip()
-    m = re.match(r"go(\d+)\.(\d+)", out)
-    if not m or (int(m.group(1)), int(m.group(2))) < GO_MIN:
-        raise StackError(f"found Go '{out or 'unknown version'}' at {go}; install Go 1.25+")
-    return go
-
-
-def run_logged_build(argv: list[str], *, what: str, cwd: Path, env: dict[str, str],
-                     logfile: Path, every: float = 60.0) -> None:
-    """Run a long Go build, logging a heartbeat so a cold build does not look hung."""
-    t0 = time.monotonic()
-    with open(logfile, "w") as out:
-        proc = subprocess.Popen(argv, cwd=str(cwd), env={**os.environ, **env}, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(every):
-                log(f"{what}: still building ({(time.monotonic() - t0) / 60:.0f} min so far, log {logfile})")
-
-        threading.Thread(target=beat, daemon=True).start()
-        try:
-            rc = proc.wait()
-        except BaseException:
-            proc.terminate()
-            proc.wait()
-            raise
-        finally:
-            done.set()
-    if rc != 0:
-        tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-40:])
-        raise StackError(f"{what} failed (exit {rc}): {' '.join(argv)}\n{tail}")
-    log(f"{what}: done in {(time.monotonic() - t0) / 60:.1f} min")
 
 
 def version_ldflags() -> str:
@@ -160,20 +105,6 @@ def ensure_binaries(st: Stack) -> None:
     go = require_go()
     build_once(bin_dir(st), "kube: another `up` is building the binaries; waiting for it",
                lambda: binaries_present(st), lambda: _build(st, go, bin_dir(st)))
-
-
-def build_once(out: Path, waiting: str, present: Callable[[], bool], build: Callable[[], None]) -> None:
-    """Run ``build`` into ``out`` unless ``present()``, one `up` at a time (a lock file beside ``out``): a
-    second `up` says ``waiting`` and finds the binaries the first one built."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out.with_name(out.name + ".lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(waiting)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if not present():
-            build()
 
 
 def _build(st: Stack, go: str, out: Path) -> None:

@@ -43,7 +43,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import kube, node_services
+from . import go_build, kube, node_services
 from .common import Stack, StackError, free_port, log, port_open, wait_for
 from .image_common import ensure_tools
 from .node_config import (SCHEDULER_NAME, TAINT, NodeLayout, cni_conflist, containerd_toml, kubelet_argv,
@@ -77,7 +77,7 @@ def binaries_present(st: Stack) -> bool:
 def ensure_binaries(st: Stack) -> None:
     if binaries_present(st):
         return
-    go, out = kube.require_go(), bin_dir(st)
+    go, out = go_build.require_go(), bin_dir(st)
 
     def build() -> None:
         log(f"node: building {', '.join(BINARIES)} {kube.K8S_VERSION} into {out} (about 1.5 min with the kube "
@@ -86,17 +86,17 @@ def ensure_binaries(st: Stack) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         try:
-            kube.run_logged_build([go, "build", "-trimpath", "-ldflags", kube.version_ldflags(), "-o",
-                                   str(staging) + "/", *PACKAGES], what="node: go build", cwd=kube.BUILD_DIR,
-                                  env=kube.go_env(st), logfile=st.dir("logs") / "node-build.log")
+            go_build.run_logged_build([go, "build", "-trimpath", "-ldflags", kube.version_ldflags(), "-o",
+                                       str(staging) + "/", *PACKAGES], what="node: go build", cwd=kube.BUILD_DIR,
+                                      env=go_build.go_env(st), logfile=st.dir("logs") / "node-build.log")
             for b in BINARIES:
                 (staging / b).replace(out / b)
             (out / "BUILD").write_text(kube.build_stamp())
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    kube.build_once(out, "node: another `up` is building the node binaries; waiting for it",
-                    lambda: binaries_present(st), build)
+    go_build.build_once(out, "node: another `up` is building the node binaries; waiting for it",
+                        lambda: binaries_present(st), build)
 
 
 # -- state: ports, certificates ---------------------------------------------------------------------------

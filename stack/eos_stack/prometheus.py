@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import REPO, Stack, StackError, free_port, log
-from .kube import build_once, go_env, require_go, run_logged_build
+from .go_build import build_once, go_env, require_go, run_logged_build
 
 MODULE = "github.com/prometheus/prometheus"
 VERSION = "v0.316.0"  # Prometheus 3.16.0

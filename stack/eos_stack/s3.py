@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from .common import Stack, StackError, free_port, log, port_open
-from .kube import go_env, require_go, run_logged_build
+from .go_build import go_env, require_go, run_logged_build
 
 MODULE = "github.com/minio/minio"
 VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"  # master of 2026-02-12 (MinIO publishes no tagged module versions)

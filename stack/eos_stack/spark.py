@@ -37,7 +37,7 @@ from pathlib import Path
 
 from . import spark_s3
 from .common import REPO, Stack, StackError, log
-from .kafka import maven_copy_dependencies
+from .maven import maven_copy_dependencies
 
 POM = REPO / "stack" / "spark" / "pom.xml"
 

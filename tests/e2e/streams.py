@@ -1,16 +1,14 @@
-"""The building blocks of the end-to-end tests, in one place (fixtures are in conftest.py).
+"""The operator-level building blocks of the end-to-end tests (fixtures are in conftest.py).
 
-Operator level: the operator process with its test-only switches, a stream's topics and manifest,
-diagnostics for a timed-out wait, a steady event trickle with its expected counts, and a rig of
-topics, process kubelet and (restartable) operator. Job level (no Kubernetes): a run's config,
-the ``eos_job`` command line, exactness of a local run. And the operator's /metrics, scraped."""
+The operator process with its test-only switches, a stream's topics and manifest, diagnostics for a
+timed-out wait, a steady event trickle with its expected counts, a rig of topics, process kubelet and
+(restartable) operator, a hostPath volume for a claim, the unique-id verifiers, and the operator's
+/metrics, scraped. Job level (no Kubernetes) is ``tests.e2e.job_runs``; the secured listener
+``tests.e2e.secured``."""
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -22,12 +20,11 @@ from typing import Any, Callable, Iterator
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from eos_job.spec import load_run_config
 from eos_job.verify import audit_counts, audit_ids, ledger_monotone, open_transactions, read_committed
 from eos_stack import cluster
 from eos_stack.cluster import Kubectl, wait_until
 from examples.colors.generator import counted, event_value, events, expected_ids, produce
-from examples.colors.local_run import REPO, ColorsRun, create_topics
+from examples.colors.local_run import REPO, create_topics
 from examples.colors.manifest import colors_manifest
 from tests.e2e.exactness import assert_exactly_once, assert_slots_exact
 from tests.harness.kubelet import ProcessKubelet
@@ -345,7 +342,7 @@ def kept_ids_from(bootstrap: str, topic: str, offsets: dict[str, int]) -> set[in
     return ids
 
 
-# ------------------------------------------------------------ the secured listener
+# ------------------------------------------------------------ volumes
 def host_claim(kubectl: Kubectl, namespace: str, name: str, path: Path) -> str:
     """A claim ``name`` of ``namespace`` and a hostPath PersistentVolume at ``path`` reserved for it (no
     StorageClass): the stack's controller manager binds them, the process kubelet mounts the volume where a
@@ -366,61 +363,7 @@ def host_claim(kubectl: Kubectl, namespace: str, name: str, path: Path) -> str:
     return pv
 
 
-def kube_secret(name: str, data: dict[str, str]) -> dict[str, Any]:
-    import base64
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
-
-
-def secure(manifest: dict[str, Any], stack_env: dict[str, str], kubectl: Kubectl, namespace: str, *,
-           source_topics: list[str], write_topics: list[str], ledger: str) -> str:
-    """``manifest`` with source and sink only through the broker's SASL_SSL listener: a SCRAM-SHA-512 user
-    of its own with exactly a stream's ACLs, its password and the CA in Secrets the spec references.
-    Returns the password (for the tests that look for leaks)."""
-    import secrets as pysecrets
-
-    from eos_stack import kafka_security as ks
-    from eos_stack.common import Stack
-
-    st, name = Stack(), manifest["metadata"]["name"]
-    user, password = f"stream-{namespace}-{name}", pysecrets.token_urlsafe(18)
-    ks.create_user(st, user, password)
-    ks.grant_stream(st, user, source_topics=source_topics, write_topics=write_topics, ledger_topic=ledger,
-                    transactional_prefix=f"eos-{namespace}-{name}-")
-    kubectl.apply(kube_secret("kafka-user", {"username": user, "password": password}), namespace)
-    kubectl.apply(kube_secret("kafka-ca", {"ca.crt": ks.ca_pem(st)}), namespace)
-    security = {"credentials": {"mechanism": "SCRAM-SHA-512", "securityProtocol": "SASL_SSL",
-                                "username": {"name": "kafka-user", "key": "username"},
-                                "password": {"name": "kafka-user", "key": "password"}},
-                "tls": {"ca": {"name": "kafka-ca", "key": "ca.crt"}}}
-    for end in ("source", "sink"):
-        manifest["spec"][end].update(bootstrapServers=stack_env["KAFKA_SECURE_BOOTSTRAP"], **security)
-    return password
-
-
-# ------------------------------------------------------------ job level
-def run_config(run: ColorsRun):
-    import yaml
-    cfg = load_run_config(yaml.safe_load(run.config_path.read_text()))
-    return cfg.model_copy(update={"checkpoint_dir": str(run.live_checkpoint)})
-
-
-def as_pvc(cfg, mount: Path):
-    """``cfg`` with its checkpoint on a PVC mounted at ``mount`` (the live location below it)."""
-    from eos_job.spec import CheckpointSpec
-    spec = cfg.spec.model_copy(update={"checkpoint": CheckpointSpec(store="pvc", claim_name="colors-checkpoint",
-                                                                    path=str(mount))})
-    return cfg.model_copy(update={"spec": spec, "checkpoint_dir": str(mount / "live")})
-
-
-def assert_exact(run: ColorsRun, expected: dict[str, int]) -> None:
-    assert_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
-
-
-def assert_ids_exact(run: ColorsRun, expected: set[int]) -> None:
-    assert_ids_exactly_once(run.bootstrap, run.counts, run.ledger_topic(), expected, (run.dlq,))
-
-
+# ------------------------------------------------------------ verifiers
 def assert_ids_exactly_once(bootstrap: str, topic: str, ledger: str, expected: set[int],
                             other_topics: tuple[str, ...] = ()) -> None:
     """The unique-id verifier: the output, read_committed, is the expected ids as a set, none twice; the
@@ -436,33 +379,6 @@ def wait_ids(bootstrap: str, topic: str, expected: set[int], diag: Callable[[], 
     """Until every expected id is in the output (read_committed)."""
     wait_until(lambda: not audit_ids(bootstrap, topic, expected).missing, "every id in the output", timeout,
                diag, 2)
-
-
-def wait_consumed(run: ColorsRun, ckpt: Path, timeout: float = 240) -> None:
-    """Until the run has committed, in checkpoint ``ckpt``, a batch that ends where the source topic ends."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from eos_job import checkpoint
-    c = Consumer({"bootstrap.servers": run.bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:6]}"})
-    try:
-        parts = c.list_topics(run.events, timeout=15).topics[run.events].partitions
-        ends = {str(p): c.get_watermark_offsets(TopicPartition(run.events, p), timeout=15)[1] for p in parts}
-    finally:
-        c.close()
-
-    def caught_up() -> bool:
-        if run.proc is not None and run.proc.poll() is not None:
-            raise AssertionError(f"the job exited with {run.proc.returncode}")
-        done = checkpoint.last_committed_batch(ckpt)
-        return done is not None and checkpoint.kafka_offsets(ckpt, done).get(run.events) == ends
-
-    wait_until(caught_up, f"the run to consume {run.events} up to {ends}", timeout, run.log_tail)
-
-
-def run_job(args: list[str], env_extra: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'jobs'}", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "eos_job", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 # ------------------------------------------------------------ metrics

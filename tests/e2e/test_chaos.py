@@ -20,7 +20,8 @@ from eos_job import checkpoint
 from eos_job.resolution import resolve
 from eos_stack import kafka
 from examples.colors.local_run import ColorsRun
-from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, wait_consumed
+from tests.e2e.job_runs import assert_ids_exact, run_config, wait_consumed
+from tests.e2e.streams import IdFeed
 
 pytestmark = pytest.mark.stack
 RUNS = int(os.environ.get("EOS_CHAOS_RUNS", "10"))  # make test; make soak runs 100

@@ -17,7 +17,8 @@ from eos_stack.cluster import wait_until
 from eos_stack.common import Stack
 from eos_stack.kafka_cluster import KafkaCluster
 from examples.colors.local_run import ColorsRun
-from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, wait_consumed
+from tests.e2e.job_runs import assert_ids_exact, run_config, wait_consumed
+from tests.e2e.streams import IdFeed
 
 pytestmark = pytest.mark.stack
 HOLD_S = 3

@@ -22,7 +22,7 @@ import yaml
 from eos_job.verify import audit_ids
 from eos_stack.cluster import wait_until
 from examples.colors.generator import expected_ids, produce
-from tests.e2e.streams import assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.job_runs import assert_ids_exact, run_config, run_job, wait_consumed
 
 pytestmark = pytest.mark.stack
 

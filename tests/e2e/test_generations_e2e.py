@@ -14,7 +14,7 @@ from eos_job.resolution import resolve
 from eos_job.runtime import preflight
 from eos_job.spec import StreamIdentity
 from eos_job.verify import open_transactions
-from tests.e2e.streams import run_config
+from tests.e2e.job_runs import run_config
 
 pytestmark = pytest.mark.stack
 

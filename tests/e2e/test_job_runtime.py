@@ -11,7 +11,7 @@ from eos_job import checkpoint, slot_stats
 from eos_job.resolution import resolve
 from eos_job.verify import read_committed
 from examples.colors.generator import produce
-from tests.e2e.streams import assert_exact, run_config, run_job
+from tests.e2e.job_runs import assert_exact, run_config, run_job
 
 pytestmark = pytest.mark.stack
 

@@ -21,8 +21,8 @@ from eos_stack import kafka_security as ks
 from eos_stack.cluster import wait_until
 from eos_stack.common import Stack
 from examples.colors.generator import expected_ids, produce
-from tests.e2e.streams import (ColorsTopics, Diagnostics, assert_ids_exactly_once, colors_stream, kube_secret, secure,
-                               wait_ids)
+from tests.e2e.secured import kube_secret, secure
+from tests.e2e.streams import ColorsTopics, Diagnostics, assert_ids_exactly_once, colors_stream, wait_ids
 
 pytestmark = pytest.mark.stack
 NAME = "colors"

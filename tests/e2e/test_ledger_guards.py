@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from eos_job.ledger import SinkUnavailable
 from eos_job.runtime import preflight
-from tests.e2e.streams import run_config
+from tests.e2e.job_runs import run_config
 
 pytestmark = pytest.mark.stack
 

@@ -24,7 +24,8 @@ from eos_job.verify import audit_ids, read_committed
 from examples.colors.generator import expected_ids, produce
 from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
-from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.job_runs import assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.streams import IdFeed
 
 
 OUTAGE_S = 12.0   # the trigger is 300 ms: the S3 server is away for dozens of triggers

@@ -15,7 +15,7 @@ from eos_job import checkpoint
 from eos_job.resolution import resolve
 from eos_job.verify import audit_ids, read_committed
 from examples.colors.generator import expected_ids, produce
-from tests.e2e.streams import assert_exact, assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.job_runs import assert_exact, assert_ids_exact, run_config, run_job, wait_consumed
 
 pytestmark = pytest.mark.stack
 

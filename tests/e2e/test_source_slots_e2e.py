@@ -21,7 +21,7 @@ from eos_job import audit
 from eos_job.resolution import resolve
 from eos_job.verify import audit_ids, read_committed
 from examples.colors.generator import expected_ids, produce
-from tests.e2e.streams import run_config, wait_consumed
+from tests.e2e.job_runs import run_config, wait_consumed
 
 pytestmark = pytest.mark.stack
 
@@ -98,7 +98,7 @@ def test_a_source_grown_past_the_parallelism_is_refused_then_the_advised_rescale
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     from eos_job import checkpoint
-    from tests.e2e.streams import assert_ids_exact
+    from tests.e2e.job_runs import assert_ids_exact
 
     run = colors_run(module="tests.e2e.jobs.ids_by_partition", parallelism=2, max_offsets_per_trigger=None)
     run.setup(event_partitions=2)

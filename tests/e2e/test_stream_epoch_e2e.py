@@ -34,11 +34,13 @@ import signal
 import pytest
 import yaml
 
-from eos_job import checkpoint, faults
+from eos_job import checkpoint
+from eos_job.process_tree import descendants
 from eos_job.spec import StreamIdentity
 from eos_job.verify import audit_ids
 from eos_stack.cluster import wait_until
-from tests.e2e.streams import IdFeed, assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.job_runs import assert_ids_exact, run_config, run_job, wait_consumed
+from tests.e2e.streams import IdFeed
 
 pytestmark = pytest.mark.stack
 
@@ -68,7 +70,7 @@ def _stop_tree(root: int) -> list[int]:
     the tree is left running (a child forked meanwhile is stopped too). Returns the processes stopped."""
     stopped: list[int] = []
     while True:
-        new = [pid for pid in faults.descendants(root) if pid not in stopped]
+        new = [pid for pid in descendants(root) if pid not in stopped]
         if not new:
             break
         for pid in new:

@@ -38,7 +38,8 @@ from examples.colors.local_run import create_topics  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
 from examples.colors.generator import expected_ids, produce  # noqa: E402
-from tests.e2e.streams import IdFeed, assert_ids_exactly_once, secure, wait_ids  # noqa: E402
+from tests.e2e.secured import secure  # noqa: E402
+from tests.e2e.streams import IdFeed, assert_ids_exactly_once, wait_ids  # noqa: E402
 
 pytestmark = pytest.mark.stack
 

@@ -152,7 +152,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from eos_job import faults
+from eos_job.process_tree import descendants, kill_tree
 
 from . import scheduling
 from .zygote import Zygote
@@ -751,7 +751,7 @@ class ProcessKubelet:
             if sig == signal.SIGKILL:
                 # Every process of the Pod, as a container runtime kills a container: PySpark's daemon and
                 # workers live in a process group of their own, which a group kill would miss.
-                faults.kill_tree(faults.descendants(run.proc.pid), {run.proc.pid})
+                kill_tree(descendants(run.proc.pid), {run.proc.pid})
             else:
                 os.kill(run.proc.pid, sig)
         except ProcessLookupError:

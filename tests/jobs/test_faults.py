@@ -10,14 +10,14 @@ import threading
 import time
 from types import SimpleNamespace
 
-import pyarrow as pa
 import pytest
 
-from eos_job import epoch, faults, poison, protocol, runtime, sink, slot_produce, slot_stats
+from eos_job import epoch, faults, process_tree, protocol, runtime, sink, slot_stats
 from eos_job import writer as writer_module
 from eos_job.contract import DriverSuperseded
 from eos_job.faults import Faults
 from eos_job.protocol import SlotLedgerRecord
+from tests.jobs.sink_fakes import BASE, FakeSlotClients, slot_config, slot_rows
 
 FAULT_ENV = (faults.KILL_AFTER_COMMIT_ENV, faults.KILL_BEFORE_COMMIT_LOG_ENV, faults.PARTIAL_BATCH_ENV,
              faults.DRIVER_PGID_ENV, faults.KILL_IN_TRANSACTION_ENV, faults.KILL_DURING_COMMIT_ENV,
@@ -39,8 +39,8 @@ def clean(monkeypatch):
 @pytest.fixture
 def kills(monkeypatch):
     calls: list[tuple[int, int]] = []
-    monkeypatch.setattr(faults, "_killpg", lambda pgid, sig: calls.append((pgid, sig)))
-    monkeypatch.setattr(faults, "_kill", lambda pid, sig: calls.append((f"pid {pid}", sig)))
+    monkeypatch.setattr(process_tree, "_killpg", lambda pgid, sig: calls.append((pgid, sig)))
+    monkeypatch.setattr(process_tree, "_kill", lambda pid, sig: calls.append((f"pid {pid}", sig)))
     return calls
 
 
@@ -151,33 +151,12 @@ def test_partial_batch_holds_the_other_slots_and_kills_after_the_chosen_one(monk
 
 
 # ------------------------------------------------------------------ where the sink and the driver call them
-class _Clients:
-    def __init__(self):
-        self.consumer = SimpleNamespace(unassign=lambda: None)
-        self.producer = object()
-        self.fresh = True
-        self.last_commit = None
-
-
-def _slot_rows(n: int) -> list[pa.RecordBatch]:
-    return [pa.RecordBatch.from_pydict({"key": [b"k%d" % i for i in range(n)], "value": [b"v"] * n,
-                                        protocol.HASH_COL: list(range(1, n + 1))})]
-
-
-BASE = dict(bootstrap="x:9092", producer_config={}, topic="out", dead_letter_topic=None, ledger_topic="ledger",
-            tx_prefix="p", generation=0, stream_uid="u", spec_hash="h", transaction_timeout_ms=1000, slots=2)
-
-
-def _cfg(batch: int) -> sink.SlotWriterConfig:
-    return sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=batch)
-
-
 @pytest.fixture
 def fake_sink(monkeypatch):
     """write_slot with its Kafka clients faked; returns the ordered calls and the fake ledger."""
     calls: list[str] = []
     ledger: dict[str, bytes] = {}
-    clients = _Clients()
+    clients = FakeSlotClients()
     monkeypatch.setattr(sink, "_slot_clients", lambda cfg, slot, fresh: clients)
     monkeypatch.setattr(sink, "read_latest", lambda consumer, topic, partition, key, **_: ledger.get(key))
 
@@ -195,7 +174,7 @@ def fake_sink(monkeypatch):
 
 def test_the_sink_calls_the_hooks_around_the_slot_transaction(fake_sink):
     calls, _ = fake_sink
-    commit = sink.write_slot(_cfg(3), 1, 0, _slot_rows(4))
+    commit = sink.write_slot(slot_config(3), 1, 0, slot_rows(4))
     assert not commit.skipped and commit.count == 4
     assert calls == ["before 3/1", "commit", "committed 3/1"]
 
@@ -209,21 +188,21 @@ def test_a_slot_stops_on_a_newer_marker_its_read_met_unless_stream_epoch_is_swit
         return None
 
     monkeypatch.setattr(sink, "read_latest", read_latest)
-    cfg = dataclasses.replace(_cfg(3), stream_uid="u", epoch=8)
+    cfg = dataclasses.replace(slot_config(3), stream_uid="u", epoch=8)
     with pytest.raises(DriverSuperseded, match="epoch 9"):
-        sink.write_slot(cfg, 1, 0, _slot_rows(4))
+        sink.write_slot(cfg, 1, 0, slot_rows(4))
     assert calls == []
     unsafe = dataclasses.replace(cfg, unsafe=frozenset({"stream-epoch"}))
-    assert not sink.write_slot(unsafe, 1, 0, _slot_rows(4)).skipped        # the control writes
+    assert not sink.write_slot(unsafe, 1, 0, slot_rows(4)).skipped        # the control writes
     assert calls == ["before 3/1", "commit", "committed 3/1"]
 
 
 def test_no_hook_runs_for_a_skipped_or_empty_slot(fake_sink):
     calls, _ = fake_sink
-    sink.write_slot(_cfg(3), 1, 0, _slot_rows(4))
+    sink.write_slot(slot_config(3), 1, 0, slot_rows(4))
     calls.clear()
-    assert sink.write_slot(_cfg(3), 1, 1, _slot_rows(4)).skipped   # the replay finds the ledger record
-    assert sink.write_slot(_cfg(4), 0, 0, _slot_rows(0)).count == 0
+    assert sink.write_slot(slot_config(3), 1, 1, slot_rows(4)).skipped   # the replay finds the ledger record
+    assert sink.write_slot(slot_config(4), 0, 0, slot_rows(0)).count == 0
     assert calls == []
 
 
@@ -286,7 +265,7 @@ def test_kills_inside_the_transaction_and_during_the_commit_fire_from_their_batc
     kills.clear()
     enable(monkeypatch, **{faults.KILL_DURING_COMMIT_ENV: "1", faults.FROM_BATCH_ENV: "0"})
     done = threading.Event()
-    monkeypatch.setattr(faults, "_killpg", lambda pgid, sig: (kills.append((pgid, sig)), done.set()))
+    monkeypatch.setattr(process_tree, "_killpg", lambda pgid, sig: (kills.append((pgid, sig)), done.set()))
     faults.committing(0, 0)                          # returns at once: the commit goes on while the timer runs
     assert done.wait(5) and kills == [(4242, signal.SIGKILL)]
 
@@ -337,14 +316,14 @@ def test_a_worker_with_the_switch_in_its_environment_but_not_in_its_config_stays
     monkeypatch.setattr(confluent_kafka, "Producer", lambda conf: made.append(conf) or SimpleNamespace(
         init_transactions=lambda timeout: None))
     monkeypatch.setattr(sink, "ledger_consumer", lambda *a: SimpleNamespace(unassign=lambda: None))
-    clients.__init__(_cfg(3), 1)
+    clients.__init__(slot_config(3), 1)
     assert made[0]["transactional.id"] == protocol.transactional_id("p", 0, 1)   # its own id: the fence holds
     assert made[0]["enable.sparse.connections"] is False   # dense: the fence finds its broker connected
-    sink.write_slot(_cfg(3), 1, 0, _slot_rows(4))
+    sink.write_slot(slot_config(3), 1, 0, slot_rows(4))
     calls.clear()
-    assert sink.write_slot(_cfg(3), 1, 1, _slot_rows(4)).skipped and calls == []   # the ledger skip holds
+    assert sink.write_slot(slot_config(3), 1, 1, slot_rows(4)).skipped and calls == []   # the ledger skip holds
     unsafe = sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=3, unsafe=frozenset({"ledger-skip"}))
-    assert not sink.write_slot(unsafe, 1, 2, _slot_rows(4)).skipped             # the driver's set does switch it
+    assert not sink.write_slot(unsafe, 1, 2, slot_rows(4)).skipped             # the driver's set does switch it
     assert calls == ["before 3/1", "commit", "committed 3/1"]
 
 
@@ -362,115 +341,6 @@ def test_transactional_ids_are_the_slots_own_unless_the_fence_is_switched_off(mo
     enable(monkeypatch, **{faults.UNSAFE_ENV: "fence"})
     a, b = faults.transactional_id("eos-s-0-1"), faults.transactional_id("eos-s-0-1")
     assert a != b and a.startswith("eos-s-0-1-unfenced-")     # each producer its own id: it fences nothing
-
-
-# ------------------------------------------------------------------ a slot's rows, produced as they arrive
-def test_a_slot_is_produced_as_its_batches_arrive_and_its_record_carries_the_whole_slot(monkeypatch):
-    """The first record is produced before the second batch arrived; the ledger record, last, counts both."""
-    events: list[str] = []
-
-    class Producer:
-        def begin_transaction(self):
-            events.append("begin")
-
-        def produce(self, topic, value=None, key=None, headers=None, partition=None, on_delivery=None):
-            events.append(f"produce {topic} {key!r}" if topic != "ledger" else
-                          f"ledger {SlotLedgerRecord.decode(value).count}")
-
-        def commit_transaction(self, timeout):
-            events.append("commit")
-
-    def arriving():
-        for i in range(2):
-            events.append(f"batch {i} arrives")
-            yield _slot_rows(3)[0] if i == 0 else pa.RecordBatch.from_pydict(
-                {"key": [b"late"], "value": [b"v"], protocol.HASH_COL: [7]})
-
-    clients = _Clients()
-    clients.producer = Producer()
-    monkeypatch.setattr(sink, "_slot_clients", lambda cfg, slot, fresh: clients)
-    monkeypatch.setattr(sink, "read_latest", lambda *a, **_: None)
-    commit = sink.write_slot(_cfg(3), 1, 0, arriving())
-    assert commit.count == 4 and commit.digest == (1 + 2 + 3 + 7)
-    assert events.index("produce out b'k0'") < events.index("batch 1 arrives")
-    assert events[-2:] == ["ledger 4", "commit"]
-
-
-def test_a_second_round_writes_the_same_rows_again_though_spark_delivered_them_once(monkeypatch):
-    """A producer error after half the slot: the fresh fence's round writes every row, from what was kept."""
-    from confluent_kafka import KafkaError, KafkaException
-    produced: list[list] = []
-
-    class Producer:
-        def __init__(self, fail_after):
-            self.fail_after, self.rows = fail_after, []
-            produced.append(self.rows)
-
-        def begin_transaction(self):
-            pass
-
-        def produce(self, topic, value=None, key=None, **_):
-            if topic == "out":
-                self.rows.append(key)
-                if len(self.rows) == self.fail_after:
-                    raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
-
-        def commit_transaction(self, timeout):
-            pass
-
-        def abort_transaction(self, timeout):
-            pass
-
-    producers = iter([Producer(fail_after=4), Producer(fail_after=0)])
-
-    def clients_for(cfg, slot, fresh):
-        c = _Clients()
-        c.producer = next(producers)
-        return c
-
-    monkeypatch.setattr(sink, "_slot_clients", clients_for)
-    monkeypatch.setattr(sink, "_discard", lambda cfg, slot: None)
-    monkeypatch.setattr(sink.time, "sleep", lambda s: None)
-    monkeypatch.setattr(sink, "read_latest", lambda *a, **_: None)
-    batches = iter(_slot_rows(3) + _slot_rows(3))     # a one-shot iterator, as Spark's is
-    commit = sink.write_slot(_cfg(3), 0, 0, batches)
-    assert produced[0] == [b"k0", b"k1", b"k2", b"k0"]            # failed on the second batch's first row
-    assert produced[1] == [b"k0", b"k1", b"k2"] * 2 and commit.count == 6
-
-
-def test_kept_rows_beyond_the_memory_bound_go_to_a_local_file_and_come_back_in_order():
-    from eos_job.slot_rows import SlotRows
-    batches = [pa.RecordBatch.from_pydict({"key": [b"k%d" % i], "value": [b"x" * 1000], protocol.HASH_COL: [i]})
-               for i in range(20)]
-    rows = SlotRows(iter(batches), memory_limit=5_000)
-    first = [b.column(0)[0].as_py() for b in rows]
-    assert rows.spilled_batches > 10 and rows.complete and rows.count == 20 and rows.digest == sum(range(20))
-    again = [b.column(0)[0].as_py() for b in rows]
-    assert first == again == [b"k%d" % i for i in range(20)]
-    rows.close()
-
-
-def test_an_empty_slot_is_known_without_a_transaction_and_a_skip_still_reads_every_row():
-    from eos_job.slot_rows import SlotRows
-    empty = SlotRows(iter([_slot_rows(0)[0], _slot_rows(0)[0]]))
-    assert not empty.any_rows() and empty.complete
-    full = SlotRows(iter(_slot_rows(2) + _slot_rows(3)))
-    assert full.any_rows() and not full.complete
-    assert full.drain() == (5, 1 + 2 + 1 + 2 + 3)
-
-
-def test_records_carry_the_audit_headers_unless_the_stream_opts_out():
-    seen: list = []
-
-    class Producer:
-        def produce(self, topic, value=None, key=None, headers=None, partition=None, on_delivery=None):
-            seen.append(headers)
-
-    for audit in (True, False):
-        cfg = sink.SlotWriterConfig(**BASE, checkpoint_id="c", batch=7, audit=audit)
-        slot_produce.produce_batch(cfg, Producer(), _slot_rows(2)[0], 1, None, poison.Verdicts())
-    assert seen[0] == seen[1] == [("eos.batch", b"7"), ("eos.slot", seen[0][1][1])] and seen[0][1][1].endswith(b"/1")
-    assert seen[2:] == [None, None]
 
 
 def test_a_stop_signal_while_the_main_thread_holds_the_stop_events_lock_still_stops():
@@ -516,7 +386,7 @@ def test_a_kill_takes_every_process_of_the_driver_even_in_a_group_of_its_own(tmp
             time.sleep(0.05)
         _, daemon_pid = (int(p) for p in pids.read_text().split())
         assert os.getpgid(daemon_pid) == daemon_pid != os.getpgid(driver.pid)
-        assert faults.descendants(driver.pid) == [driver.pid, daemon_pid]
+        assert process_tree.descendants(driver.pid) == [driver.pid, daemon_pid]
         os.environ[faults.DRIVER_PID_ENV] = str(driver.pid)
         os.environ[faults.DRIVER_PGID_ENV] = str(os.getpgid(driver.pid))
         faults.kill_driver()

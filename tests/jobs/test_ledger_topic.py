@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from eos_job import ledger
-from eos_job.ledger import Durability, SinkUnavailable
+from eos_job import ledger_topic
+from eos_job.ledger import SinkUnavailable
+from eos_job.ledger_topic import Durability
 
 
 class _Done:
@@ -60,9 +61,9 @@ class FakeAdmin:
 ])
 def test_a_new_ledger_is_created_at_least_as_durable_as_the_sink(brokers, sink_rf, sink_isr, rf, isr):
     admin = FakeAdmin(brokers, out=(sink_rf, {"min.insync.replicas": sink_isr}))
-    need = ledger.ledger_durability(admin, "out")
+    need = ledger_topic.ledger_durability(admin, "out")
     assert (need.replication, need.min_insync) == (rf, isr)
-    ledger.ensure_ledger_topic(admin, "out.ledger", 2, need, timeout_s=1)
+    ledger_topic.ensure_ledger_topic(admin, "out.ledger", 2, need, timeout_s=1)
     [topic] = admin.created
     assert (topic.topic, topic.num_partitions, topic.replication_factor) == ("out.ledger", 3, rf)
     assert topic.config["cleanup.policy"] == "compact" and topic.config["min.insync.replicas"] == str(isr)
@@ -71,8 +72,8 @@ def test_a_new_ledger_is_created_at_least_as_durable_as_the_sink(brokers, sink_r
 
 @pytest.fixture
 def no_records(monkeypatch):
-    monkeypatch.setattr(ledger, "watermarks", lambda consumer, topic, partition, timeout_s: (0, 0))
-    monkeypatch.setattr(ledger, "records", lambda *a: iter(()))
+    monkeypatch.setattr(ledger_topic, "watermarks", lambda consumer, topic, partition, timeout_s: (0, 0))
+    monkeypatch.setattr(ledger_topic, "records", lambda *a: iter(()))
 
 
 GOOD = {"cleanup.policy": "compact", "min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
@@ -81,15 +82,15 @@ NEED = Durability(3, 2, "out", 3)
 
 def test_a_ledger_as_durable_as_the_sink_passes(no_records):
     admin = FakeAdmin(3, out=(3, {}), ledger=(3, GOOD))
-    ledger.check_ledger_topic(admin, None, "ledger", "uid", NEED, timeout_s=1)
-    ledger.check_ledger_topic(admin, None, "ledger", "uid", Durability(1, 1, "out", 1), timeout_s=1)
+    ledger_topic.check_ledger_topic(admin, None, "ledger", "uid", NEED, timeout_s=1)
+    ledger_topic.check_ledger_topic(admin, None, "ledger", "uid", Durability(1, 1, "out", 1), timeout_s=1)
 
 
 def test_a_ledger_created_by_the_driver_passes_its_own_check(no_records):
     admin = FakeAdmin(3, out=(1, {}))
-    need = ledger.ledger_durability(admin, "out")
-    ledger.ensure_ledger_topic(admin, "ledger", 2, need, timeout_s=1)
-    ledger.check_ledger_topic(admin, None, "ledger", "uid", need, timeout_s=1)
+    need = ledger_topic.ledger_durability(admin, "out")
+    ledger_topic.ensure_ledger_topic(admin, "ledger", 2, need, timeout_s=1)
+    ledger_topic.check_ledger_topic(admin, None, "ledger", "uid", need, timeout_s=1)
 
 
 @pytest.mark.parametrize("rf,config,says", [
@@ -107,7 +108,7 @@ def test_a_ledger_created_by_the_driver_passes_its_own_check(no_records):
 def test_a_ledger_less_durable_than_the_sink_is_refused_saying_how_to_fix_it(no_records, rf, config, says):
     admin = FakeAdmin(3, out=(3, {}), ledger=(rf, config))
     with pytest.raises(SinkUnavailable) as exc:
-        ledger.check_ledger_topic(admin, None, "ledger", "uid", NEED, timeout_s=1)
+        ledger_topic.check_ledger_topic(admin, None, "ledger", "uid", NEED, timeout_s=1)
     msg = str(exc.value)
     assert msg.startswith("ledger topic 'ledger' has "), msg
     for part in says:
@@ -126,7 +127,7 @@ def test_a_sink_topic_whose_configs_the_stream_may_not_read_still_gets_a_ledger_
             KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))) for r in resources}
 
     admin.describe_configs = refused
-    ledger.describe_topics(admin, 1)
-    need = ledger.ledger_durability(admin, "out", 1)
+    ledger_topic.describe_topics(admin, 1)
+    need = ledger_topic.ledger_durability(admin, "out", 1)
     assert (need.replication, need.min_insync) == (3, 2)
     assert "grant the sink principal DescribeConfigs" in caplog.text

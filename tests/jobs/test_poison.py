@@ -117,8 +117,9 @@ class _Msg:
 
 class _Clients:
     def __init__(self, producer):
-        self.consumer, self.producer, self.fresh, self.last_commit = SimpleNamespace(unassign=lambda: None), \
-            producer, True, None
+        self.consumer, self.producer, self.fresh = SimpleNamespace(unassign=lambda: None), producer, True
+        self.fence_ms = self.commit_ms = 0.0
+        self.last_record, self.last_scope, self.clean = None, None, False   # as _SlotClients after its fence
 
 
 BASE = dict(bootstrap="x:9092", producer_config={}, topic="out", dead_letter_topic="dlq", ledger_topic="ledger",

@@ -78,7 +78,8 @@ def world(monkeypatch):
             self.txid = protocol.transactional_id(cfg.tx_prefix, cfg.generation, slot)
             self.producer = FakeProducer(broker, self.txid)
             self.consumer = Reader()
-            self.fresh, self.last_commit, self.fence_ms, self.commit_ms = True, None, 1.5, 0.0
+            self.fresh, self.fence_ms, self.commit_ms = True, 1.5, 0.0
+            self.last_record, self.last_scope, self.clean = None, None, False   # as _SlotClients after its fence
 
         def close(self):
             self.producer = None

@@ -2,7 +2,7 @@
 the last record written per key (the model: ``tests/model/lifecycle.py``; issue 27, hole 3).
 
 A ledger that forgets acknowledged records is one less durable than the runtime's start check asks
-(``eos_job.ledger.ledger_durability``: replication factor at least the sink's, ``min.insync.replicas`` 2 where
+(``eos_job.ledger_topic.ledger_durability``: replication factor at least the sink's, ``min.insync.replicas`` 2 where
 it is 3, unclean leader election off; the check itself is tested on the broker in
 ``tests/e2e/test_ledger_guards.py`` and ``tests/jobs/test_ledger_topic.py``). With that check the model grants
 no loss (``ledger-durable``); without it, it finds the duplicates a forgotten slot record or epoch causes.

@@ -177,20 +177,3 @@ def test_the_operator_speaks_the_storage_version():
     from eos_job.spec import API_VERSION
 
     assert API_VERSION == "v1beta1" and API_VERSION not in crd.OLDER_VERSIONS
-
-
-def test_the_shared_stack_keeps_the_version_it_stores():
-    """eos_stack.cluster.apply_crds on a server whose CRD stores v1alpha1 only (the shared stack, used by branches
-    that still apply v1alpha1-only CRDs): v1beta1 is served, v1alpha1 stays the storage version, undeprecated;
-    once v1beta1 was stored, or on a fresh server, the generated CRD as it is."""
-    from eos_stack.cluster import keep_stored_version
-
-    generated = crd.build_crd()
-    kept = keep_stored_version(generated, {"status": {"storedVersions": ["v1alpha1"]}})
-    versions = {v["name"]: v for v in kept["spec"]["versions"]}
-    assert (versions["v1alpha1"]["storage"], versions["v1beta1"]["storage"]) == (True, False)
-    assert versions["v1beta1"]["served"] and "deprecated" not in versions["v1alpha1"]
-    assert versions["v1alpha1"]["schema"] == versions["v1beta1"]["schema"]
-    assert generated == crd.build_crd()   # not changed in place
-    for stored in (["v1alpha1", "v1beta1"], ["v1beta1"], ["v0"]):
-        assert keep_stored_version(generated, {"status": {"storedVersions": stored}}) == generated, stored

@@ -67,7 +67,7 @@ def restricted_ns(api, nodes):
 def sink_and_ledger(bootstrap: str, kind: str):
     """A two-partition sink topic and a two-partition ledger of a run of its own (``test-<kind>-out-<run>``), the
     stream's uid and transactional prefix; both topics deleted after the fixture that yields from this."""
-    from eos_job.ledger import Durability, ensure_ledger_topic
+    from eos_job.ledger_topic import Durability, ensure_ledger_topic
     run = uuid.uuid4().hex[:10]
     names = {"out": f"test-{kind}-out-{run}", "ledger": f"test-{kind}-ledger-{run}", "uid": uuid.uuid4().hex,
              "prefix": f"eos-test-{kind}-{run}"}

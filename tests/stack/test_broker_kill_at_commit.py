@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos_job import faults, protocol, sink
-from eos_job.ledger import Durability, ensure_ledger_topic
+from eos_job.ledger_topic import Durability, ensure_ledger_topic
 from eos_job.verify import audit_ids, open_transactions
 from eos_stack import kafka
 from tests.harness.private import KAFKA_HEAP

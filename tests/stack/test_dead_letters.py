@@ -19,7 +19,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos_job import protocol, sink
-from eos_job.ledger import Durability, admin_client, ensure_ledger_topic
+from eos_job.ledger import admin_client
+from eos_job.ledger_topic import Durability, ensure_ledger_topic
 from eos_job.request_limits import check_sink_limits
 from eos_job.verify import audit_ids, open_transactions, read_committed
 

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from eos_job import epoch, protocol, sink
 from eos_job.contract import DriverSuperseded
-from eos_job.ledger import Durability
+from eos_job.ledger_topic import Durability
 from eos_job.verify import audit_ids, open_transactions
 from tests.stack.conftest import sink_and_ledger
 
@@ -123,7 +123,8 @@ def test_of_two_streams_started_together_on_one_empty_ledger_one_stops_before_it
     """Both start checks pass (the ledger is empty when each looks); each stream's watch then reads partition 0
     from before its epoch, so at least one meets the other's records before it records a batch."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    from eos_job.ledger import SinkUnavailable, check_ledger_topic, ledger_consumer
+    from eos_job.ledger import SinkUnavailable, ledger_consumer
+    from eos_job.ledger_topic import check_ledger_topic
     other = {**names, "uid": uuid.uuid4().hex, "prefix": names["prefix"] + "-b"}
     for n in (names, other):
         consumer = ledger_consumer(bootstrap)
