@@ -20,8 +20,8 @@ for extra in (REPO / "stack", REPO):
 # The Spark drivers the tests start on this machine (local runs, and the process kubelet's Pods, which inherit this
 # environment) compile with C1 only: spark-submit adds SPARK_SUBMIT_OPTS to the driver's JVM. A test's driver
 # lives for seconds to minutes and runs small batches, where C2's compiling is most of the CPU: measured on this
-# machine, a driver's start took 14-16 CPU-s instead of 23-25 and a 100-record batch 0.55-0.75 CPU-s instead of
-# 1.1-1.6 (docs/measurements.md), and `make test` is bound by its two cores. The JIT compiler changes no result:
+# machine (benchmarks/driver_jit.py), a driver's start took 16.8 CPU-s instead of 25.2 and a 100-record batch 0.58
+# instead of 1.15 (medians), and `make test` is bound by its two cores. The JIT compiler changes no result:
 # the containers and real-node tests run the image's JVM as a user's Pod does, and the benchmarks (not run by
 # pytest) keep the default. `SPARK_SUBMIT_OPTS=` (empty) in the environment runs the tests with the default.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
