@@ -41,7 +41,7 @@ def test_off_by_default_and_off_adds_nothing():
 
 
 def test_on_writes_a_rolling_compressed_log_beside_the_checkpoint():
-    conf = run_conf(spec(ON, S3))
+    conf = event_log.spark_conf(spec(ON, S3))   # the runtime's whole conf on s3 needs the S3A jars: below, local
     assert conf["spark.eventLog.enabled"] == "true"
     assert conf["spark.eventLog.dir"] == "s3a://ckpt/team-a/colors/eventlogs"    # the stream's own bucket and prefix
     assert conf["spark.eventLog.rolling.enabled"] == "true" and conf["spark.eventLog.rolling.maxFileSize"] == "128m"
@@ -49,7 +49,7 @@ def test_on_writes_a_rolling_compressed_log_beside_the_checkpoint():
     local = run_conf(spec({"module": "m", "eventLog": {"enabled": True, "maxFileSizeMb": 16}}))
     assert local["spark.eventLog.dir"] == "/tmp/eos-test/eventlogs" and local[
         "spark.eventLog.rolling.maxFileSize"] == "16m"
-    shared = run_conf(spec({"module": "m", "eventLog": {"enabled": True, "dir": "/history/"}}, S3))
+    shared = event_log.spark_conf(spec({"module": "m", "eventLog": {"enabled": True, "dir": "/history/"}}, S3))
     assert shared["spark.eventLog.dir"] == "s3a://ckpt/history"
 
 
