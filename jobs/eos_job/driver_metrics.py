@@ -19,9 +19,9 @@ The chart's PodMonitor (``monitoring.driverPodMonitor``) renames these to ``spar
 ``query`` label and ``spark_driver_*`` (``charts/spark-eos-operator/templates/driver-podmonitor.yaml``).
 
 The UI binds to ``SPARK_LOCAL_IP`` when set, else to every address. The runtime sets ``SPARK_LOCAL_IP=127.0.0.1``
-in local mode (everything on loopback), so a Pod with metrics on sets it to its own IP
-(``eos_operator.children``): the servlet is reachable at the Pod's address, RPC stays on loopback
-(``spark.driver.bindAddress``).
+in local mode (everything on loopback), so a Pod with metrics on sets it to ``0.0.0.0``, every address of the
+Pod (``eos_operator.children``): the servlet is reachable at the Pod's IP, the UI through ``kubectl port-forward``
+at loopback (``kubectl eos ui``), RPC stays on loopback (``spark.driver.bindAddress``).
 """
 from __future__ import annotations
 

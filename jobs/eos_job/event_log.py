@@ -17,7 +17,9 @@ The Spark settings (:func:`spark_conf`):
 * ``spark.eventLog.compress``: zstd (Spark's default codec); the History Server reads it as it is.
 
 Spark refuses to start when the directory is missing (``EventLogFileWriter``): :func:`prepare` creates it, on an
-object store as a folder marker, before the session starts.
+object store as a folder marker, before the session starts. :func:`close` stops the session before the driver
+exits: the log's last file is closed (uploaded, on an object store) and marked complete; left to the JVM's
+shutdown hook, a Pod's container would end with its first process, the hook unfinished.
 """
 from __future__ import annotations
 
@@ -95,3 +97,17 @@ def prepare(spec) -> None:
     from .storage import Loc
     loc = Loc.of(location(spec))
     loc.fs.create_dir(loc.path, recursive=True)
+
+
+def close(spec) -> None:
+    """Stop the driver's SparkSession, which closes the event log, when ``job.eventLog`` is on."""
+    if enabled(spec) is None:
+        return
+    from pyspark.sql import SparkSession
+    spark = SparkSession.getActiveSession()
+    if spark is not None:
+        try:
+            spark.stop()
+        except Exception as exc:  # noqa: BLE001 - the run's outcome is decided; the log's end is best effort
+            import logging
+            logging.getLogger(__name__).warning("stopping Spark to close the event log failed: %s", exc)
