@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import threading
 import urllib.request
 
@@ -139,7 +140,7 @@ def spark_ui_through_port_forward(crs, namespace: str, kubeconfig: str) -> str:
 
 
 def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driver_deletion(
-        stack_env, nodes, kubectl, namespace, tmp_path, report_result):
+        stack_env, nodes, kubectl, namespace, tmp_path, report_result, monkeypatch):
     from eos_stack import node_services
     from eos_stack.common import Stack
     pod_env = node_services.pod_env(Stack())     # not .stack/env: test workers rewrite it concurrently
@@ -192,6 +193,8 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         feed.start()
         wait_until(lambda: committed() >= 0,
                    "a batch committed by the first driver", 420, diagnose, 1)
+        # `kubectl eos ui` runs the kubectl on PATH: the stack's, of the API server's version.
+        monkeypatch.setenv("PATH", f"{os.path.dirname(stack_env['KUBECTL'])}{os.pathsep}{os.environ['PATH']}")
         ui_seen = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
         log = LogFollower(v1, namespace, f"{NAME}-driver-0")
         log.start()
