@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
     from .event_log import close
-    close(cfg.spec)
+    close(cfg.spec, clean=code == EXIT_OK)
     log.info("exit %d: %s", code, summary.to_json())
     if args.drain:
         print(summary.to_json(), flush=True)  # like the other one-off commands the operator runs in a Pod

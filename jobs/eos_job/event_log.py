@@ -17,9 +17,9 @@ The Spark settings (:func:`spark_conf`):
 * ``spark.eventLog.compress``: zstd (Spark's default codec); the History Server reads it as it is.
 
 Spark refuses to start when the directory is missing (``EventLogFileWriter``): :func:`prepare` creates it, on an
-object store as a folder marker, before the session starts. :func:`close` stops the session before the driver
-exits: the log's last file is closed (uploaded, on an object store) and marked complete; left to the JVM's
-shutdown hook, a Pod's container would end with its first process, the hook unfinished.
+object store as a folder marker, before the session starts. :func:`close` stops the session before a driver that
+ended cleanly exits: the log's last file is closed (uploaded, on an object store) and marked complete; left to the
+JVM's shutdown hook, a Pod's container would end with its first process, the hook unfinished.
 """
 from __future__ import annotations
 
@@ -99,15 +99,27 @@ def prepare(spec) -> None:
     loc.fs.create_dir(loc.path, recursive=True)
 
 
-def close(spec) -> None:
-    """Stop the driver's SparkSession, which closes the event log, when ``job.eventLog`` is on."""
-    if enabled(spec) is None:
+def close(spec, clean: bool, timeout_s: float = 30.0) -> None:
+    """After a clean end (``clean``), stop the driver's SparkSession, which closes the event log, when
+    ``job.eventLog`` is on; at most ``timeout_s`` (a store that does not answer must not hold the exit). A
+    failed driver exits at once, as without an event log: its log stays incomplete (on an object store without
+    its last file), and the restart is not delayed by S3A's retries against a store that may be the failure."""
+    if enabled(spec) is None or not clean:
         return
+    import threading
+
     from pyspark.sql import SparkSession
     spark = SparkSession.getActiveSession()
-    if spark is not None:
+    if spark is None:
+        return
+
+    def stop() -> None:
         try:
             spark.stop()
         except Exception as exc:  # noqa: BLE001 - the run's outcome is decided; the log's end is best effort
             import logging
             logging.getLogger(__name__).warning("stopping Spark to close the event log failed: %s", exc)
+
+    worker = threading.Thread(target=stop, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
