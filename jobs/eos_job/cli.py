@@ -352,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(summary.to_json()[:4000])
         except OSError:
             pass
+    from .event_log import close
+    close(cfg.spec, clean=code == EXIT_OK)
     log.info("exit %d: %s", code, summary.to_json())
     if args.drain:
         print(summary.to_json(), flush=True)  # like the other one-off commands the operator runs in a Pod

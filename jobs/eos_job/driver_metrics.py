@@ -19,9 +19,9 @@ The chart's PodMonitor (``monitoring.driverPodMonitor``) renames these to ``spar
 ``query`` label and ``spark_driver_*`` (``charts/spark-eos-operator/templates/driver-podmonitor.yaml``).
 
 The UI binds to ``SPARK_LOCAL_IP`` when set, else to every address. The runtime sets ``SPARK_LOCAL_IP=127.0.0.1``
-in local mode (everything on loopback), so a Pod with metrics on sets it to its own IP
-(``eos_operator.children``): the servlet is reachable at the Pod's address, RPC stays on loopback
-(``spark.driver.bindAddress``).
+in local mode (everything on loopback), so a Pod with metrics on sets it to ``0.0.0.0``, every address of the
+Pod (``eos_operator.children``): the servlet is reachable at the Pod's IP, the UI through ``kubectl port-forward``
+at loopback (``kubectl eos ui``), RPC stays on loopback (``spark.driver.bindAddress``).
 """
 from __future__ import annotations
 
@@ -61,11 +61,17 @@ def spark_conf(metrics: DriverMetrics | None) -> dict[str, str]:
     }
 
 
+def owned_conf_errors(spec, field: str, keys, why: str) -> list[str]:
+    """``job.sparkConf`` keys among ``keys`` that ``field`` (on) sets for the runtime: each refused, named."""
+    return [f"job.sparkConf.{k}: set from {field} while {field}.enabled is true ({why}); remove it"
+            for k in dict.fromkeys(keys) if k in spec.job.spark_conf]
+
+
 def metrics_errors(spec) -> list[str]:
     """With ``job.metrics.enabled`` the settings the servlet and the chart's relabeling rely on are the
     runtime's: sparkConf may not set them."""
     metrics = spec.job.metrics
     if metrics is None or not metrics.enabled:
         return []
-    return [f"job.sparkConf.{k}: set from job.metrics while job.metrics.enabled is true (the driver's metrics "
-            "and the chart's PodMonitor rely on it); remove it" for k in spark_conf(metrics) if k in spec.job.spark_conf]
+    return owned_conf_errors(spec, "job.metrics", spark_conf(metrics),
+                             "the driver's metrics and the chart's PodMonitor rely on it")

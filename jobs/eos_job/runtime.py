@@ -94,8 +94,9 @@ def spark_conf_for(config: RunConfig) -> dict[str, str]:
         from .session import s3a_conf
         conf.update(s3a_conf(spec.checkpoint.s3))
     conf.update(spec.job.spark_conf)
-    from .driver_metrics import spark_conf
-    conf.update(spark_conf(spec.job.metrics))   # validation refuses a sparkConf that sets the same keys
+    from . import driver_metrics, event_log
+    conf.update(driver_metrics.spark_conf(spec.job.metrics))   # validation refuses a sparkConf that sets these
+    conf.update(event_log.spark_conf(spec))
     return conf
 
 
@@ -130,6 +131,9 @@ def run(config: RunConfig, *, stop_event: threading.Event | None = None, snapsho
         log.warning("removed %d file(s) a killed driver was writing when it died: %s", len(torn), ", ".join(torn))
     faults.driver_starting()
     cluster = config.spec.job.deploy_mode == "cluster"
+    if spark is None:
+        from .event_log import prepare
+        prepare(config.spec)     # Spark will not start without the event log's folder
     try:
         spark = spark or build_spark_session(f"eos-{config.stream.name}", conf=spark_conf_for(config))
     except Exception as exc:  # noqa: BLE001 - in cluster mode, said as what to fix

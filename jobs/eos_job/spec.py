@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from .driver_metrics import DriverMetrics, metrics_errors
+from .event_log import EventLog, event_log_errors
 from .model import Model
 from .kafka_security import KafkaCredentials, KafkaTls, SecretKeyRef, end_errors
 from .pod_template import PodTemplate
@@ -97,6 +98,7 @@ class JobSpec(Model):
     state: Literal["running", "suspended"] = Field(
         "running", description="suspended stops the driver at a clean batch boundary; running resumes it.")
     metrics: DriverMetrics | None = Field(None, description="The driver's Spark metrics for Prometheus.")
+    event_log: EventLog | None = Field(None, description="Spark's event log in the checkpoint store.")
 
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
@@ -342,7 +344,7 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
             via = SPARK_RESERVED[key]
             errors.append(f"job.sparkConf.{key}: the output slots rely on it{f' (set from {via})' if via else ''}; "
                           "remove it")
-    errors += spark_env_errors(spec.job.spark_conf) + metrics_errors(spec)
+    errors += spark_env_errors(spec.job.spark_conf) + metrics_errors(spec) + event_log_errors(spec)
     for key in spec.sink.producer_config:
         if key in PRODUCER_RESERVED:
             errors.append(f"sink.producerConfig.{key}: set by the runtime for exactly-once; remove it")
@@ -355,8 +357,7 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
 # The exactly-once protocol owns these producer settings.
 PRODUCER_RESERVED = frozenset({
     "transactional.id", "enable.idempotence", "acks", "partitioner", "transaction.timeout.ms",
-    "bootstrap.servers", "isolation.level",
-})
+    "bootstrap.servers", "isolation.level"})
 # SOURCE_RESERVED and SPARK_RESERVED (the source options and Spark settings the runtime owns): spec_rules.
 
 

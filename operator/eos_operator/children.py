@@ -45,6 +45,7 @@ BLOCK_MANAGER_PORT = 7079
 SPARK_MASTER_ENV = "EOS_SPARK_MASTER"   # "k8s": the runtime's master is the API server the Pod sees
 POD_IP_ENV = "EOS_POD_IP"               # the driver's address for its executors (fieldRef status.podIP)
 UI_BIND_ENV = "SPARK_LOCAL_IP"          # Spark's UI (and its metrics servlet) binds there (eos_job.driver_metrics)
+UI_BIND_ALL = "0.0.0.0"                 # every address of the Pod: its IP and loopback
 CHECKPOINT_VOLUME = "checkpoint"
 LABEL_AUX = f"{API_GROUP}/aux"          # pre-flight and drain Pods (not drivers of the stream)
 PREFLIGHT = "preflight"
@@ -264,9 +265,10 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
         env.append({"name": "EOS_SERVICE_ACCOUNT",
                     "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}})
     if metrics is not None and spec.job.deploy_mode == "local":
-        # Local mode keeps Spark on loopback (eos_job.session), which would hide the UI from Prometheus: the
-        # UI binds the Pod's IP instead (RPC stays on loopback, spark.driver.bindAddress).
-        env.append({"name": UI_BIND_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        # Local mode keeps Spark on loopback (eos_job.session), which would hide the UI from Prometheus: the UI
+        # binds every address of the Pod instead, its IP (Prometheus) and loopback (kubectl port-forward, which
+        # the container runtime dials at localhost: `kubectl eos ui`); RPC stays on loopback.
+        env.append({"name": UI_BIND_ENV, "value": UI_BIND_ALL})
     resources = {"cpu": spec.job.driver.cpu, "memory": spec.job.driver.memory}
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,

@@ -16,6 +16,8 @@ runs it. It talks only to the API server, with kubectl's credentials (``$KUBECON
     kubectl eos resolve NAME --dry-run        the last resolution: fenced ids, checkpoint, ledger per slot, replay
     kubectl eos verify NAME [--from-batch N]  audit the sink against the ledger (kubectl_verify.py): each
                                               committed (slot, batch) once, by count and digest
+    kubectl eos ui NAME [--port N]            port-forward to the running driver's Spark UI, print its local URL
+                                              (kubectl_ui.py; the UI is on with job.metrics.enabled)
     kubectl eos migrate-storage [--crd NAME]  after an upgrade of the CRDs: every stream and snapshot rewritten
                                               in the storage version, older versions dropped from the CRDs'
                                               status.storedVersions (storage_migration.py; all namespaces)
@@ -265,6 +267,9 @@ def run(args: argparse.Namespace, api: Api, now: Callable[[], datetime], sleep: 
     if cmd == "verify":
         from .kubectl_verify import verify
         return verify(args, api, ns, stream, emit)
+    if cmd == "ui":
+        from .kubectl_ui import ui
+        return ui(args, ns, stream)
     if cmd == "events":
         events = api.events(ns, args.name)
         emit({"items": events}, args.output, lambda: event_rows(events))
@@ -340,6 +345,8 @@ def parser() -> argparse.ArgumentParser:
     add_parser(sub)
     from .storage_migration import add_parser as add_migrate_parser
     add_migrate_parser(sub)
+    from .kubectl_ui import add_parser as add_ui_parser
+    add_ui_parser(sub)
     restore = sub.add_parser("restore", help="restore a stream from a snapshot on its next start")
     restore.add_argument("name")
     restore.add_argument("--from", dest="source", required=True, help="an ExactlyOnceSnapshot name or a path")

@@ -66,7 +66,8 @@ OPERATOR_ONLY_FIELDS = (("job", "state"), ("restartNonce",), ("restartStrategy",
 
 # Fields whose change needs a new driver but keeps its state: a restart on the live checkpoint.
 RESTART_ONLY_FIELDS = (
-    "job.driver", "job.executor", "job.serviceAccountName", "job.deployMode", "job.metrics", "triggerIntervalMs",
+    "job.driver", "job.executor", "job.serviceAccountName", "job.deployMode", "job.metrics", "job.eventLog",
+    "triggerIntervalMs",
     "source.bootstrapServers", "source.maxOffsetsPerTrigger", "source.options", "source.startingOffsets",
     "source.acceptDataLoss",
     "sink.producerConfig", "sink.credentials", "sink.transactionTimeoutMs", "sink.auditHeaders",

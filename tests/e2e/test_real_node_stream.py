@@ -16,12 +16,17 @@ groups; checked in the Pod's cgroup). Whether the driver logged the SIGTERM (its
 begun) is reported; batches of ``BATCH`` records take longer than those 2 s. The operator sees its driver
 disappear, resolves (fencing every slot) and starts the next driver Pod on a real node. The output, read_committed, is every id sent, none twice (``assert_ids_exactly_once``: the
 ledger only grew, no open transaction, every committed slot against the ledger); what the kill hit is read from
-status, as resolution reported it per slot.
+status, as resolution reported it per slot. Before the kill, ``kubectl eos ui``'s port-forward reaches the first
+driver's Spark UI (``job.metrics`` on) and its REST API shows the query's jobs.
 """
 from __future__ import annotations
 
+import argparse
 import base64
+import json
+import os
 import threading
+import urllib.request
 
 import pytest
 
@@ -30,6 +35,7 @@ from kubernetes import client, config
 
 from eos_job.resolution import open_transaction_partitions
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
+from eos_operator.kubectl_ui import port_forward, ui_target
 from eos_stack.cluster import wait_until
 from eos_stack.image_common import image_name
 from eos_stack.node_config import SCHEDULER_NAME
@@ -67,7 +73,7 @@ def real_node_stream(topics: ColorsTopics, pod_env: dict[str, str], bucket: str,
     doc = colors_manifest(NAME, pod_env["POD_KAFKA_BOOTSTRAP"], topics.events, topics.counts, "/unused",
                           dlq=topics.dlq, max_offsets_per_trigger=BATCH, trigger_interval_ms=500,
                           job={"module": IDS, "image": image_name(), "driver": {"cpu": "1", "memory": "2Gi"},
-                               "podTemplate": stream_template()},
+                               "podTemplate": stream_template(), "metrics": {"enabled": True}},
                           restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 5, "delaySeconds": 1}})
     doc["spec"]["checkpoint"] = {"store": "s3", "path": prefix, "s3": {
         "bucket": bucket, "endpoint": pod_env["POD_S3_ENDPOINT"], "pathStyleAccess": True,
@@ -112,8 +118,29 @@ def what_the_kill_hit(res: dict) -> str:
     return f"{where}; {res.get('openTransactionsAborted', 0)} open transactions aborted; ledger per slot: {slots}"
 
 
+def spark_ui_through_port_forward(crs, namespace: str, kubeconfig: str) -> str:
+    """``kubectl eos ui``'s forward (kubectl port-forward through the API server to the node's kubelet and
+    containerd, which dials the Pod's loopback) to the running driver's UI: Spark's REST API lists the driver's
+    application and the streaming query's batch jobs."""
+    stream = crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
+    pod, port = ui_target(stream)
+    proc, url = port_forward(argparse.Namespace(port=0, kubeconfig=kubeconfig, context=None), namespace, pod, port)
+    try:
+        def get(path: str):
+            with urllib.request.urlopen(f"{url}/api/v1{path}", timeout=20) as resp:
+                return json.loads(resp.read())
+        (app,) = [a for a in get("/applications") if a["name"] == f"eos-{NAME}"]
+        jobs = wait_until(lambda: [j for j in get(f"/applications/{app['id']}/jobs")
+                                   if f"eos-{namespace}-{NAME}" in j.get("description", "")] or None,
+                          "the streaming query's jobs in the driver's UI", 60, lambda: "", 1)
+        return f"Spark UI of {pod} through kubectl port-forward ({url}): {app['id']}, {len(jobs)} query jobs"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
 def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driver_deletion(
-        stack_env, nodes, kubectl, namespace, tmp_path, report_result):
+        stack_env, nodes, kubectl, namespace, tmp_path, report_result, monkeypatch):
     from eos_stack import node_services
     from eos_stack.common import Stack
     pod_env = node_services.pod_env(Stack())     # not .stack/env: test workers rewrite it concurrently
@@ -166,6 +193,9 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         feed.start()
         wait_until(lambda: committed() >= 0,
                    "a batch committed by the first driver", 420, diagnose, 1)
+        # `kubectl eos ui` runs the kubectl on PATH: the stack's, of the API server's version.
+        monkeypatch.setenv("PATH", f"{os.path.dirname(stack_env['KUBECTL'])}{os.pathsep}{os.environ['PATH']}")
+        ui_seen = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
         log = LogFollower(v1, namespace, f"{NAME}-driver-0")
         log.start()
         procs = pod_processes(first["metadata"]["uid"])
@@ -211,7 +241,7 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
                       f"in open transactions ({len(procs)} processes in {len(set(procs.values()))} process groups, "
                       f"gone {gone_s:.1f} s after the deletion, SIGTERM {'logged' if sigterm else 'not logged'} by the "
                       f"driver); the kill hit {what_the_kill_hit(res)}; "
-                      f"{NAME}-driver-1 resumed on {second_node}")
+                      f"{NAME}-driver-1 resumed on {second_node}; {ui_seen}")
     finally:
         feed.stop_flag.set()
         try:    # the operator stops the driver gracefully and releases the stream

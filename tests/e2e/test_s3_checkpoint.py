@@ -2,7 +2,8 @@
 
 One driver lifecycle on one bucket prefix, nothing on local disk: SIGKILL mid-stream, resolution reading
 the checkpoint straight from S3, a live snapshot (server-side copies) while the driver runs, the S3 server
-down for longer than several triggers and back, a graceful stop, a restore of the snapshot into a new S3
+down for longer than several triggers and back, a graceful stop (its Spark event log, ``job.eventLog``, then read
+by a real History Server from the bucket), a restore of the snapshot into a new S3
 location (batches after it re-run with their original offsets), and the verifier: every id once. The S3
 server is the test's own (``private_s3``), the one it kills; the tests running beside it keep the stack's.
 """
@@ -16,7 +17,7 @@ import uuid
 import pytest
 import yaml
 
-from eos_job import checkpoint, storage
+from eos_job import checkpoint, event_log, storage
 from eos_job.resolution import resolve
 from eos_job.snapshot import MANIFEST, verify_snapshot
 from eos_job.storage import Loc
@@ -26,6 +27,7 @@ from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
 from tests.e2e.job_runs import assert_ids_exact, run_config, run_job, wait_consumed
 from tests.e2e.streams import IdFeed
+from tests.harness.history_server import HistoryServer
 
 
 OUTAGE_S = 12.0   # the trigger is 300 ms: the S3 server is away for dozens of triggers
@@ -48,9 +50,12 @@ def s3_env(stack_env, private_s3, monkeypatch):
     return env
 
 
-def _on_s3(run, s3: dict[str, str], prefix: str) -> str:
-    """Rewrite the run's manifest: checkpoint.store s3 on the bucket of ``s3``; returns the live location."""
+def _on_s3(run, s3: dict[str, str], prefix: str, event_log: bool = False) -> str:
+    """Rewrite the run's manifest: checkpoint.store s3 on the bucket of ``s3`` (``event_log``: with
+    ``job.eventLog`` on); returns the live location."""
     doc = yaml.safe_load(run.config_path.read_text())
+    if event_log:
+        doc["spec"]["job"]["eventLog"] = {"enabled": True}
     doc["spec"]["checkpoint"] = {"store": "s3", "path": prefix,
                                  "s3": {"bucket": s3["S3_BUCKET"], "endpoint": s3["S3_ENDPOINT"],
                                         "pathStyleAccess": True,
@@ -73,6 +78,26 @@ def _wait_batches(run, live: str, more: int, timeout: float = 240) -> int:
     return wait_until(progressed, f"{more} more batches in {live}", timeout, run.log_tail, 0.5)
 
 
+def _history_shows_the_stream(history: HistoryServer, cfg) -> str:
+    """The History Server lists a completed application of the stream's driver, read from its event log in the
+    bucket, with the streaming query's batch jobs (Spark describes each with the query name and ``batch = N``).
+    Without the log no application of this test's prefix exists, and this fails."""
+    query = f"eos-{cfg.stream.namespace}-{cfg.stream.name}"
+
+    def listed():
+        apps = [a for a in history.get("/applications") if a["name"] == f"eos-{cfg.stream.name}"
+                and any(att.get("completed") for att in a["attempts"])]
+        return apps or None
+
+    apps = wait_until(listed, "the History Server to list the stream's completed driver", 120, history.log_tail, 1)
+    jobs = history.get(f"/applications/{apps[0]['id']}/jobs")
+    batches = [j for j in jobs if query in j.get("description", "") and "batch = " in j.get("description", "")
+               and j["status"] == "SUCCEEDED"]   # (a stop may cancel the jobs of a batch just begun)
+    assert batches, (len(jobs), jobs[:3])
+    return (f"History Server: {len(apps)} completed driver(s) listed from {event_log.location(cfg.spec)}, "
+            f"{len(batches)} batch jobs of {query} in {apps[0]['id']}")
+
+
 @pytest.mark.timeout(1200)
 def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(private_s3, s3_env, colors_run, tmp_path, report_result):
     st, s3 = private_s3.stack, private_s3.env
@@ -80,13 +105,14 @@ def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(private_s3, s3_env, c
                      trigger_interval_ms=300)
     run.setup()
     prefix = f"/e2e/{uuid.uuid4().hex[:8]}"
-    live = _on_s3(run, s3, prefix)
+    live = _on_s3(run, s3, prefix, event_log=True)
     run.extra_env = dict(s3_env)
     cfg = run_config(run).model_copy(update={"checkpoint_dir": live})
     feed = IdFeed(run.bootstrap, run.events, chunk=200, pause=0.5)
     feed.send(6_000, -1, 1_000_000)
     feed.start()
     journal = []
+    history = None
     try:
         run.start()
         _wait_batches(run, live, 3)
@@ -133,6 +159,10 @@ def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(private_s3, s3_env, c
         assert checkpoint.last_committed_batch(live) > before
         assert run.stop() == 0, run.log_tail()
         stopped_at = checkpoint.last_committed_batch(live)
+        # The stopped driver's event log is complete in the bucket: a History Server reads it (checked at the end,
+        # its start overlapping the restore below).
+        history = HistoryServer(event_log.location(cfg.spec), cfg.spec.checkpoint.s3, s3_env,
+                                tmp_path / "history.log").start()
 
         # 4. Restore the older snapshot into a new S3 location; the batches after it are re-run with their
         #    original offsets from the live checkpoint, so the ledger's skips match what the sink holds.
@@ -154,7 +184,10 @@ def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(private_s3, s3_env, c
         expected = feed.finish()
         wait_consumed(run, restored, timeout=300)
         assert run.stop() == 0, run.log_tail()
+        journal.append(_history_shows_the_stream(history, cfg))
     finally:
+        if history is not None:
+            history.stop()
         feed.stop_flag.set()
         if run.proc and run.proc.poll() is None:
             run.kill9()

@@ -278,6 +278,10 @@ class PodSetup:
                 value = expand(item.get("value", ""), {**env, **container_env})
             container_env[item["name"]] = value
         env.update(container_env)
+        if env.get("SPARK_LOCAL_IP") == "0.0.0.0":
+            # "Every address of the Pod" (the operator's driver with job.metrics): in a real Pod its own network
+            # namespace, loopback and the Pod's IP; Pods here share the host's, so the Pod's own 127.x.y.z.
+            env["SPARK_LOCAL_IP"] = pod_ip(pod)
         notes: list[str] = []
         token = self.service_account(pod, pod_dir, notes)
         if token is not None and not any(m.target == token.target for m in mounts):

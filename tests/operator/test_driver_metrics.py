@@ -50,15 +50,15 @@ def test_on_turns_on_the_ui_servlet_streaming_and_jvm_sources():
     assert conf["spark.ui.killEnabled"] == "false"    # reachable on the Pod's port: it shows, it does not kill
 
 
-def test_the_driver_pod_gets_a_named_port_a_label_and_its_ui_on_the_pod_ip():
+def test_the_driver_pod_gets_a_named_port_a_label_and_its_ui_on_every_pod_address():
     pod = children.driver_pod(REF, spec(ON), attempt=2, tx_generation=0)
     (c,) = pod["spec"]["containers"]
     assert c["ports"] == [{"name": "metrics", "containerPort": 4321}]
     assert pod["metadata"]["labels"][children.LABEL_DRIVER_METRICS] == "true"
     assert children.stream_selector("colors").items() <= pod["metadata"]["labels"].items()
     env = {e["name"]: e for e in c["env"]}
-    assert env["SPARK_LOCAL_IP"] == {"name": "SPARK_LOCAL_IP",
-                                     "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    # Every address of the Pod: its IP for Prometheus, loopback for kubectl port-forward (kubectl eos ui).
+    assert env["SPARK_LOCAL_IP"] == {"name": "SPARK_LOCAL_IP", "value": "0.0.0.0"}
     # Cluster mode: the RPC ports stay, the metrics port joins them; the UI already binds every address there.
     cluster = children.driver_pod(REF, spec({**ON, "deployMode": "cluster"}), attempt=2, tx_generation=0)
     (cc,) = cluster["spec"]["containers"]

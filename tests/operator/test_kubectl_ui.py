@@ -1,0 +1,68 @@
+"""``kubectl eos ui`` without a cluster: which driver and port it forwards to, what it says when there is no UI,
+and the ``kubectl port-forward`` it runs (a stand-in kubectl that records its arguments). Through a real kubelet's
+port-forward to a real driver: tests/e2e/test_real_node_stream.py."""
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+
+import pytest
+
+from eos_operator import kubectl_eos
+from eos_operator.kubectl_ui import NoUi, port_forward, ui_target
+
+
+def stream(metrics: dict | None, state: str = "Running", pod: str | None = "colors-driver-3") -> dict:
+    job = {"module": "m", **({"metrics": metrics} if metrics is not None else {})}
+    return {"metadata": {"name": "colors", "namespace": "team-a"}, "spec": {"job": job},
+            "status": {"lifecycleState": state, **({"driverPod": pod} if pod else {})}}
+
+
+def test_the_running_driver_and_its_ui_port():
+    assert ui_target(stream({"enabled": True})) == ("colors-driver-3", 4040)
+    assert ui_target(stream({"enabled": True, "port": 4321})) == ("colors-driver-3", 4321)
+
+
+def test_no_ui_says_which_field_turns_it_on():
+    for metrics in (None, {"enabled": False, "port": 4321}):
+        with pytest.raises(NoUi, match=r"team-a/colors: the driver's Spark UI is off\. It is on with "
+                                       r"job\.metrics\.enabled: true"):
+            ui_target(stream(metrics))
+    with pytest.raises(NoUi, match="no driver is running \\(lifecycleState Suspended\\)"):
+        ui_target(stream({"enabled": True}, state="Suspended"))
+    with pytest.raises(NoUi, match="no driver is running"):
+        ui_target(stream({"enabled": True}, pod=None))
+
+
+def test_the_port_forward_it_runs(tmp_path, monkeypatch):
+    record = tmp_path / "argv"
+    fake = tmp_path / "kubectl"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {record}\necho 'Forwarding from 127.0.0.1:41234 -> 4321'\n"
+                    "echo 'Forwarding from [::1]:41234 -> 4321'\nsleep 30\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    args = argparse.Namespace(port=0, kubeconfig="/k/config", context="prod")
+    proc, url = port_forward(args, "team-a", "colors-driver-3", 4321)
+    try:
+        assert url == "http://127.0.0.1:41234"
+        assert record.read_text().split() == ["port-forward", "-n", "team-a", "pod/colors-driver-3", ":4321",
+                                              "--address", "127.0.0.1", "--kubeconfig", "/k/config",
+                                              "--context", "prod"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_forward_that_fails_says_why(tmp_path, monkeypatch):
+    fake = tmp_path / "kubectl"
+    fake.write_text("#!/bin/sh\necho 'error: unable to forward port because pod is not running' >&2\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(NoUi, match="ended \\(exit 1\\): error: unable to forward port"):
+        port_forward(argparse.Namespace(port=8080), "team-a", "colors-driver-3", 4040)
+
+
+def test_the_plugin_knows_the_command():
+    args = kubectl_eos.parser().parse_args(["ui", "colors", "--port", "8080"])
+    assert (args.command, args.name, args.port) == ("ui", "colors", 8080)
