@@ -32,7 +32,7 @@ for _p in (REPO / "stack", REPO / "jobs", REPO):
         sys.path.insert(0, str(_p))
 
 from benchmarks import procstat  # noqa: E402
-from benchmarks.report import machine_info, say  # noqa: E402
+from benchmarks.report import machine_info, say, write_results  # noqa: E402
 
 VARIANTS = {"default": "", "c1-only": "-XX:TieredStopAtLevel=1"}
 
@@ -110,10 +110,7 @@ def main(argv=None) -> int:
             m = one_driver(env["KAFKA_BOOTSTRAP"], opts, a.seconds, base / f"{name}-{r}")
             res["runs"][name].append(m)
             say(f"  {m}")
-    out = Path(a.out or REPO / "benchmarks" / "results" / f"{res['date']}-driver-jit.md")
-    out.write_text(markdown(res))
-    say(f"results written to {out}")
-    print(markdown(res).split("## Raw results")[0])
+    write_results(res, "driver-jit", markdown, a.out)
     return 0
 
 

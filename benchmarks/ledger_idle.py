@@ -32,7 +32,7 @@ for _p in (REPO / "stack", REPO / "jobs", REPO):
         sys.path.insert(0, str(_p))
 
 from benchmarks import procstat  # noqa: E402
-from benchmarks.report import machine_info, say  # noqa: E402
+from benchmarks.report import machine_info, say, write_results  # noqa: E402
 
 VARIANTS = ("assigned", "unassigned")
 # Between the two, the same window with no reader at all: the broker's CPU from everyone else's traffic.
@@ -192,10 +192,7 @@ def main(argv=None) -> int:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.delete_topics([topic])[topic].result(30)
     res["load_end"] = list(os.getloadavg())
-    out = Path(a.out or REPO / "benchmarks" / "results" / f"{res['date']}-ledger-idle.md")
-    out.write_text(markdown(res))
-    say(f"results written to {out}")
-    print(markdown(res).split("## Raw results")[0])
+    write_results(res, "ledger-idle", markdown, a.out)
     return 0
 
 

@@ -61,6 +61,17 @@ def add_results_args(ap: argparse.ArgumentParser, name: str) -> None:
                     help="only re-render a results file from its raw JSON (e.g. to add --findings), then exit")
 
 
+def write_results(res: dict, name: str, markdown: Callable[[dict], str], out: str | None) -> Path:
+    """The results file (``out``, else ``benchmarks/results/<date>-<name>.md``) written from ``res``; its text up to
+    the raw results printed."""
+    path = Path(out or Path(__file__).resolve().parent / "results" / f"{res['date']}-{name}.md")
+    text = markdown(res)
+    path.write_text(text)
+    say(f"results written to {path}")
+    print(text.split("## Raw results")[0])
+    return path
+
+
 def add_findings(res: dict, findings: str | None) -> None:
     if findings:
         res["findings"] = Path(findings).read_text()
