@@ -137,3 +137,33 @@ def call_of_request(method: str, url: str) -> Call:
             "POST": "create", "PUT": "update", "PATCH": "patch",
             "DELETE": ("delete" if named else "deletecollection")}[method.upper()]
     return Call(verb, m["group"] or "", m["resource"], m["sub"] or "")
+
+
+# ------------------------------------------------------- refusals in an operator's log
+# The operator runs --namespace NS, so the chart grants nothing cluster-wide. kopf still
+# tries to list/watch namespaces (to expand globs) and CRDs (to notice a CRD change), retries
+# each refusal for about a minute, then falls back to the exact names and the resources it
+# discovered at start. Those two cluster-scoped requests are the only refusals allowed.
+# (Setting kopf's settings.scanning.disabled in the operator for exact names would skip them.)
+KOPF_SCANNING = ("/api/v1/namespaces", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+KOPF_FALLBACKS = ("Not enough permissions to list namespaces", "Not enough permissions to watch for namespaces",
+                  "Not enough permissions to watch for resources")
+_REQUEST = re.compile(r"\b(GET|POST|PUT|PATCH|DELETE) https?://[^/\s]+(/[^?\s]*)")
+# A refusal says "forbidden" (the API's Status reason and message) or "permission", or
+# carries the status code 403: as a number of its own, not the milliseconds of a log
+# line's timestamp ("17:37:46,403") nor a duration ("in 403 ms").
+_REFUSAL = re.compile(r"forbidden|permission|(?<![\d,.:])403(?!\d|\s*ms\b)", re.IGNORECASE)
+
+
+def refused_requests(log: str) -> list[str]:
+    """Log lines of refused requests, except kopf's cluster-scoped scanning and its fallbacks."""
+    refused = []
+    for line in log.splitlines():
+        if not _REFUSAL.search(line):
+            continue
+        request = _REQUEST.search(line)
+        if any(ok in line for ok in KOPF_FALLBACKS) or (
+                request and request[1] == "GET" and request[2] in KOPF_SCANNING):
+            continue
+        refused.append(line)
+    return refused

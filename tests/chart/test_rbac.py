@@ -16,7 +16,6 @@ import asyncio
 import copy
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from examples.colors.manifest import colors_manifest
 from .helpers import (REPO, Helm, Kubectl, by_kind, can_i, install, one, sa_user, token_kubeconfig, unique,
                       wait_until)
 from .rbac_model import (ADAPTER_CALLS, ALL_CALLS, CLUSTER_CALLS, FORBIDDEN, LEASE_CALLS, NAMESPACED_CALLS,
-                         SECRET_CALLS, Call, call_of_request)
+                         SECRET_CALLS, Call, call_of_request, refused_requests)
 
 LEASES = sorted(LEASE_CALLS, key=str)
 
@@ -319,31 +318,6 @@ def stream(name: str, bootstrap: str, topic: str, checkpoint: Path) -> dict[str,
     # cluster deploy mode: the operator also creates the headless driver Service.
     return colors_manifest(name, bootstrap, topic, topic + "-out", checkpoint, parallelism=1,
                            job={"deployMode": "cluster", "serviceAccountName": "spark-eos-driver"})
-
-
-# The operator runs --namespace NS, so the chart grants nothing cluster-wide. kopf still
-# tries to list/watch namespaces (to expand globs) and CRDs (to notice a CRD change), retries
-# each refusal for about a minute, then falls back to the exact names and the resources it
-# discovered at start. Those two cluster-scoped requests are the only refusals allowed.
-# (Setting kopf's settings.scanning.disabled in the operator for exact names would skip them.)
-KOPF_SCANNING = ("/api/v1/namespaces", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
-KOPF_FALLBACKS = ("Not enough permissions to list namespaces", "Not enough permissions to watch for namespaces",
-                  "Not enough permissions to watch for resources")
-_REQUEST = re.compile(r"\b(GET|POST|PUT|PATCH|DELETE) https?://[^/\s]+(/[^?\s]*)")
-
-
-def refused_requests(log: str) -> list[str]:
-    """Log lines of refused requests, except kopf's cluster-scoped scanning and its fallbacks."""
-    refused = []
-    for line in log.splitlines():
-        if not any(word in line for word in ("403", "Forbidden", "forbidden", "permission")):
-            continue
-        request = _REQUEST.search(line)
-        if any(ok in line for ok in KOPF_FALLBACKS) or (
-                request and request[1] == "GET" and request[2] in KOPF_SCANNING):
-            continue
-        refused.append(line)
-    return refused
 
 
 def test_the_operator_works_under_the_chart_identity(helm: Helm, kubectl: Kubectl, namespaces, releases,
