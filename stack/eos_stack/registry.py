@@ -140,3 +140,18 @@ def push_image(st: Stack, local: str, *, repository: str | None = None) -> str:
     ref = f"{address(st)}/{repository or name.rsplit('/', 1)[-1]}:{tag}"
     podman(st, "push", "--tls-verify=false", "--compression-format=zstd", local, f"docker://{ref}", timeout=1800)
     return ref
+
+
+def push_chart(st: Stack, helm: str, packaged: Path, *, env: dict[str, str] | None = None) -> str:
+    """``helm push`` a packaged chart (``helm package``, ``make release``) to ``oci://<registry>/charts`` over
+    plain HTTP; returns the chart's OCI reference without its version (``helm install <ref> --version X``)."""
+    base = f"oci://{address(st)}/charts"
+    proc = subprocess.run([helm, "push", str(packaged), base, "--plain-http"], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+    if proc.returncode != 0:
+        raise StackError(f"helm push {packaged.name} to {base} failed: {(proc.stderr or proc.stdout).strip()}")
+    pushed = [line.split(":", 1)[1].strip() for line in (proc.stdout + proc.stderr).splitlines()
+              if line.startswith("Pushed:")]
+    if not pushed:
+        raise StackError(f"helm push {packaged.name} said nothing about what it pushed: {proc.stdout}{proc.stderr}")
+    return "oci://" + pushed[0].rpartition(":")[0]
