@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -132,13 +133,39 @@ def status(st: Stack) -> tuple[str, str]:
     return "running", f"http://{address(st)} (blobs in {blobs_dir(st)}, manifests in memory)"
 
 
-def push_image(st: Stack, local: str, *, repository: str | None = None) -> str:
-    """Push the local image ``local`` (podman's store) to the registry as ``<registry>/<repository>:<tag>`` and
-    return that reference. Layers the registry's blobs already hold are not sent again."""
+def image_ref(st: Stack, local: str) -> str:
+    """Where the registry holds the local image ``local``: ``<registry>/<last path part>:<tag>``
+    (``ghcr.io/spark-eos/spark-eos-operator:0.1.0`` -> ``127.0.0.1:<port>/spark-eos-operator:0.1.0``)."""
+    return f"{address(st)}/{local.rsplit('/', 1)[-1]}"
+
+
+def push_image(st: Stack, local: str) -> str:
+    """Push the local image ``local`` (podman's store) to the registry (:func:`image_ref`) and return the
+    reference. zstd layers: compressed about as small as gzip, much faster both ways. Layers whose blobs the
+    registry holds already are not sent again."""
     from .image_common import podman
-    name, _, tag = local.rpartition(":")
-    ref = f"{address(st)}/{repository or name.rsplit('/', 1)[-1]}:{tag}"
+    ref = image_ref(st, local)
     podman(st, "push", "--tls-verify=false", "--compression-format=zstd", local, f"docker://{ref}", timeout=1800)
+    return ref
+
+
+def ensure_image(st: Stack, local: str) -> str | None:
+    """``local`` in the registry as it is in podman's store now, pushed when the registry lacks its tag (it
+    keeps manifests in memory) or holds an older build (the image id pushed last is kept beside the port);
+    the reference, or None when ``local`` is not built."""
+    from .image_common import podman
+    proc = podman(st, "image", "inspect", "--format", "{{.Id}}", local, check=False)
+    if proc.returncode != 0:
+        return None
+    ident, ref = proc.stdout.strip(), image_ref(st, local)
+    mark = st.dir("registry") / ("pushed-" + ref.split("/", 1)[1].replace("/", "_").replace(":", "@") + ".id")
+    repo, _, tag = ref.split("/", 1)[1].rpartition(":")
+    if has(st, repo, tag) is not None and mark.exists() and mark.read_text() == ident:
+        return ref
+    t0 = time.monotonic()
+    push_image(st, local)
+    mark.write_text(ident)
+    log(f"registry: pushed {local} as {ref} in {time.monotonic() - t0:.0f}s")
     return ref
 
 
