@@ -31,8 +31,11 @@ stack-status: venv
 # apt-get when missing, base images that cannot be pulled get local stand-ins made from Debian packages, and the
 # build takes its wheels, jars and .debs from the stack's caches (no network in its RUN steps). Storage, bases
 # and the layer cache live under $(EOS_CACHE)/image. `$(PY) -m eos_stack.image status|run|podman` after it.
+# Then pushed to the stack's registry (eos_stack.registry, started if it is not), where the real nodes pull it.
+# EOS_IMAGE_TAG builds and pushes another name than the chart's default image.
 image: venv
-	$(PY) -m eos_stack.image build
+	$(PY) -m eos_stack.image $(if $(EOS_IMAGE_TAG),--tag $(EOS_IMAGE_TAG)) build
+	$(PY) -m eos_stack.image $(if $(EOS_IMAGE_TAG),--tag $(EOS_IMAGE_TAG)) push
 
 # The built image run with podman: its user, entry points, jars, read-only root and Spark's executor argument.
 image-test: image

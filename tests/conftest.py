@@ -128,8 +128,8 @@ def nodes(stack_env):
     other. Fails, never skips, when they cannot start or the image is missing (`make image`)."""
     from eos_stack import node
     from eos_stack.common import Stack, StackError
-    from eos_stack.image_common import image_name
     from eos_stack.node_config import layouts
+    from tests.harness.real_nodes import node_image
 
     st = Stack()
     try:
@@ -138,8 +138,8 @@ def nodes(stack_env):
         pytest.fail(f"the node part could not start: {exc}", pytrace=False)
     st.update_env(env)
     for n in layouts(st.state, node.count()):
-        if image_name() not in node.ctr(n, "images", "ls", "-q").split():
-            pytest.fail(f"{image_name()} is not in {n.name}'s containerd: build it with `make image`", pytrace=False)
+        if node_image() not in node.ctr(n, "images", "ls", "-q").split():
+            pytest.fail(f"{node_image()} is not in {n.name}'s containerd: build it with `make image`", pytrace=False)
     return layouts(st.state, node.count())
 
 

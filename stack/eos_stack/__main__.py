@@ -6,14 +6,15 @@ import fcntl
 import sys
 import time
 
-from . import gitops, helm, kafka, kube, node, prometheus, s3, spark
+from . import gitops, helm, kafka, kube, node, prometheus, registry, s3, spark
 from .common import Stack, StackError, log
 
 PARTS = {"kafka": kafka, "s3": s3, "kube": kube, "spark": spark, "helm": helm,
-         "prometheus": prometheus, "gitops": gitops, "node": node}
+         "prometheus": prometheus, "gitops": gitops, "node": node,
+         "registry": registry}
 # Start order: downloads first, servers after; stop in reverse. gitops last: its Go build reuses the packages
 # the kube build compiled (gitops.py).
-ORDER = ["spark", "helm", "prometheus", "kafka", "s3", "kube", "node", "gitops"]
+ORDER = ["spark", "helm", "prometheus", "registry", "kafka", "s3", "kube", "node", "gitops"]
 # Started only when named (`up node`): real nodes and a scheduler would take the Pods the tests' process kubelet
 # waits for (node.py). A plain `down` stops them too, before the API server they report to.
 ON_DEMAND = {"node"}

@@ -260,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--bases", choices=["auto", "pull", "stand-in"], default=os.environ.get("EOS_IMAGE_BASES", "auto"),
                    help="base images: pull, else make local stand-ins (auto); pull only; stand-ins without trying")
     sub.add_parser("status", help="the image, its bases and the storage")
+    sub.add_parser("push", help="push the image to the stack's registry (started if it is not), for the real nodes")
     r = sub.add_parser("run", help="podman run --rm --runtime runc --network host IMAGE [CMD...]")
     r.add_argument("cmd", nargs=argparse.REMAINDER)
     p = sub.add_parser("podman", help="podman ARGS... on the project's container storage")
@@ -271,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.action == "build":
             build(st, tag=tag, bases_mode=args.bases)
+        elif args.action == "push":
+            from . import registry
+            st.update_env(registry.up(st))
+            ref = registry.ensure_image(st, tag)
+            if ref is None:
+                raise StackError(f"no image {tag} to push: build it first (`make image`)")
+            print(ref)
         elif args.action == "status":
             state, detail = status(st, tag)
             print(f"image      {state:8} {detail}")

@@ -20,8 +20,9 @@ kubelet flags are set by the kube part's plain ``up``): tests may start it while
 - **Per node** (``eos-node-1``, ``eos-node-2``; ``EOS_NODE_COUNT``): its own containerd (root, state, socket
   under ``<state>/node/n<i>``), kubelet root, cgroup root, ports, Pod CIDR and bridge (node_config.py). The
   node IP is the bridge's gateway address: private, on this machine, reachable by the node's Pods.
-- **Images.** A pause image built here (a static C program, node_config.PAUSE_C) and the project's image
-  (``make image``) imported into each containerd, for ``imagePullPolicy: Never``/``IfNotPresent``.
+- **Images.** A pause image built here (a static C program, node_config.PAUSE_C) imported into each
+  containerd; the project's image (``make image``) pushed to the stack's registry (eos_stack.registry) and
+  pulled by each containerd (node_images.py); Pods name it ``$EOS_NODE_IMAGE`` (``<registry>/<name>:<tag>``).
 - **Identities.** Client certificates of the stack CA: ``system:node:<name>`` in ``system:nodes`` (bound to
   the ``system:node`` ClusterRole: the API server runs RBAC without the Node authorizer) and
   ``system:kube-scheduler``. Each kubelet serves a certificate for its node IP; the API server reaches it
@@ -43,18 +44,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import go_build, kube, node_services
+from . import go_build, kube, node_services, registry
 from .common import Stack, StackError, free_port, log, port_open, wait_for
-from .image_common import ensure_tools
 from .node_config import (SCHEDULER_NAME, TAINT, NodeLayout, cni_conflist, containerd_toml, kubelet_argv,
                           kubelet_config, layouts, resolv_conf, scheduler_config)
 from .node_host import ensure_bridge, ensure_cgroups, remove_cgroups, remove_kubelet_chains, unmount_under
-from .node_images import ctr, ensure_pause, import_images, project_archive
+from .image_common import ensure_tools, image_name
+from .node_images import ctr, ensure_pause, load_images, write_registry_hosts
 
 BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
 PACKAGES = [f"k8s.io/kubernetes/cmd/{b}" for b in BINARIES]
 SCHEDULER = "kube-scheduler"
-ENV_KEYS = ["EOS_NODES", *node_services.ENV_KEYS]
+ENV_KEYS = ["EOS_NODES", "EOS_NODE_IMAGE", *node_services.ENV_KEYS]
 
 
 def count() -> int:
@@ -154,9 +155,15 @@ RBAC = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBindin
 
 # -- containerd --------------------------------------------------------------------------------
 def start_containerd(st: Stack, n: NodeLayout) -> None:
+    """Start the node's containerd unless it runs with this configuration; one started with another (an older
+    version of this part: no registry ``config_path``) is restarted (its containers' shims keep running)."""
     name = f"{n.name}-containerd"
     cfg = n.home / "containerd.toml"
-    cfg.write_text(containerd_toml(n))
+    text = containerd_toml(n)
+    if st.running_pid(name) is not None and cfg.exists() and cfg.read_text() != text:
+        log(f"node: {name} runs with an older configuration; restarting it")
+        st.stop_daemon(name)
+    cfg.write_text(text)
     if st.running_pid(name) is None:
         n.socket.unlink(missing_ok=True)
         st.start_daemon(name, ["containerd", f"--config={cfg}"], marker=str(cfg))
@@ -248,9 +255,13 @@ def _up(st: Stack) -> dict[str, str]:
         ensure_tools(("/usr/lib/cni/bridge",), packages=("containernetworking-plugins",),
                      needed_by="the node part's Pod network")
     ensure_binaries(st)
-    pause, project = ensure_pause(st), project_archive(st)
+    pause = ensure_pause(st)
+    services = registry.up(st)
+    project = registry.ensure_image(st, image_name())
+    if project is None:
+        log(f"node: {image_name()} is not built (`make image`): the nodes get the pause image only")
     p = ports(st)
-    services = node_services.up(st)
+    services.update(node_services.up(st))
     _apply(st, RBAC)
     nodes = layouts(st.state, count())
     since = time.time() - 1   # heartbeat times have whole seconds
@@ -259,11 +270,11 @@ def _up(st: Stack) -> dict[str, str]:
         n.home.mkdir(parents=True, exist_ok=True)
         ensure_bridge(n)
         ensure_cgroups(n)
+        write_registry_hosts(n, registry.address(st))
         start_containerd(st, n)
-    # Every node's import at once: each is mostly unpacking layers into its own containerd (about a minute
-    # each for the project's image, one after the other).
+    # Every node's pull at once: each is mostly unpacking layers into its own containerd.
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        for done in [pool.submit(import_images, st, n, pause, project) for n in nodes]:
+        for done in [pool.submit(load_images, st, n, pause, project) for n in nodes]:
             done.result()
     for n in nodes:
         if start_kubelet(st, n, p):
@@ -284,7 +295,7 @@ def _up(st: Stack) -> dict[str, str]:
              on_fail=lambda: st.log_tail(SCHEDULER))
     log(f"node: {', '.join(n.name for n in nodes)} Ready in {time.monotonic() - t0:.1f}s (Pods name scheduler "
         f"{SCHEDULER_NAME} and tolerate {TAINT['key']})")
-    return {"EOS_NODES": ",".join(n.name for n in nodes), **services}
+    return {"EOS_NODES": ",".join(n.name for n in nodes), "EOS_NODE_IMAGE": project or "", **services}
 
 
 def _alive(st: Stack, name: str) -> bool:

@@ -118,6 +118,11 @@ class NodeLayout:
         return self.home / "containerd" / "state"
 
     @property
+    def registry_hosts_dir(self) -> Path:
+        """containerd's ``config_path``: one folder per registry host with its ``hosts.toml``."""
+        return self.home / "certs.d"
+
+    @property
     def kubelet_root(self) -> Path:
         return self.home / "kubelet"
 
@@ -213,6 +218,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = {q(CNI_BIN_DIR)}
     conf_dir = {q(str(n.cni_conf_dir))}
     max_conf_num = 1
+
+  [{cri}.registry]
+    config_path = {q(str(n.registry_hosts_dir))}
+"""
+
+
+def registry_hosts_toml(address: str) -> str:
+    """containerd's ``hosts.toml`` for the stack's registry (``<registry_hosts_dir>/<address>/hosts.toml``): plain
+    HTTP on loopback. containerd runs on this machine's network, so 127.0.0.1 is the registry, not a Pod's."""
+    return f"""# Written by eos_stack.node: the stack's local registry (eos_stack.registry), plain HTTP.
+server = "http://{address}"
+
+[host."http://{address}"]
+  capabilities = ["pull", "resolve"]
 """
 
 

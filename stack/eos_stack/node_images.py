@@ -1,9 +1,11 @@
 """The node part's images (:mod:`eos_stack.node`): the pause image, built here from a static C program
-(``gcc -static``, node_config.PAUSE_C) as an OCI archive, and the project's image (``make image``) saved by
-``podman save --format docker-archive`` (its layers uncompressed: saving and importing skip gzip, about
-half the time of an OCI archive's, 25 s against 44 s to save 2.3 GB here); both imported into each node's containerd (``ctr images import``, the
-``k8s.io`` namespace the CRI reads) for Pods with ``imagePullPolicy: Never``/``IfNotPresent``. The project's
-image is imported again only when ``make image`` built a new one (its id is kept beside the node).
+(``gcc -static``, node_config.PAUSE_C) as an OCI archive imported into each node's containerd (``ctr images
+import``, the ``k8s.io`` namespace the CRI reads); the project's image (``make image``) pushed to the stack's
+registry (:mod:`eos_stack.registry`) and pulled by each node's containerd from there, as a real cluster's nodes
+get theirs (a ``hosts.toml`` per node, plain HTTP on loopback). Pods name it by its registry reference
+(``eos_stack.registry.image_ref``); a tag the registry lacks is ``ErrImagePull`` from the real kubelet.
+Until 2026-11-28 the image was saved as a docker-archive and imported into each node (about 52 s per node
+for each new build); pulls measured against that in docs/measurements.md.
 """
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ import time
 from pathlib import Path
 
 from .common import Stack, StackError, log, run
-from .image_common import ensure_tools, image_name, podman
-from .node_config import PAUSE_C, PAUSE_IMAGE, NodeLayout, pause_oci_archive
+from .image_common import ensure_tools
+from .node_config import PAUSE_C, PAUSE_IMAGE, NodeLayout, pause_oci_archive, registry_hosts_toml
 
 
 def ensure_pause(st: Stack) -> Path:
@@ -40,35 +42,22 @@ def ctr(n: NodeLayout, *args: str, timeout: float = 900, check: bool = True) -> 
     return proc.stdout
 
 
-def import_images(st: Stack, n: NodeLayout, pause: Path, project: tuple[str, Path] | None) -> None:
+def write_registry_hosts(n: NodeLayout, address: str) -> Path:
+    """The node's containerd ``hosts.toml`` for the stack's registry (read at each pull: no restart needed)."""
+    d = n.registry_hosts_dir / address
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "hosts.toml").write_text(registry_hosts_toml(address))
+    return d / "hosts.toml"
+
+
+def load_images(st: Stack, n: NodeLayout, pause: Path, project: str | None) -> None:
+    """The pause image imported (it is never pulled: the sandbox image), the project's image ``project`` (a
+    registry reference, :func:`eos_stack.registry.ensure_image`) pulled from the stack's registry through the
+    node's ``hosts.toml``: the content containerd holds already is neither fetched nor unpacked again."""
     have = set(ctr(n, "images", "ls", "-q").split())
     if PAUSE_IMAGE not in have:
         ctr(n, "images", "import", str(pause))
     if project:
-        ident, archive = project
-        mark = n.home / "project-image.id"
-        if image_name() not in have or not mark.exists() or mark.read_text() != ident:
-            t0 = time.monotonic()
-            ctr(n, "images", "import", str(archive))
-            mark.write_text(ident)
-            log(f"node: imported {image_name()} into {n.name} in {time.monotonic() - t0:.0f}s")
-
-
-def project_archive(st: Stack) -> tuple[str, Path] | None:
-    """``podman save`` of the image ``make image`` built (the id and the archive), or None without one."""
-    proc = podman(st, "image", "inspect", "--format", "{{.Id}}", image_name(), check=False)
-    if proc.returncode != 0:
-        log(f"node: {image_name()} is not built (`make image`): the nodes get the pause image only")
-        return None
-    ident = proc.stdout.strip()
-    archive = st.cache_dir("node") / "project-image.docker.tar"
-    for old in ("project-image.oci.tar", "project-image.oci.id"):           # the earlier, gzip format
-        st.cache_dir("node").joinpath(old).unlink(missing_ok=True)
-    stamp = archive.with_suffix(".id")
-    if not (archive.exists() and stamp.exists() and stamp.read_text() == ident):
-        archive.unlink(missing_ok=True)
         t0 = time.monotonic()
-        podman(st, "save", "--format", "docker-archive", "-o", str(archive), image_name(), timeout=1200)
-        stamp.write_text(ident)
-        log(f"node: saved {image_name()} as an archive in {time.monotonic() - t0:.0f}s")
-    return ident, archive
+        ctr(n, "images", "pull", f"--hosts-dir={n.registry_hosts_dir}", project)
+        log(f"node: pulled {project} into {n.name} in {time.monotonic() - t0:.1f}s")

@@ -37,12 +37,11 @@ from eos_job.resolution import open_transaction_partitions
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 from eos_operator.kubectl_ui import port_forward, ui_target
 from eos_stack.cluster import wait_until
-from eos_stack.image_common import image_name
 from eos_stack.node_config import SCHEDULER_NAME
 from examples.colors.manifest import colors_manifest
 from tests.e2e.streams import (IDS, NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
                                assert_ids_exactly_once, wait_ids)
-from tests.harness.real_nodes import pod_processes, stream_template, wait_processes_gone
+from tests.harness.real_nodes import node_image, pod_processes, stream_template, wait_processes_gone
 
 pytestmark = pytest.mark.timeout(1200)
 # Records a batch reads at most: batches long enough (seconds) that the kubelet's SIGKILL, which follows its
@@ -72,7 +71,7 @@ def real_node_stream(topics: ColorsTopics, pod_env: dict[str, str], bucket: str,
     the services address, its keys in Secret ``ckpt-keys``), its driver on the real nodes."""
     doc = colors_manifest(NAME, pod_env["POD_KAFKA_BOOTSTRAP"], topics.events, topics.counts, "/unused",
                           dlq=topics.dlq, max_offsets_per_trigger=BATCH, trigger_interval_ms=500,
-                          job={"module": IDS, "image": image_name(), "driver": {"cpu": "1", "memory": "2Gi"},
+                          job={"module": IDS, "image": node_image(), "driver": {"cpu": "1", "memory": "2Gi"},
                                "podTemplate": stream_template(), "metrics": {"enabled": True}},
                           restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 5, "delaySeconds": 1}})
     doc["spec"]["checkpoint"] = {"store": "s3", "path": prefix, "s3": {
@@ -93,7 +92,7 @@ def on_a_real_node(pod: dict, nodes) -> str:
     assert spec.get("schedulerName") == SCHEDULER_NAME, spec.get("schedulerName")
     assert spec.get("nodeName") in {n.name for n in nodes}, spec.get("nodeName")
     container = spec["containers"][0]
-    assert container["image"] == image_name() and container["imagePullPolicy"] in ("IfNotPresent", "Never"), container
+    assert container["image"] == node_image() and container["imagePullPolicy"] in ("IfNotPresent", "Never"), container
     return spec["nodeName"]
 
 

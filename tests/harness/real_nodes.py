@@ -9,7 +9,9 @@ import os
 import time
 from pathlib import Path
 
+from eos_stack.common import Stack
 from eos_stack.image_common import image_name
+from eos_stack.registry import image_ref
 from eos_stack.node_config import placement
 
 UID = 10001
@@ -19,11 +21,17 @@ RESTRICTED_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
                      "pod-security.kubernetes.io/enforce-version": "latest"}
 
 
+def node_image() -> str:
+    """The project's image as Pods on the real nodes name it: in the stack's registry (``EOS_NODE_IMAGE``, pushed
+    and pulled into each node by ``eos_stack up node``)."""
+    return image_ref(Stack(), image_name())
+
+
 def real_pod(name: str, command: list[str], *, memory: str | None = None, node_name: str | None = None,
              grace: int = 30, env: dict[str, str] | None = None, on_real_nodes: bool = True, **spec) -> dict:
-    """A ``restricted`` Pod of the project's image (``imagePullPolicy: Never``: imported into each node) that
+    """A ``restricted`` Pod of the project's image (``imagePullPolicy: Never``: pulled into each node) that
     runs ``command``; ``spec`` adds Pod spec fields. ``on_real_nodes=False`` leaves out the placement."""
-    container = {"name": "main", "image": image_name(), "imagePullPolicy": "Never", "command": command,
+    container = {"name": "main", "image": node_image(), "imagePullPolicy": "Never", "command": command,
                  "securityContext": CONTAINER_SC}
     if memory:
         container["resources"] = {"limits": {"memory": memory, "cpu": "500m"}}
