@@ -11,7 +11,6 @@ comes back at the same address with the same data: tests and chaos helpers
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import signal
@@ -20,7 +19,8 @@ import uuid
 from pathlib import Path
 
 from . import kafka_security
-from .common import REPO, Stack, StackError, free_port, log, port_open, require_tool, run
+from .kafka_ports import PORT_NAMES, bootstrap, home, ports  # noqa: F401 (kafka.home, kafka.ports, kafka.bootstrap)
+from .common import REPO, Stack, StackError, log, port_open, require_tool, run
 from .maven import JAVA_HINT, maven_copy_dependencies
 from .node_config import services_ip
 
@@ -43,10 +43,6 @@ def ensure_libs(st: Stack) -> Path:
 
 
 # -- configuration -------------------------------------------------------------
-def home(st: Stack) -> Path:
-    return st.dir("kafka")
-
-
 def data_dir(st: Stack) -> Path:
     return home(st) / "data"
 
@@ -62,30 +58,7 @@ def heap_size(st: Stack) -> str:
     return f.read_text().strip() if f.exists() else HEAP
 
 
-PORT_NAMES = ("client", "controller", "sasl_ssl", "pods")
 PODS_LISTENER = "PODS"
-
-
-def ports(st: Stack) -> dict[str, int]:
-    """The broker's client, controller, SASL_SSL and Pods' ports: chosen once, then persisted. A ports.json of
-    an older stack (without ``sasl_ssl`` or ``pods``) keeps its ports and gains the missing ones."""
-    pf = home(st) / "ports.json"
-    chosen = {k: int(v) for k, v in json.loads(pf.read_text()).items()} if pf.exists() else {}
-    missing = [k for k in PORT_NAMES if k not in chosen]
-    for name in missing:
-        port = free_port()
-        while port in chosen.values():
-            port = free_port()
-        chosen[name] = port
-    if missing:
-        tmp = pf.with_suffix(".tmp")
-        tmp.write_text(json.dumps(chosen))
-        tmp.replace(pf)
-    return chosen
-
-
-def bootstrap(st: Stack) -> str:
-    return f"127.0.0.1:{ports(st)['client']}"
 
 
 def config_text(st: Stack) -> str:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from . import kafka
+from . import kafka_ports
 from .common import Stack, StackError, log, require_tool, run
 
 LISTENER = "SASL_SSL"
@@ -35,7 +35,7 @@ OPENSSL_HINT = "Install OpenSSL (Debian: apt-get install openssl); it makes the 
 
 # -- files -----------------------------------------------------------------------
 def tls_dir(st: Stack) -> Path:
-    return kafka.home(st) / "tls"
+    return kafka_ports.home(st) / "tls"
 
 
 def ca_file(st: Stack) -> Path:
@@ -62,7 +62,7 @@ def _write_private(path: Path, text: str) -> None:
 
 def credentials(st: Stack) -> dict[str, str]:
     """The admin user's password and the server key's password: generated once, owner-readable only."""
-    cf = kafka.home(st) / "credentials.json"
+    cf = kafka_ports.home(st) / "credentials.json"
     if cf.exists():
         return json.loads(cf.read_text())
     creds = {"admin_user": ADMIN, "admin_password": secrets.token_urlsafe(24),
@@ -79,7 +79,7 @@ def admin_credentials(st: Stack) -> tuple[str, str]:
 
 
 def secure_port(st: Stack) -> int:
-    return kafka.ports(st)["sasl_ssl"]
+    return kafka_ports.ports(st)["sasl_ssl"]
 
 
 def secure_bootstrap(st: Stack) -> str:
@@ -190,7 +190,7 @@ def _admin(st: Stack):
     """An admin client on the PLAINTEXT listener (super user ANONYMOUS). Keep a reference until its
     futures are resolved: a collected client fails them with _DESTROY."""
     from confluent_kafka.admin import AdminClient
-    return AdminClient({"bootstrap.servers": kafka.bootstrap(st), "log_level": 0})
+    return AdminClient({"bootstrap.servers": kafka_ports.bootstrap(st), "log_level": 0})
 
 
 def _results(admin, futures: dict, what: str) -> list:
@@ -259,10 +259,10 @@ def ensure_admin(st: Stack) -> None:
     try:
         have = user_mechanisms(st, user)
     except KafkaException as exc:
-        raise StackError(f"Kafka: could not describe the SCRAM user {user!r} at {kafka.bootstrap(st)}: {exc}") from exc
+        raise StackError(f"Kafka: could not describe the SCRAM user {user!r} at {kafka_ports.bootstrap(st)}: {exc}") from exc
     if "SCRAM-SHA-512" not in have:
         create_user(st, user, password)
-        log(f"Kafka: created the SCRAM super user {user!r} (password in {kafka.home(st)}/credentials.json)")
+        log(f"Kafka: created the SCRAM super user {user!r} (password in {kafka_ports.home(st)}/credentials.json)")
 
 
 def _binding(user: str, rtype: str, name: str, op: str, pattern: str = "LITERAL"):

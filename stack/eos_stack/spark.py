@@ -25,8 +25,6 @@ version was never published to Maven Central.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import os
 import re
 import shutil
@@ -36,6 +34,7 @@ import time
 from pathlib import Path
 
 from . import spark_s3
+from .pyspark_install import pyspark_jars_dir, pyspark_version
 from .common import REPO, Stack, StackError, log
 from .maven import maven_copy_dependencies
 
@@ -45,24 +44,6 @@ POM = REPO / "stack" / "spark" / "pom.xml"
 # nearest earlier connector that is. Checked 2026-11: Central's maven-metadata for
 # the connector lists 4.2.0 as the newest release; 4.3.0 (on PyPI) is absent.
 CONNECTOR_FALLBACK = {"4.3.0": "4.2.0"}
-
-
-def pyspark_version() -> str:
-    try:
-        return importlib.metadata.version("pyspark")
-    except importlib.metadata.PackageNotFoundError:
-        raise StackError("pyspark is not installed in this Python environment; run `make venv` "
-                         "and use .venv/bin/python") from None
-
-
-def pyspark_jars_dir() -> Path:
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise StackError("pyspark is not installed in this Python environment; run `make venv`")
-    d = Path(list(spec.submodule_search_locations)[0]) / "jars"
-    if not d.is_dir():
-        raise StackError(f"{d} does not exist: this pyspark installation has no bundled jars")
-    return d
 
 
 def connector_version() -> str:

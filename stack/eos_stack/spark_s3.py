@@ -33,6 +33,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .common import Stack, StackError, log
+from .pyspark_install import pyspark_jars_dir, pyspark_version
 
 CENTRAL = os.environ.get("EOS_MAVEN_CENTRAL", "https://repo1.maven.org/maven2").rstrip("/")
 PROGRESS_EVERY = 100 << 20
@@ -44,7 +45,6 @@ class NotOnCentral(StackError):
 
 
 def hadoop_version() -> str:
-    from .spark import pyspark_jars_dir
     found = [m.group(1) for p in pyspark_jars_dir().glob("hadoop-client-api-*.jar")
              if (m := re.fullmatch(r"hadoop-client-api-(\d[^/]*)\.jar", p.name))]
     if len(found) != 1:
@@ -61,7 +61,6 @@ def jars_dir(st: Stack) -> Path:
 
 
 def record_file(st: Stack) -> Path:
-    from .spark import pyspark_version
     return base_dir(st) / f"resolved-{pyspark_version()}.json"
 
 
@@ -168,7 +167,6 @@ def hadoop_cloud_version(pyspark: str) -> str:
 # -- the jars --------------------------------------------------------------------
 def resolve(st: Stack) -> list[dict[str, str]]:
     """The artifacts (group, artifact, version, file) for this PySpark; needs Maven Central."""
-    from .spark import pyspark_version
     hadoop = hadoop_version()
     props = hadoop_project_properties(st, hadoop)
     sdk = props.get("aws-java-sdk-v2.version")
@@ -202,8 +200,7 @@ def ensure_jars(st: Stack) -> list[Path]:
             dest = out / a["file"]
             if not dest.is_file():
                 download(_url(a["group"], a["artifact"], a["version"], "jar"), dest, f"{a['artifact']} {a['version']}")
-        from .spark import pyspark_version
-        rf = record_file(st)
+            rf = record_file(st)
         tmp = rf.with_name(f"{rf.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"pyspark": pyspark_version(), "hadoop": hadoop_version(),
                                    "artifacts": artifacts}, indent=1))
