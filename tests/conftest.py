@@ -58,13 +58,8 @@ E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py",
 # S3 server has its own instead (the ``private_kafka`` and ``private_s3`` fixtures below), so the chaos tests,
 # the S3-checkpoint and cluster-mode e2e and the S3 stop/start test run two at a time with the rest.
 # The real nodes (tests/stack/test_node*.py) keep out of the process kubelet's way (test_node_placement.py) and
-# run with the rest. Also here: a test whose claim is an order of events in time that two busy neighbours can
-# blur (the values say why).
-SERIAL_FILES: dict[str, str] = {
-    "stack/test_kafka_isolation.py": "its claim is an order in time (every healthy read ends before the first "
-    "black-holed one times out); beside two e2e tests it failed twice in clean-clone runs of 2026-11-28, the "
-    "healthy reads ending 0.5 s after the 25 s timeout (not understood yet: see the closing note)",
-}
+# run with the rest. None is serial today (the values would say why).
+SERIAL_FILES: dict[str, str] = {}
 
 
 def tier_of(item) -> str:

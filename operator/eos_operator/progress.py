@@ -155,14 +155,15 @@ class LedgerProgress:
 
     def __init__(self, min_interval: float = 10.0, timeout_s: float = 5.0, horizon_interval: float = 30.0,
                  metrics: OperatorMetrics | None = None, pools: Pools | None = None,
-                 clients: SharedClients | None = None):
+                 clients: SharedClients | None = None, first_wait: float = 1.0):
         self.timeout_s = timeout_s
         pools = pools or Pools()
         # Long-lived clients per cluster and credentials, not one per read (eos_job.clients).
         self.clients = clients or SharedClients()
         self._tip_failed = _KafkaErrors(metrics, "ledger-read")
         self._horizon_failed = _KafkaErrors(metrics, "replay-horizon")
-        self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0, self._tip_failed)
+        self._tip = _ThrottledRead("last committed batch", min_interval, timeout_s + 5.0, self._tip_failed,
+                                   first_wait=first_wait)
         self._horizon = _ThrottledRead("replay horizon", horizon_interval, 4 * timeout_s + 5.0,
                                        self._horizon_failed)
         self._known: dict[tuple[str, str], Any] = {}   # (client settings, ledger topic) -> its last tip
