@@ -46,6 +46,7 @@ ORDER = ("unit", "chaos", "unit-stack", "stack", "chart", "e2e")
 E2E_LONG_FIRST = ("test_batch_identity_e2e.py", "test_upgrade_safety_e2e.py", "test_s3_checkpoint.py",
                   "test_cluster_mode_e2e.py", "test_kafka_security_e2e.py", "test_job_runtime.py",
                   "test_rollback_partial_e2e.py", "test_snapshot_job.py", "test_operator_e2e.py",
+                  "test_operator_upgrade_e2e.py",
                   "test_upgrade_e2e.py", "test_real_node_stream.py", "test_start_failures_e2e.py",
                   "test_nondeterminism_e2e.py", "test_operator_gitops.py", "test_stream_epoch_e2e.py",
                   "test_replay_horizon_e2e.py")
