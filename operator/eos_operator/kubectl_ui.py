@@ -61,12 +61,19 @@ def port_forward(args: argparse.Namespace, ns: str, pod: str, port: int) -> tupl
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:     # kubectl prints the forwarding line once it listens
         m = FORWARDING.search(line)
-        if m:   # then "Handling connection for ..." per connection: drained, or the pipe would fill and block it
+        if m:   # then "Handling connection for ..." per connection: drained, or the pipe would fill and block it;
+            # its errors (a connection the Pod refused, the Pod gone) are passed on to ours, for the same reason
             threading.Thread(target=proc.stdout.read, daemon=True).start()
+            threading.Thread(target=_relay, args=(proc.stderr,), daemon=True).start()
             return proc, f"http://127.0.0.1:{m.group(1)}"
     proc.wait()
     raise NoUi(f"kubectl port-forward to {ns}/{pod}:{port} ended (exit {proc.returncode}): "
                f"{proc.stderr.read().strip()[-2000:]}")
+
+
+def _relay(pipe) -> None:
+    for line in pipe:
+        print(f"kubectl port-forward: {line.rstrip()}", file=sys.stderr, flush=True)
 
 
 def ui(args: argparse.Namespace, ns: str, stream: dict[str, Any]) -> int:

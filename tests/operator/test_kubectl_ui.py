@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import stat
+import time
 
 import pytest
 
@@ -52,6 +53,29 @@ def test_the_port_forward_it_runs(tmp_path, monkeypatch):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_forward_with_many_errors_is_not_blocked_by_them(tmp_path, monkeypatch, capfd):
+    # kubectl writes an error line per failed connection; 200 KB of them would fill an undrained pipe (64 KB)
+    # and block it in its write: the marker file after them is written only if they were read.
+    done = tmp_path / "done"
+    fake = tmp_path / "kubectl"
+    fake.write_text("#!/bin/sh\necho 'Forwarding from 127.0.0.1:41234 -> 4040'\n"
+                    "i=0; while [ $i -lt 2000 ]; do echo \"E1128 error copying from local connection $i "
+                    "to remote stream: an error line long enough to fill the pipe quickly....\" >&2; "
+                    f"i=$((i+1)); done\ntouch {done}\nsleep 30\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    proc, _ = port_forward(argparse.Namespace(port=0), "team-a", "colors-driver-3", 4040)
+    try:
+        deadline = time.monotonic() + 30
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists(), "kubectl port-forward blocked writing its errors"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "kubectl port-forward: E1128 error copying from local connection 1999" in capfd.readouterr().err
 
 
 def test_a_forward_that_fails_says_why(tmp_path, monkeypatch):
