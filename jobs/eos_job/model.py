@@ -18,7 +18,7 @@ class Model(BaseModel):
         return self.model_dump(by_alias=True, mode="json", context=WIRE)
 
     @model_serializer(mode="wrap")
-    def _wire_form(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict:
+    def _wire_form(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo):   # unannotated: the JSON schema stays the fields
         data = handler(self)
         if info.context is WIRE:
             for name, field in type(self).model_fields.items():
