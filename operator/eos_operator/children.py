@@ -168,7 +168,9 @@ def _meta(ref: StreamRef, name: str, labels: dict[str, str],
 def run_config_map(ref: StreamRef, config: RunConfig, name: str | None = None) -> dict[str, Any]:
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STREAM: ref.name,
               LABEL_GENERATION: str(config.stream.generation)}
-    data = {RUN_CONFIG_KEY: config.model_dump_json(by_alias=True)}
+    # Unset optional fields are left out (Model.wire), not written as nulls: a runtime one minor version older
+    # (docs/api-policy.md) refuses unknown fields, and would otherwise refuse every field added since it, used or not.
+    data = {RUN_CONFIG_KEY: json.dumps(config.wire())}
     if config.spec.job.deploy_mode == "cluster":
         template = config.spec.job.executor.pod_template.executor_template()
         data[EXECUTOR_TEMPLATE_KEY] = json.dumps(template, sort_keys=True)   # JSON is YAML
