@@ -32,6 +32,7 @@ class PodView:
     blocked: str | None = None               # why a Pending Pod does not start (waiting reason, Unschedulable)
     node: str | None = None                  # spec.nodeName: where it runs
     deleting_since: str | None = None        # metadata.deletionTimestamp
+    evicted: bool = False                    # DisruptionTarget condition, reason EvictionByEvictionAPI (a drain)
 
     @property
     def terminal(self) -> bool:
@@ -193,6 +194,10 @@ def start_blocker(status: dict[str, Any]) -> str | None:
     return None
 
 
+# The reason of the DisruptionTarget condition the API server sets before an eviction deletes the Pod.
+EVICTION_REASON = "EvictionByEvictionAPI"
+
+
 def pod_view(pod: dict[str, Any]) -> PodView:
     """A PodView from a Pod as the API returns it (camelCase dict)."""
     meta = pod.get("metadata") or {}
@@ -216,6 +221,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         message = status.get("message")      # e.g. evicted: the Pod's own message
     if reason is None and status.get("reason"):
         reason = status.get("reason")
+    evicted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                  and c.get("reason") == EVICTION_REASON for c in status.get("conditions") or [])
     raw_attempt = labels.get(LABEL_ATTEMPT)
     attempt = int(raw_attempt) if raw_attempt is not None and raw_attempt.isdigit() else None
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
@@ -224,4 +231,4 @@ def pod_view(pod: dict[str, Any]) -> PodView:
                    node=(pod.get("spec") or {}).get("nodeName"), deleting_since=meta.get("deletionTimestamp"),
                    deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, reason=reason,
                    message=message, attempt=attempt, started_at=started, owner_uid=owner,
-                   action=labels.get(LABEL_SNAPSHOT_ACTION), finished_at=finished)
+                   action=labels.get(LABEL_SNAPSHOT_ACTION), finished_at=finished, evicted=evicted)

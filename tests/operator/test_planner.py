@@ -637,3 +637,44 @@ def test_a_failed_cluster_mode_driver_is_not_kept_since_it_owns_its_executors():
     assert p.status.failed_driver is None and "kubectl logs" not in p.events[0].message
     go = plan(s, p.status, observed(failed, at=41))
     assert go.actions == [DeletePod("colors-driver-0", 0)]
+
+
+# -------------------------------------------------------------------- eviction (a drain): a planned stop
+def test_an_evicted_driver_is_a_planned_stop_not_a_counted_failure():
+    s = spec()
+    st = running_status(s)
+    # The Eviction API deleted it: DisruptionTarget set, SIGTERM sent; the operator waits, says evicted.
+    terminating = plan(s, st, observed(pod("colors-driver-0", "Running", deleting=True, evicted=True)))
+    assert terminating.actions == [] and terminating.status.pending_launch is None
+    assert cond(terminating, "Progressing").reason == "DriverEvicted"
+    assert reasons(terminating) == ["DriverEvicting"]
+    # Gone: a new driver at once, no attempt of the strategy consumed, no failure recorded.
+    gone = plan(s, terminating.status, observed(at=30))
+    assert reasons(gone) == ["DriverEvicted"]
+    assert gone.status.restart_count == 0 and gone.status.failure_times == []
+    launch = gone.status.pending_launch
+    assert launch.reason == "Restart" and launch.pod == "colors-driver-1" and launch.not_before is None
+    assert cond(gone, "Degraded").reason != "DriverFailed"
+    # An evicted Pod seen ended (not yet deleted) is the same planned stop.
+    ended = plan(s, st, observed(pod("colors-driver-0", "Failed", exit_code=143, evicted=True)))
+    assert reasons(ended) == ["DriverEvicted"] and ended.status.restart_count == 0
+
+
+def test_negative_control_the_same_disappearance_without_an_eviction_is_counted():
+    s = spec()
+    st = running_status(s)
+    terminating = plan(s, st, observed(pod("colors-driver-0", "Running", deleting=True)))
+    gone = plan(s, terminating.status, observed(at=30))
+    assert "DriverFailed" in reasons(gone) and gone.status.restart_count == 1
+    assert gone.status.pending_launch.reason == "Restart"
+
+
+def test_pod_view_reads_the_eviction_condition():
+    from eos_operator.observed import pod_view
+    evicted = {"metadata": {"name": "d-0", "deletionTimestamp": "2026-01-01T12:00:00Z"},
+               "status": {"phase": "Running", "conditions": [
+                   {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]}}
+    assert pod_view(evicted).evicted
+    other = {"metadata": {"name": "d-0"}, "status": {"phase": "Running", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}]}}
+    assert not pod_view(other).evicted

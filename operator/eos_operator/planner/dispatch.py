@@ -39,8 +39,8 @@ from ..upgrades import classify, run_affecting_changes
 from ..validation import InvalidSpec
 from .housekeeping import snapshot_housekeeping
 from .launch import continue_launch, plan_deletion
-from .restarts import (REFUSALS, batch_refused, driver_failed, keep_failed_driver, release_failed_driver,
-                       start_launch)
+from .restarts import (REFUSALS, batch_refused, driver_evicted, driver_failed, keep_failed_driver,
+                       release_failed_driver, start_launch)
 from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, kept, not_starting, rejected_text,
                    stop_pods, watch_nondeterminism, watch_replay_horizon)
 from .upgrade import blocked, check_upgrade, overlay_spec, pre_flight, spec_changed
@@ -169,12 +169,25 @@ def _no_driver(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     return step.done(again=True)
 
 
+def _evicted(step: StreamStep, pod) -> bool:
+    """The driver was evicted: seen so (its DisruptionTarget condition), or seen so while it terminated."""
+    if pod is not None and pod.evicted:
+        return True
+    seen = get_condition(step.st.conditions, "Progressing")
+    return (seen is not None and seen.reason == "DriverEvicted"
+            and f"{step.st.driver_pod} " in (seen.message or ""))
+
+
 def _driver_gone(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
+    if _evicted(step, None):
+        return driver_evicted(step, step.st.driver_pod)
     return driver_failed(step, spec, f"driver Pod {step.st.driver_pod} disappeared")
 
 
 def _driver_ended(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     pod = step.obs.pod(step.st.driver_pod)
+    if _evicted(step, pod) and pod.summary_reason not in REFUSALS:
+        return driver_evicted(step, pod.name)
     # Kept for its log; in cluster deploy mode not: its executor Pods are owned by it and would stay too.
     hint = keep_failed_driver(step, pod.name) if spec.job.deploy_mode != "cluster" else ""
     if pod.summary_reason in REFUSALS:
@@ -186,6 +199,13 @@ def _driver_ended(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
 
 def _driver_terminating(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     pod = step.obs.pod(step.st.driver_pod)
+    if pod.evicted:
+        text = f"driver Pod {pod.name} evicted (drain): stopping at a batch boundary, then a new driver"
+        seen = get_condition(step.st.conditions, "Progressing")
+        if seen is None or seen.reason != "DriverEvicted":
+            step.event("Normal", "DriverEvicting", text)
+        step.conditions(("False", "DriverEvicted", text), ("True", "DriverEvicted", text), degraded(step.st))
+        return step.done(requeue_after=POLL_SECONDS)
     step.conditions(("False", "DriverTerminating", f"driver Pod {pod.name} is being deleted"),
                     ("True", "DriverTerminating", f"waiting for {pod.name} to terminate"), degraded(step.st))
     return step.done(requeue_after=POLL_SECONDS)

@@ -15,7 +15,7 @@ from ..actions import DeletePod, Plan
 from ..observed import Observed
 from ..restart import RestartMemory, decide, jitter_unit_for
 from ..timeutil import fmt, fmt_ms_ceil, parse, seconds_between, utc
-from .step import POLL_SECONDS, Cond, StreamStep
+from .step import POLL_SECONDS, Cond, StreamStep, degraded
 
 
 def restart_memory(st: ExactlyOnceStreamStatus) -> RestartMemory:
@@ -140,6 +140,20 @@ def driver_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str, hin
     step.event("Normal", "Restarting", f"{explanation}, as {st.pending_launch.pod}")
     step.conditions(("False", "Restarting", error),
                     ("True", "Restarting", explanation), ("True", "DriverFailed", error))
+    return step.done(again=True)
+
+
+def driver_evicted(step: StreamStep, pod_name: str) -> Plan:
+    """The driver was evicted (``kubectl drain``, the Eviction API): a planned stop, not a failure. The kubelet
+    sent SIGTERM, the runtime stopped at a batch boundary; no attempt is consumed, no failure time recorded, and
+    the new driver starts at once wherever the scheduler places it (the drained node is cordoned)."""
+    st = step.st
+    start_launch(step, "Restart")   # the launch reason enum (CRD) has no Evicted; events and conditions say it
+    st.lifecycle_state = "Restarting"
+    text = (f"driver Pod {pod_name} was evicted (drain): a planned stop, not counted by the restart strategy; "
+            f"restarting as {st.pending_launch.pod}")
+    step.event("Normal", "DriverEvicted", text)
+    step.conditions(("False", "DriverEvicted", text), ("True", "DriverEvicted", text), degraded(st))
     return step.done(again=True)
 
 
