@@ -80,3 +80,18 @@ def build_once(out: Path, waiting: str, present: Callable[[], bool], build: Call
             fcntl.flock(lock, fcntl.LOCK_EX)
         if not present():
             build()
+
+
+def go_install(st: Stack, exe: Path, package: str, *, what: str, estimate: str, flags: tuple[str, ...] = ()) -> Path:
+    """``go install PACKAGE@VERSION`` into ``exe``'s folder (``<cache>/bin/<name>-<version>/``) unless ``exe`` is
+    there already; ``what`` names the part in messages, ``estimate`` says how long a cold build takes."""
+    if os.access(exe, os.X_OK):
+        return exe
+    go = require_go()
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    log(f"{what}: building {package} with go install into {exe.parent} ({estimate})")
+    run_logged_build([go, "install", *flags, package], what=f"{what}: go install", cwd=st.cache,
+                     logfile=st.dir("logs") / f"{what}-build.log", env={**go_env(st), "GOBIN": str(exe.parent)})
+    if not os.access(exe, os.X_OK):
+        raise StackError(f"go install of {package} finished but {exe} is missing")
+    return exe

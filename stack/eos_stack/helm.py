@@ -9,8 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from .common import Stack, StackError, log
-from .go_build import go_env, require_go, run_logged_build
+from .common import Stack, StackError
+from .go_build import go_install
 
 HELM_VERSION = "v3.19.5"
 ENV_KEYS = ["HELM"]
@@ -22,16 +22,8 @@ def helm_bin(st: Stack) -> Path:
 
 def up(st: Stack) -> dict[str, str]:
     exe = helm_bin(st)
-    if not os.access(exe, os.X_OK):
-        go = require_go()
-        exe.parent.mkdir(parents=True, exist_ok=True)
-        log(f"helm: building helm {HELM_VERSION} with go install into {exe.parent} "
-            f"(a few minutes on a cold cache)")
-        run_logged_build([go, "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"],
-                         what="helm: go install", cwd=st.cache, logfile=st.dir("logs") / "helm-build.log",
-                         env={**go_env(st), "GOBIN": str(exe.parent)})
-        if not os.access(exe, os.X_OK):
-            raise StackError(f"go install finished but {exe} is missing")
+    go_install(st, exe, f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}", what="helm",
+               estimate="a few minutes on a cold cache")
     out = subprocess.run([str(exe), "version", "--short"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, env={**os.environ, **helm_env(st)})
     if out.returncode != 0:

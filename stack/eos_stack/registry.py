@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 from .common import Stack, StackError, free_port, log, port_open, wait_for
-from .kube import go_env, require_go, run_logged_build
+from .go_build import go_install
 
 CRANE_VERSION = "v0.22.1"
 MODULE = "github.com/google/go-containerregistry"
@@ -49,18 +49,8 @@ def blobs_dir(st: Stack) -> Path:
 
 
 def ensure_binary(st: Stack) -> Path:
-    exe = crane_bin(st)
-    if os.access(exe, os.X_OK):
-        return exe
-    go = require_go()
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    log(f"registry: building crane {CRANE_VERSION} with go install into {exe.parent} (about a minute cold)")
-    run_logged_build([go, "install", "-trimpath", f"{MODULE}/cmd/crane@{CRANE_VERSION}"], what="registry: go install",
-                     cwd=st.cache, logfile=st.dir("logs") / "registry-build.log",
-                     env={**go_env(st), "GOBIN": str(exe.parent)})
-    if not os.access(exe, os.X_OK):
-        raise StackError(f"go install finished but {exe} is missing")
-    return exe
+    return go_install(st, crane_bin(st), f"{MODULE}/cmd/crane@{CRANE_VERSION}", what="registry",
+                      estimate="about a minute cold", flags=("-trimpath",))
 
 
 def port(st: Stack) -> int:

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from .common import Stack, StackError, free_port, log, port_open
-from .go_build import go_env, require_go, run_logged_build
+from .go_build import go_install
 
 MODULE = "github.com/minio/minio"
 VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"  # master of 2026-02-12 (MinIO publishes no tagged module versions)
@@ -40,18 +40,8 @@ def minio_bin(st: Stack) -> Path:
 
 
 def ensure_binary(st: Stack) -> Path:
-    exe = minio_bin(st)
-    if os.access(exe, os.X_OK):
-        return exe
-    go = require_go()
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    log(f"s3: building the MinIO server {VERSION} with go install into {exe.parent} "
-        "(a cold build takes about 3 minutes on 2 cores)")
-    run_logged_build([go, "install", f"{MODULE}@{VERSION}"], what="s3: go install minio", cwd=st.cache,
-                     logfile=st.dir("logs") / "s3-build.log", env={**go_env(st), "GOBIN": str(exe.parent)})
-    if not os.access(exe, os.X_OK):
-        raise StackError(f"go install finished but {exe} is missing")
-    return exe
+    return go_install(st, minio_bin(st), f"{MODULE}@{VERSION}", what="s3",
+                      estimate="a cold build takes about 3 minutes on 2 cores")
 
 
 # -- state ---------------------------------------------------------------------
