@@ -112,6 +112,11 @@ def test_deployment_is_two_hardened_replicas_electing_a_leader(helm: Helm):
     assert "--leader-election" not in container(single)["args"] and not by_kind(single, "Role")
     refused = helm.run("template", "x", str(CHART), "--set", "leaderElection.enabled=false", check=False)
     assert refused.returncode != 0 and "needs leaderElection.enabled=true" in refused.stderr
+    # Two replicas: a drain takes them one at a time; one replica gets no budget (it would block every drain).
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": dep["spec"]["selector"]["matchLabels"]}}
+    assert not by_kind(single, "PodDisruptionBudget")
+    assert not by_kind(helm.template("--set", "podDisruptionBudget.enabled=false"), "PodDisruptionBudget")
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 10001

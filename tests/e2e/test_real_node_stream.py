@@ -18,6 +18,12 @@ disappear, resolves (fencing every slot) and starts the next driver Pod on a rea
 ledger only grew, no open transaction, every committed slot against the ledger); what the kill hit is read from
 status, as resolution reported it per slot. Before the kill, ``kubectl eos ui``'s port-forward reaches the first
 driver's Spark UI (``job.metrics`` on) and its REST API shows the query's jobs.
+
+Then a drain: the second driver's node is cordoned and the driver evicted through the Eviction API (what
+``kubectl drain`` does for each Pod). The eviction is a planned stop (docs/operations.md#drain-and-eviction): the
+driver stops at a batch boundary on the kubelet's SIGTERM, the restart strategy counts nothing (restartCount stays
+1), the events say DriverEvicting and DriverEvicted, and the third driver runs on the other node. The unique-id
+audit at the end covers all three drivers.
 """
 from __future__ import annotations
 
@@ -138,6 +144,18 @@ def spark_ui_through_port_forward(crs, namespace: str, kubeconfig: str) -> str:
         proc.wait(20)
 
 
+def drain_driver(v1, kubectl, namespace: str, pod_name: str, node: str) -> str:
+    """Cordon ``node`` and evict the driver Pod through the Eviction API (what ``kubectl drain`` does per Pod); the
+    Pod is gone when this returns. The caller uncordons."""
+    kubectl.run("cordon", node)
+    uid = v1.read_namespaced_pod(pod_name, namespace).metadata.uid
+    procs = pod_processes(uid)
+    v1.create_namespaced_pod_eviction(pod_name, namespace, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=pod_name, namespace=namespace)))
+    gone_s = wait_processes_gone(procs)
+    return f"{pod_name} evicted from cordoned {node} ({len(procs)} processes gone {gone_s:.1f} s after the eviction)"
+
+
 def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driver_deletion(
         stack_env, nodes, kubectl, namespace, tmp_path, report_result, monkeypatch):
     from eos_stack import node_services
@@ -232,6 +250,25 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
                 s for s, b in per_slot.items() if b >= replay), res
         wait_until(lambda: committed() >= res["checkpointLastCommittedBatch"] + 3,
                    "three batches committed by the next driver", 420, diagnose, 1)
+
+        # A drain of the second driver's node, as `kubectl drain` does it for this Pod: cordon, then the Eviction
+        # API (not `kubectl drain` itself: its selector cannot be held to this namespace, and other tests' Pods
+        # share the nodes). The eviction is a planned stop: no restart counted, and the next driver lands on the
+        # other node.
+        drained = drain_driver(v1, kubectl, namespace, f"{NAME}-driver-1", second_node)
+        try:
+            after_drain = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-2"
+                                         and s.get("lifecycleState") == "Running" else None)(
+                status()), "the driver after the drain to run", 300, diagnose, 1)
+            third_node = on_a_real_node(pod(f"{NAME}-driver-2"), nodes)
+        finally:
+            kubectl.run("uncordon", second_node)
+        assert third_node != second_node, f"the drained node {second_node} got the next driver"
+        assert after_drain["restartCount"] == 1, f"the eviction was counted as a failure: {after_drain}"
+        reasons = kubectl.events(namespace, NAME)
+        assert "DriverEvicting" in reasons and "DriverEvicted" in reasons, reasons
+        drained_at = committed()
+        wait_until(lambda: committed() >= drained_at + 2, "two batches committed after the drain", 420, diagnose, 1)
         expected = feed.finish()
         wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=420)
         assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
@@ -240,7 +277,8 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
                       f"in open transactions ({len(procs)} processes in {len(set(procs.values()))} process groups, "
                       f"gone {gone_s:.1f} s after the deletion, SIGTERM {'logged' if sigterm else 'not logged'} by the "
                       f"driver); the kill hit {what_the_kill_hit(res)}; "
-                      f"{NAME}-driver-1 resumed on {second_node}; {ui_seen}")
+                      f"{NAME}-driver-1 resumed on {second_node}; {ui_seen}; {drained}, "
+                      f"{NAME}-driver-2 resumed on {third_node}, restarts still {after_drain['restartCount']}")
     finally:
         feed.stop_flag.set()
         try:    # the operator stops the driver gracefully and releases the stream
