@@ -23,8 +23,10 @@ RESTRICTED_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
 
 def node_image() -> str:
     """The project's image as Pods on the real nodes name it: in the stack's registry (``EOS_NODE_IMAGE``, pushed
-    and pulled into each node by ``eos_stack up node``)."""
-    return image_ref(Stack(), image_name())
+    and pulled into each node by ``eos_stack up node``). ``EOS_TEST_IMAGE`` names another local image (built
+    with ``make image EOS_IMAGE_TAG=...``, which pushes it), pulled by the nodes when a Pod first asks for it:
+    a branch's image tried on the shared stack without replacing the default."""
+    return image_ref(Stack(), os.environ.get("EOS_TEST_IMAGE") or image_name())
 
 
 def real_pod(name: str, command: list[str], *, memory: str | None = None, node_name: str | None = None,
