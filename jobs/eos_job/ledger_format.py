@@ -144,7 +144,9 @@ class BatchCompleteRecord:
     ({topic: {partition: next offset}}, from ``offsets/N``): a restart replays from there, so
     the operator compares it with what the source still retains (the replay horizon).
     ``nondeterministic_slots_total`` is carried from record to record (each driver continues
-    the last one), so the operator sees every detection even if it reads only the latest."""
+    the last one), so the operator sees every detection even if it reads only the latest.
+    ``runtime_version`` is the ``eos_job.__version__`` of the driver that wrote it (amendment A3: for the
+    operator's version-skew check only; None in records of runtimes before it, and then left out)."""
     batch: int
     slots: int
     count: int
@@ -153,9 +155,13 @@ class BatchCompleteRecord:
     source_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     nondeterministic_slots: int = 0        # slots of this batch whose replay differed from the sink
     nondeterministic_slots_total: int = 0  # the same, summed over every batch of the ledger so far
+    runtime_version: str | None = None
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        doc = asdict(self)
+        if self.runtime_version is None:
+            del doc["runtime_version"]
+        return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> "BatchCompleteRecord":

@@ -210,6 +210,10 @@ class ExactlyOnceStreamStatus(Model):
     nondeterministic_slots: int | None = Field(None, description=(
         "Replayed slots whose output differed from what the sink holds (the transformation is not "
         "deterministic), summed over the stream's ledger, as last seen."))
+    runtime_version: str | None = Field(None, description=(
+        "Job runtime version (eos_job) of the driver that wrote the newest batch-complete record of the ledger, "
+        "as last seen: the operator compares it with its own (Degraded, reason RuntimeVersionSkew, when outside "
+        "the version-skew policy). Unset: no batch seen yet, or a runtime too old to report it."))
     restart_count: int = Field(0, description="Restarts since the last reset (restartNonce or a stable run).")
     next_restart_time: str | None = Field(None, description="When the pending restart may start (RFC 3339).")
     last_error: str | None = Field(None, description="Why the last driver failed: exit code and termination message.")

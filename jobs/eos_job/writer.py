@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import checkpoint, faults, protocol, slot_stats, source_slots
+from . import __version__, checkpoint, faults, protocol, slot_stats, source_slots
 from .contract import BatchRefused, DriverSuperseded, JobFailed
 from .ledger import admin_client, base_config, ledger_consumer, read_history, sink_security
 from .log_format import log_context
@@ -213,7 +213,8 @@ class BatchWriter:
             nondet = sum(1 for c in commits if c.nondeterministic)
             nondet_total = self._nondeterministic_total() + nondet
             record = protocol.BatchCompleteRecord(batch_id, self.slots, count, skipped, dead,
-                                                  self._source_positions(batch_id), nondet, nondet_total)
+                                                  self._source_positions(batch_id), nondet, nondet_total,
+                                                  runtime_version=__version__)
             done_record = replace(self.history.get(batch_id) or intent, complete=True)
             uid = self.base["stream_uid"]
             old = batch_id - protocol.HISTORY_BATCHES

@@ -82,6 +82,7 @@ class LedgerTip:
     """The stream's last batch-complete ledger record, as far as progress goes."""
     batch: int
     nondeterministic_slots_total: int = 0
+    runtime_version: str | None = None   # of the driver that wrote it (None: a runtime before amendment A3)
 
 
 class Progress(Protocol):

@@ -136,8 +136,10 @@ class Observed:
     # from the driver's Pod annotations (filled by the observer once the runtime
     # publishes it). None = unknown; the planner then keeps what status has.
     last_committed_batch: int | None = None
-    # With it, from the same ledger record: replayed slots whose output differed from the sink, so far.
+    # With it, from the same ledger record: replayed slots whose output differed from the sink, so far,
+    # and the runtime version of the driver that wrote it (None also when that runtime reports none).
     nondeterministic_slots: int | None = None
+    runtime_version: str | None = None
     # Read only while an upgrade waits for its old driver to stop (status.upgrade.step Stopping):
     # the snapshot that driver was to write (None = none there), whether the store could be read at
     # all, and the state of the live checkpoint location.

@@ -179,7 +179,8 @@ class LedgerProgress:
     async def ledger_tip(self, config: RunConfig, kafka: dict[str, KafkaSecrets] | None = None) -> LedgerTip | None:
         async def read() -> LedgerTip | None:
             record = await self._record(config, kafka)
-            return None if record is None else LedgerTip(record.batch, record.nondeterministic_slots_total)
+            return None if record is None else LedgerTip(record.batch, record.nondeterministic_slots_total,
+                                                         record.runtime_version)
 
         return await self._tip(config, read)
 

@@ -74,7 +74,7 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
     name, namespace = meta["name"], meta.get("namespace", "default")
     raw_pods = await deps.kube.list_driver_pods(namespace, name)
     pods = tuple(sorted((pod_view(p) for p in raw_pods), key=lambda p: p.name))
-    batch = nondet = None
+    batch = nondet = runtime = None
     driver = next((p for p in pods if p.name == status.driver_pod), None)
     kafka: dict[str, KafkaSecrets] | None = None
     if deps.progress is not None and isinstance(spec, ExactlyOnceStreamSpec):
@@ -86,6 +86,7 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
         if tip is not None:
             batch = tip.batch
             nondet = tip.nondeterministic_slots_total
+            runtime = tip.runtime_version
     snapshot, readable, ckpt_state = await _read_store(namespace, status, spec, deps)
     aux = await deps.kube.list_pods(namespace, children.aux_selector(name))
     aux_pods = tuple(sorted((pod_view(p) for p in aux), key=lambda p: p.name))
@@ -101,10 +102,9 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
         horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation), kafka)
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
-                    last_committed_batch=batch, nondeterministic_slots=nondet, snapshot=snapshot,
-                    store_readable=readable,
-                    checkpoint_state=ckpt_state, snapshots=tuple(snaps), aux_pods=aux_pods,
-                    restore_source=restore, wanted_by_others=wanted, replay_horizon=horizon)
+                    last_committed_batch=batch, nondeterministic_slots=nondet, runtime_version=runtime,
+                    snapshot=snapshot, store_readable=readable, checkpoint_state=ckpt_state, snapshots=tuple(snaps),
+                    aux_pods=aux_pods, restore_source=restore, wanted_by_others=wanted, replay_horizon=horizon)
 
 
 async def _wanted_by_others(deps: Deps, namespace: str, name: str) -> frozenset[str]:

@@ -68,10 +68,11 @@ class FakeProgress:
     horizon: ReplayHorizon | None = None
     horizon_calls: int = 0
     nondeterministic: int = 0
+    runtime_version: str | None = None
 
     async def ledger_tip(self, config: RunConfig, kafka=None) -> LedgerTip | None:
         self.calls += 1
-        return None if self.batch is None else LedgerTip(self.batch, self.nondeterministic)
+        return None if self.batch is None else LedgerTip(self.batch, self.nondeterministic, self.runtime_version)
 
     async def replay_horizon(self, config: RunConfig, kafka=None) -> ReplayHorizon | None:
         self.horizon_calls += 1

@@ -43,7 +43,7 @@ from .launch import continue_launch, plan_deletion
 from .restarts import (REFUSALS, batch_refused, driver_evicted, driver_failed, keep_failed_driver,
                        release_failed_driver, start_launch)
 from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, kept, not_starting, rejected_text,
-                   stop_pods, watch_nondeterminism, watch_replay_horizon)
+                   stop_pods, watch_nondeterminism, watch_replay_horizon, watch_runtime_version)
 from .upgrade import blocked, check_upgrade, overlay_spec, pre_flight, spec_changed
 
 DRIVER_BLOCKED = "DriverStartBlocked"   # Ready=False: the driver Pod cannot start (start_failures.py)
@@ -330,6 +330,7 @@ def running(step: StreamStep, pod: PodView) -> Plan:
         st.last_committed_batch = step.obs.last_committed_batch
     release_failed_driver(step)
     watch_nondeterminism(step)
+    watch_runtime_version(step)
     st.next_restart_time = None
     progressing: Cond = ("False", "Running", "the driver runs the current spec")
     if st.upgrade_check is not None:

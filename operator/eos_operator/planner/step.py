@@ -11,11 +11,15 @@ from typing import Literal
 
 from eos_job.status import ExactlyOnceStreamStatus, RejectedSpec
 
+from .. import __version__ as OPERATOR_VERSION
 from .. import children
 from ..actions import DeletePod, Step
-from ..conditions import DEGRADED, PROGRESSING, READY, RECONCILING, STALLED, kstatus_conditions, set_condition
+from ..conditions import (DEGRADED, PROGRESSING, READY, RECONCILING, STALLED, get_condition, kstatus_conditions,
+                          set_condition)
 from ..observed import Observed
 from ..start_failures import past_start_deadline
+from ..version_skew import REASON as RUNTIME_SKEW
+from ..version_skew import skew_message
 
 POLL_SECONDS = 2.0  # how soon to look again while waiting for a Pod to go or come
 SNAPSHOT_HISTORY = 10  # snapshots kept in status.snapshots (the files stay in the store)
@@ -70,6 +74,9 @@ def degraded(st: ExactlyOnceStreamStatus) -> Cond:
     horizon = st.replay_horizon
     if horizon is not None and horizon.state != "Safe":
         return ("True", f"ReplayHorizon{horizon.state}", horizon.message)
+    skew = skew_message(OPERATOR_VERSION, st.runtime_version)
+    if skew is not None:   # last: the stream runs on, and the others need acting on sooner
+        return ("True", RUNTIME_SKEW, skew)
     return ("False", "AsExpected", "")
 
 
@@ -99,6 +106,26 @@ def watch_nondeterminism(step: StreamStep) -> None:
                    "twice, but a result depends on which attempt ran first; the driver log names the batch "
                    "and slot. Make the transformation deterministic")
     st.nondeterministic_slots = seen
+
+
+def watch_runtime_version(step: StreamStep) -> None:
+    """Record the runtime version the newest batch-complete record names (amendment A3); a Warning when it falls
+    outside the version-skew policy (once per version, or once when an upgraded operator first judges it: Degraded
+    did not say anything yet), Normal when a record of a runtime inside it follows. Only with a record read: a
+    runtime that reports nothing leaves ``runtimeVersion`` unset and is not judged."""
+    st, obs = step.st, step.obs
+    if obs.last_committed_batch is None:
+        return
+    before = skew_message(OPERATOR_VERSION, st.runtime_version)
+    now = skew_message(OPERATOR_VERSION, obs.runtime_version)
+    said = get_condition(st.conditions, DEGRADED)
+    if now is not None and (obs.runtime_version != st.runtime_version or said is None or said.status != "True"):
+        step.event("Warning", RUNTIME_SKEW, f"{now}; the stream keeps running")
+    elif now is None and before is not None:
+        step.event("Normal", "RuntimeVersionInPolicy",
+                   f"runtime {obs.runtime_version or '(unreported)'} wrote the newest batch: "
+                   f"no longer outside the version-skew policy of operator {OPERATOR_VERSION}")
+    st.runtime_version = obs.runtime_version
 
 
 def watch_replay_horizon(step: StreamStep) -> None:
