@@ -124,7 +124,7 @@ def ports(st: Stack) -> dict[str, int]:
 
 def _ours_running(st: Stack) -> bool:
     return any(st.running_pid(f"{n.name}-kubelet") for n in layouts(st.state, count())) or \
-        st.running_pid(SCHEDULER) is not None
+        st.running_pid(SCHEDULER) is not None or st.running_pid(node_dns.DAEMON) is not None
 
 
 def kubectl(st: Stack, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
