@@ -1,6 +1,6 @@
 """Building the stack's Go binaries from the Go module proxy (the Kubernetes control plane, the real nodes'
-kubelet and CoreDNS, helm, MinIO, Prometheus, the GitOps check): Go's caches under the stack cache, the Go version checked, a
-long build's heartbeat, one build at a time per output folder."""
+kubelet and CoreDNS, helm, MinIO, Prometheus, the GitOps check): Go's caches under the stack cache, the Go
+version checked, a long build's heartbeat, one build at a time per output folder."""
 from __future__ import annotations
 
 import fcntl

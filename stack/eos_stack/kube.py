@@ -9,8 +9,8 @@ namespace deletion behave as in a cluster, and the PersistentVolume ones
 (``persistentvolume-binder``, ``pvc-protection``, ``pv-protection``), so claims bind
 to PersistentVolumes and are deleted as in a cluster, and the ``deployment`` and
 ``replicaset`` ones, so the chart's operator Deployment gets its Pod, and the ``endpointslice`` one, so a
-Service gets its EndpointSlices (what the real nodes' cluster DNS answers a headless Service's names from). Pods are run by
-the test-only process kubelet in ``tests/harness/kubelet.py``.
+Service gets its EndpointSlices (what the real nodes' cluster DNS answers a headless Service's names from).
+Pods are run by the test-only process kubelet in ``tests/harness/kubelet.py``.
 
 Certificates (a CA, the apiserver's serving cert, the service-account key pair
 and an admin client cert in ``system:masters``) are made with the ``openssl``
