@@ -474,7 +474,8 @@ def up(st: Stack) -> dict[str, str]:
         st.start_daemon("kube-apiserver", apiserver_argv, marker=str(pki / "apiserver.crt"))
         _wait_daemon(st, "kube-apiserver", lambda: apiserver_ready(st), "kube-apiserver /readyz", 180)
 
-    # kube-controller-manager (owner-reference GC, namespace deletion, PersistentVolume binding and protection)
+    # kube-controller-manager (owner-reference GC, namespace deletion, PersistentVolume binding and protection,
+    # Deployments, EndpointSlices)
     kcm_argv = [
         str(binary(st, "kube-controller-manager")),
         f"--kubeconfig={kcm_cfg}",
