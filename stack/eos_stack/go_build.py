@@ -1,6 +1,6 @@
-"""Building the stack's Go binaries from the Go module proxy (the Kubernetes control plane and the real nodes'
-kubelet, helm, MinIO, Prometheus, the GitOps check): Go's caches under the stack cache, the Go version checked, a
-long build's heartbeat, one build at a time per output folder."""
+"""Building the stack's Go binaries from the Go module proxy (the Kubernetes control plane, the real nodes'
+kubelet and CoreDNS, helm, MinIO, Prometheus, the GitOps check): Go's caches under the stack cache, the Go
+version checked, a long build's heartbeat, one build at a time per output folder."""
 from __future__ import annotations
 
 import fcntl
@@ -29,14 +29,17 @@ def go_env(st: Stack) -> dict[str, str]:
     }
 
 
-def require_go() -> str:
-    go = require_tool("go", "install Go 1.25+ (https://go.dev/doc/install, or your package manager) "
+def require_go(minimum: tuple[int, int] = GO_MIN) -> str:
+    """The go command, at least ``minimum`` (a module whose go.mod asks for a newer Go fails to build with
+    GOTOOLCHAIN=local: say so first)."""
+    want = f"{minimum[0]}.{minimum[1]}+"
+    go = require_tool("go", f"install Go {want} (https://go.dev/doc/install, or your package manager) "
                             "so the stack can build the Kubernetes control plane and helm")
     out = subprocess.run([go, "env", "GOVERSION"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True).stdout.strip()
     m = re.match(r"go(\d+)\.(\d+)", out)
-    if not m or (int(m.group(1)), int(m.group(2))) < GO_MIN:
-        raise StackError(f"found Go '{out or 'unknown version'}' at {go}; install Go 1.25+")
+    if not m or (int(m.group(1)), int(m.group(2))) < minimum:
+        raise StackError(f"found Go '{out or 'unknown version'}' at {go}; install Go {want}")
     return go
 
 

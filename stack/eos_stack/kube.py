@@ -8,8 +8,9 @@ There is no kubelet and no scheduler; the controller-manager runs only the
 namespace deletion behave as in a cluster, and the PersistentVolume ones
 (``persistentvolume-binder``, ``pvc-protection``, ``pv-protection``), so claims bind
 to PersistentVolumes and are deleted as in a cluster, and the ``deployment`` and
-``replicaset`` ones, so the chart's operator Deployment gets its Pod. Pods are run by
-the test-only process kubelet in ``tests/harness/kubelet.py``.
+``replicaset`` ones, so the chart's operator Deployment gets its Pod, and the ``endpointslice`` one, so a
+Service gets its EndpointSlices (what the real nodes' cluster DNS answers a headless Service's names from).
+Pods are run by the test-only process kubelet in ``tests/harness/kubelet.py``.
 
 Certificates (a CA, the apiserver's serving cert, the service-account key pair
 and an admin client cert in ``system:masters``) are made with the ``openssl``
@@ -473,13 +474,16 @@ def up(st: Stack) -> dict[str, str]:
         st.start_daemon("kube-apiserver", apiserver_argv, marker=str(pki / "apiserver.crt"))
         _wait_daemon(st, "kube-apiserver", lambda: apiserver_ready(st), "kube-apiserver /readyz", 180)
 
-    # kube-controller-manager (owner-reference GC, namespace deletion, PersistentVolume binding and protection)
+    # kube-controller-manager (owner-reference GC, namespace deletion, PersistentVolume binding and protection,
+    # Deployments, EndpointSlices)
     kcm_argv = [
         str(binary(st, "kube-controller-manager")),
         f"--kubeconfig={kcm_cfg}",
         # deployment and replicaset: the chart's operator Deployment runs (tests/e2e: its Pod in a container).
+        # endpointslice: a Service's EndpointSlices, where the real nodes' cluster DNS (node_dns.py) finds a
+        # headless Service's Pods.
         "--controllers=garbagecollector,namespace,persistentvolume-binder,pvc-protection,pv-protection,"
-        "deployment,replicaset",
+        "deployment,replicaset,endpointslice",
         "--use-service-account-credentials=false",
         "--leader-elect=false",
         "--bind-address=127.0.0.1", f"--secure-port={ports['controller_manager']}",

@@ -23,6 +23,7 @@ kubelet flags are set by the kube part's plain ``up``): tests may start it while
 - **Images.** A pause image built here (a static C program, node_config.PAUSE_C) imported into each
   containerd; the project's image (``make image``) pushed to the stack's registry (eos_stack.registry) and
   pulled by each containerd (node_images.py); Pods name it ``$EOS_NODE_IMAGE`` (``<registry>/<name>:<tag>``).
+- **Cluster DNS.** CoreDNS on the services address (node_dns.py), the kubelets' ``clusterDNS``.
 - **Identities.** Client certificates of the stack CA: ``system:node:<name>`` in ``system:nodes`` (bound to
   the ``system:node`` ClusterRole: the API server runs RBAC without the Node authorizer) and
   ``system:kube-scheduler``. Each kubelet serves a certificate for its node IP; the API server reaches it
@@ -44,7 +45,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import go_build, kube, node_services, registry
+from . import go_build, kube, node_dns, node_services, registry
 from .common import Stack, StackError, free_port, log, port_open, wait_for
 from .node_config import (SCHEDULER_NAME, TAINT, NodeLayout, cni_conflist, containerd_toml, kubelet_argv,
                           kubelet_config, layouts, resolv_conf, scheduler_config)
@@ -55,7 +56,7 @@ from .node_images import ctr, ensure_pause, load_images, write_registry_hosts
 BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
 PACKAGES = [f"k8s.io/kubernetes/cmd/{b}" for b in BINARIES]
 SCHEDULER = "kube-scheduler"
-ENV_KEYS = ["EOS_NODES", "EOS_NODE_IMAGE", *node_services.ENV_KEYS]
+ENV_KEYS = ["EOS_NODES", "EOS_NODE_IMAGE", "EOS_CLUSTER_DNS", *node_services.ENV_KEYS]
 
 
 def count() -> int:
@@ -110,6 +111,7 @@ def ports(st: Stack) -> dict[str, int]:
     pf = home(st) / "ports.json"
     chosen = json.loads(pf.read_text()) if pf.exists() else {}
     names = [f"{n.name}-{k}" for n in layouts(st.state, count()) for k in ("kubelet", "healthz")] + [SCHEDULER]
+    names += list(node_dns.PORT_NAMES)
     for name in names:
         if name not in chosen or (port_open(chosen[name]) and not _ours_running(st)):
             port = free_port()
@@ -122,7 +124,7 @@ def ports(st: Stack) -> dict[str, int]:
 
 def _ours_running(st: Stack) -> bool:
     return any(st.running_pid(f"{n.name}-kubelet") for n in layouts(st.state, count())) or \
-        st.running_pid(SCHEDULER) is not None
+        st.running_pid(SCHEDULER) is not None or st.running_pid(node_dns.DAEMON) is not None
 
 
 def kubectl(st: Stack, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -173,7 +175,9 @@ def start_containerd(st: Stack, n: NodeLayout) -> None:
 
 # -- kubelet and scheduler --------------------------------------------------------------------------------
 def start_kubelet(st: Stack, n: NodeLayout, p: dict[str, int]) -> bool:
-    """Start the node's kubelet unless it runs; True when started."""
+    """Start the node's kubelet unless it runs with this configuration; True when started. One running with
+    another configuration (older code: no ``clusterDNS`` that answers) is restarted; its Pods keep running
+    (containerd holds them), and Pods made after it get the new configuration."""
     name = f"{n.name}-kubelet"
     ids = ensure_identities(st, n)
     for d in (n.cni_conf_dir, n.kubelet_root, n.home / "pod-logs", n.home / "volume-plugins"):
@@ -181,10 +185,14 @@ def start_kubelet(st: Stack, n: NodeLayout, p: dict[str, int]) -> bool:
     (n.cni_conf_dir / "10-eos.conflist").write_text(json.dumps(cni_conflist(n), indent=2) + "\n")
     (n.home / "resolv.conf").write_text(resolv_conf())
     cfg = n.home / "kubelet.json"
-    cfg.write_text(json.dumps(kubelet_config(
+    text = json.dumps(kubelet_config(
         n, ca=kube.pki_dir(st) / "ca.crt", serving_crt=ids["crt"], serving_key=ids["key"],
         port=p[f"{n.name}-kubelet"], healthz_port=p[f"{n.name}-healthz"], resolv_conf=n.home / "resolv.conf"),
-        indent=2) + "\n")
+        indent=2) + "\n"
+    if st.running_pid(name) is not None and cfg.exists() and cfg.read_text() != text:
+        log(f"node: {name} runs with an older configuration; restarting it")
+        st.stop_daemon(name)
+    cfg.write_text(text)
     argv = kubelet_argv(bin_dir(st) / "kubelet", n, cfg, ids["kubeconfig"])
     if st.running_pid(name) is not None:
         return False
@@ -263,6 +271,8 @@ def _up(st: Stack) -> dict[str, str]:
     p = ports(st)
     services.update(node_services.up(st))
     _apply(st, RBAC)
+    # Before the kubelets: their clusterDNS is its address (node_dns.py).
+    services["EOS_CLUSTER_DNS"] = node_dns.up(st, p, lambda obj: _apply(st, obj))
     nodes = layouts(st.state, count())
     since = time.time() - 1   # heartbeat times have whole seconds
     fresh = set()
@@ -350,6 +360,7 @@ def down(st: Stack, purge: bool = False) -> None:
         if subprocess.run(["ip", "link", "show", n.bridge], capture_output=True).returncode == 0:
             subprocess.run(["ip", "link", "delete", n.bridge], capture_output=True)
     remove_kubelet_chains()
+    node_dns.down(st)
     node_services.down(st)
     if purge and (st.state / "node").exists():
         shutil.rmtree(st.state / "node", ignore_errors=True)
@@ -369,8 +380,10 @@ def status(st: Stack) -> tuple[str, str]:
         return "stopped", f"not Ready: {', '.join(not_ready)}"
     if st.running_pid(node_services.FORWARDER) is None:
         return "stopped", f"not running: {node_services.FORWARDER} (the services address for Pods)"
+    if st.running_pid(node_dns.DAEMON) is None:
+        return "stopped", f"not running: {node_dns.DAEMON} (the cluster DNS)"
     return "running", ", ".join(f"{n.name} ({n.node_ip}, Pods {n.pod_cidr})" for n in nodes) + \
-        f"; services for Pods at {nodes[0].services_ip}"
+        f"; services and cluster DNS for Pods at {nodes[0].services_ip}"
 
 
 def main(argv: list[str] | None = None) -> int:

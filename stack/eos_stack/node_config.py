@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NODES = (1, 2)
-CLUSTER_DNS = "10.0.0.10"          # inside kube.SERVICE_CIDR; no DNS server answers there yet
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "localhost/eos-pause:1.0"
 CNI_BIN_DIR = "/usr/lib/cni"        # Debian's containernetworking-plugins
@@ -283,7 +282,7 @@ def kubelet_config(n: NodeLayout, *, ca: Path, serving_crt: Path, serving_key: P
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                            "x509": {"clientCAFile": str(ca)}},
         "authorization": {"mode": "Webhook"},
-        "clusterDNS": [CLUSTER_DNS],
+        "clusterDNS": [n.services_ip],          # CoreDNS (node_dns.py) listens there
         "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": str(resolv_conf),
         "podCIDR": n.pod_cidr,
@@ -312,7 +311,7 @@ def kubelet_argv(binary: Path, n: NodeLayout, config: Path, kubeconfig: Path) ->
 
 def resolv_conf() -> str:
     """The Pods' upstream resolver (``dnsPolicy: Default``): none reachable from a Pod network that leaves no
-    packet off the machine; ClusterFirst Pods get ``clusterDNS`` instead."""
+    packet off the machine; ClusterFirst Pods (the default) get ``clusterDNS``, the stack's CoreDNS, instead."""
     return "# Written by eos_stack.node: no resolver is reachable from the Pod network.\nnameserver 127.0.0.1\n"
 
 

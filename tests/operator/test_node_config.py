@@ -50,7 +50,7 @@ def test_kubelet_config_for_cgroups_v1_and_the_stack_ca():
     cfg = nc.kubelet_config(n, ca=Path("/ca.crt"), serving_crt=Path("/s.crt"), serving_key=Path("/s.key"),
                             port=1234, healthz_port=1235, resolv_conf=Path("/r"))
     assert cfg["failCgroupV1"] is False and cfg["cgroupDriver"] == "cgroupfs" and cfg["cgroupRoot"] == n.cgroup_root
-    assert cfg["clusterDNS"] == [nc.CLUSTER_DNS] and cfg["address"] == n.node_ip and cfg["readOnlyPort"] == 0
+    assert cfg["clusterDNS"] == [n.services_ip] and cfg["address"] == n.node_ip and cfg["readOnlyPort"] == 0
     assert cfg["authentication"]["anonymous"]["enabled"] is False
     assert cfg["authentication"]["x509"]["clientCAFile"] == "/ca.crt" and cfg["authorization"]["mode"] == "Webhook"
     argv = nc.kubelet_argv(Path("/kubelet"), n, Path("/c"), Path("/k"))
