@@ -335,6 +335,9 @@ class FakeKube:
     async def apply_service(self, namespace: str, body: dict[str, Any]) -> None:
         self._apply("Service", namespace, body)
 
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.services.get((namespace, name))
+
     async def delete_config_map(self, namespace: str, name: str, owner_uid: str) -> None:
         if self._owned_by("ConfigMap", namespace, name, owner_uid) is not None:
             del self.config_maps[(namespace, name)]
