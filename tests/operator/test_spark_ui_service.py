@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import timedelta
 
+from eos_job.driver_metrics import DriverMetrics
 from eos_job.spec import ExactlyOnceStreamSpec
-from eos_job.status import ExactlyOnceStreamStatus
+from eos_job.status import ExactlyOnceStreamStatus, PendingLaunch
 from eos_operator import children, spark_ui, upgrades
 from eos_operator.actions import ApplyService, DeletePod, DeleteService, Resolve
 from eos_operator.children import StreamRef
 from eos_operator.observed import Observed, PodView
 from eos_operator.planner import plan
 from eos_operator.planner import spark_ui as ui_planner
+from eos_operator.planner.upgrade import overlay_spec
 from eos_operator.reconciler import Deps, reconcile
 from eos_operator.upgrades import spec_json
 from eos_operator.validation import InvalidSpec, validate_spec
@@ -117,7 +120,6 @@ def test_on_it_is_recorded_then_made_in_any_state():
 def test_it_is_made_after_what_the_state_decided():
     # The launch's own actions come first: a refused Service (best effort) cannot stand in front of them.
     s = spec(UI)
-    from eos_job.status import PendingLaunch
     st = ExactlyOnceStreamStatus(lifecycle_state="Deploying", observed_restart_nonce=0, last_reconciled_spec=None,
                                  pending_launch=PendingLaunch(attempt=0, pod="colors-driver-0", reason="Create",
                                                               resolved_spec_hash=s.spec_hash()))
@@ -164,7 +166,6 @@ def test_turned_off_it_is_deleted_then_forgotten_once_gone():
 
 
 def test_the_streams_deletion_deletes_it_by_name_and_uid():
-    from dataclasses import replace
     p = plan(spec(UI), running(spec(UI), ui_service="colors-ui"), replace(observed(), deleting=True))
     assert DeleteService("colors-ui", UID) in p.actions
 
@@ -177,7 +178,7 @@ def test_without_the_ui_it_is_refused_naming_the_field_and_the_fix():
         (err,) = [e for e in res.errors if "uiService" in e]
         assert err.startswith("spec.job.metrics.uiService:") and "set job.metrics.enabled: true" in err, err
     # The CRD says the same to the API server (the invalid corpus has the file: ui-service-without-metrics).
-    rules = spark_ui.DriverMetrics.model_config["json_schema_extra"]["x-kubernetes-validations"]
+    rules = DriverMetrics.model_config["json_schema_extra"]["x-kubernetes-validations"]
     assert rules[0]["fieldPath"] == ".uiService" and rules[0]["message"].startswith("spec.job.metrics.uiService:")
 
 
@@ -200,7 +201,6 @@ def test_a_toggle_restarts_nothing_and_reaches_no_runtime():
 
 
 def test_a_rejected_specs_overlay_does_not_invent_metrics():
-    from eos_operator.planner.upgrade import overlay_spec
     stable = spec()                            # the last stable spec had no job.metrics
     current = spec(UI)
     assert overlay_spec(spec_json(stable), current).job.metrics is None

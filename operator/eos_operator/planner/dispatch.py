@@ -21,7 +21,8 @@ dispatches on one :class:`ReconciliationState`, derived from status and observat
     NO_DRIVER (created or resumed) --> LAUNCHING;  DRIVER_TERMINATING waits for the Pod to go.
 
 launch.py walks a launch through its steps, upgrade.py an upgrade's, restarts.py applies the
-restart strategy, housekeeping.py asks for snapshots and prunes them.
+restart strategy, housekeeping.py asks for snapshots and prunes them. Last, in any state, spark_ui.py adds the
+Spark UI Service's actions after the branch's (``job.metrics.uiService``).
 """
 from __future__ import annotations
 
