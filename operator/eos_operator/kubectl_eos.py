@@ -100,12 +100,18 @@ class Api:
         return json.loads(out.data)
 
     def service(self, ns: str, name: str) -> dict | None:
-        """A Service (``ui``: the stream's Spark UI Service), or None if there is none."""
+        """A Service (``ui``: the stream's Spark UI Service), or None if there is none or it may not be read
+        (then ``ui`` forwards to the Pod, as without one)."""
+        from kubernetes.client.rest import ApiException
         try:
             out = self._call(f"service {ns}/{name}", self.core.read_namespaced_service, name, ns,
                              _preload_content=False)
         except NotFound:
             return None
+        except ApiException as exc:
+            if exc.status == 403:
+                return None
+            raise
         return json.loads(out.data)
 
     def events(self, ns: str, name: str) -> list[dict]:
