@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -265,12 +266,14 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         # `kubectl eos ui` runs the kubectl on PATH: the stack's, of the API server's version.
         monkeypatch.setenv("PATH", f"{os.path.dirname(stack_env['KUBECTL'])}{os.pathsep}{os.environ['PATH']}")
         ui_seen, first_app = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
+        t0 = time.monotonic()    # the Spark UI Service's checks: their time is reported (the test's added time)
         stream_uid = crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)["metadata"]["uid"]
         service_seen = the_ui_service(v1, namespace, stream_uid)
         assert status().get("uiService") == f"{NAME}-ui", status()
         ui_cmd = UiCommand(namespace, stack_env["KUBECONFIG"])
         assert f"svc/{NAME}-ui" in ui_cmd.first, ui_cmd.first          # through the Service, not the Pod
         assert (ui_cmd.app() or {}).get("id") == first_app, (ui_cmd.first, ui_cmd.err[-2000:])
+        ui_seconds = time.monotonic() - t0
         log = LogFollower(v1, namespace, f"{NAME}-driver-0")
         log.start()
         procs = pod_processes(first["metadata"]["uid"])
@@ -309,6 +312,7 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         wait_until(lambda: committed() >= res["checkpointLastCommittedBatch"] + 3,
                    "three batches committed by the next driver", 420, diagnose, 1)
         # The same `kubectl eos ui` URL, kept running through the kill: the next driver answers through the Service.
+        t0 = time.monotonic()
         second = wait_until(lambda: (lambda a: a if a and a["id"] != first_app else None)(ui_cmd.app()),
                             "kubectl eos ui's URL to answer with the next driver's application", 120,
                             lambda: diagnose() + "\nkubectl eos ui: " + ui_cmd.err[-3000:], 1)
@@ -318,10 +322,12 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         assert second["id"] == second_app != first_app, (second, second_app, first_app)
         assert f"forwarding svc/{NAME}-ui again on {ui_cmd.url}" in ui_cmd.err, ui_cmd.err[-3000:]
         ui_cmd.stop()
+        ui_seconds += time.monotonic() - t0
         expected = feed.finish()
         wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=420)
         assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
         # Turned off: the Service goes, the driver stays (an operator-only field, no restart).
+        t0 = time.monotonic()
         crs.patch_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME,
                                            {"spec": {"job": {"metrics": {"uiService": False}}}})
         wait_until(lambda: not gone_or(lambda: v1.read_namespaced_service(f"{NAME}-ui", namespace))
@@ -329,6 +335,7 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         after_off = status()
         assert (after_off["driverPod"], after_off["restartCount"], after_off["lifecycleState"]) == (
             f"{NAME}-driver-1", 1, "Running"), after_off
+        ui_seconds += time.monotonic() - t0
         report_result(f"real nodes, under the operator: {len(expected)} ids exactly once through a grace-0 deletion "
                       f"of {NAME}-driver-0 on {first_node} after batch {before} with {len(in_flight)} partitions "
                       f"in open transactions ({len(procs)} processes in {len(set(procs.values()))} process groups, "
@@ -336,7 +343,7 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
                       f"driver); the kill hit {what_the_kill_hit(res)}; "
                       f"{NAME}-driver-1 resumed on {second_node}; {ui_seen}; {service_seen}: kubectl eos ui's one URL "
                       f"answered {first_app}, then {second_app} after the restart; turned off, it was deleted, no "
-                      "restart")
+                      f"restart ({ui_seconds:.1f} s of checks)")
     finally:
         if ui_cmd is not None:
             ui_cmd.stop()
