@@ -25,7 +25,7 @@ at loopback (``kubectl eos ui``), RPC stays on loopback (``spark.driver.bindAddr
 """
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .model import Model
 
@@ -33,9 +33,15 @@ METRICS_PATH = "/metrics/prometheus"
 METRICS_NAMESPACE = "eos"
 DEFAULT_PORT = 4040
 PORT_NAME = "metrics"
+UI_SERVICE_FIX = ("the Service forwards to Spark's UI, which the driver serves only with job.metrics.enabled: "
+                  "true; set job.metrics.enabled: true (a restart of the driver) or remove uiService")
 
 
 class DriverMetrics(Model):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.uiService) || self.uiService != true || (has(self.enabled) && self.enabled == true)",
+         "fieldPath": ".uiService", "message": f"spec.job.metrics.uiService: {UI_SERVICE_FIX}"}]})
+
     enabled: bool = Field(False, description=(
         "Serve the driver's Spark metrics (batch duration, input and processed rows per second, state rows and "
         "memory, JVM heap) for Prometheus at /metrics/prometheus on the port, named metrics on the driver Pod, "
@@ -43,6 +49,11 @@ class DriverMetrics(Model):
         "on Spark's UI (the servlet is part of it). A change restarts the driver."))
     port: int = Field(DEFAULT_PORT, ge=1024, le=65535, description=(
         "The driver's UI and metrics port (spark.ui.port); in cluster mode not 7078 or 7079 (the driver's RPC)."))
+    # None, not False, when unset: the run ConfigMap leaves it out, so existing specs hash the same.
+    ui_service: bool | None = Field(None, description=(
+        "A ClusterIP Service <stream>-ui, owned by the stream, whose one port, named spark-ui, is the driver's "
+        "UI port on whichever driver Pod of the stream runs now (kubectl eos ui forwards through it). Needs "
+        "enabled: true. Turning it on or off creates or deletes the Service, without a restart."))
 
 
 def spark_conf(metrics: DriverMetrics | None) -> dict[str, str]:
@@ -69,8 +80,10 @@ def owned_conf_errors(spec, field: str, keys, why: str) -> list[str]:
 
 def metrics_errors(spec) -> list[str]:
     """With ``job.metrics.enabled`` the settings the servlet and the chart's relabeling rely on are the
-    runtime's: sparkConf may not set them."""
+    runtime's: sparkConf may not set them. ``uiService`` needs the UI on (the CRD's rule says so too)."""
     metrics = spec.job.metrics
+    if metrics is not None and metrics.ui_service and not metrics.enabled:
+        return [f"job.metrics.uiService: {UI_SERVICE_FIX}"]
     if metrics is None or not metrics.enabled:
         return []
     return owned_conf_errors(spec, "job.metrics", spark_conf(metrics),

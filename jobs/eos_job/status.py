@@ -252,3 +252,6 @@ class ExactlyOnceStreamStatus(Model):
     restored_from_snapshot: str | None = Field(None, description="spec.restoreFrom the stream was last restored from.")
     replay_horizon: ReplayHorizon | None = Field(None, description=(
         "Checkpointed source positions versus what the source still retains, as last checked."))
+    ui_service: str | None = Field(None, description=(
+        "The Spark UI Service the operator made for job.metrics.uiService (recorded before it is created); "
+        "it is deleted, and this cleared, when the option is turned off."))

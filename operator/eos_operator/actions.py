@@ -39,6 +39,7 @@ class ApplyConfigMap:
 @dataclass(frozen=True)
 class ApplyService:
     body: dict
+    best_effort: bool = False   # refused: reported, and the plan's other actions still run (the Spark UI Service)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class DeleteConfigMap:
 class DeleteService:
     name: str
     owner_uid: str         # as DeleteConfigMap
+    best_effort: bool = False
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,10 @@ def run_config_map(ref: StreamRef, config: RunConfig, name: str | None = None) -
               LABEL_GENERATION: str(config.stream.generation)}
     # Unset optional fields are left out (Model.wire), not written as nulls: a runtime one minor version older
     # (docs/api-policy.md) refuses unknown fields, and would otherwise refuse every field added since it, used or not.
-    data = {RUN_CONFIG_KEY: json.dumps(config.wire())}
+    # job.metrics.uiService is the operator's alone (eos_operator.spark_ui): left out, so an older runtime runs it too.
+    wire = config.wire()
+    (wire["spec"]["job"].get("metrics") or {}).pop("uiService", None)
+    data = {RUN_CONFIG_KEY: json.dumps(wire)}
     if config.spec.job.deploy_mode == "cluster":
         template = config.spec.job.executor.pod_template.executor_template()
         data[EXECUTOR_TEMPLATE_KEY] = json.dumps(template, sort_keys=True)   # JSON is YAML

@@ -314,6 +314,9 @@ class KubernetesApi:
     async def apply_service(self, namespace: str, body: dict[str, Any]) -> None:
         await self._apply(namespace, f"/api/v1/namespaces/{quote(namespace)}/services", body)
 
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._get(f"/api/v1/namespaces/{quote(namespace)}/services/{quote(name)}")
+
     async def delete_config_map(self, namespace: str, name: str, owner_uid: str) -> None:
         path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}"
         await self._delete_owned("ConfigMap", path, await self._get(path), owner_uid)

@@ -17,7 +17,8 @@ runs it. It talks only to the API server, with kubectl's credentials (``$KUBECON
     kubectl eos verify NAME [--from-batch N]  audit the sink against the ledger (kubectl_verify.py): each
                                               committed (slot, batch) once, by count and digest
     kubectl eos ui NAME [--port N]            port-forward to the running driver's Spark UI, print its local URL
-                                              (kubectl_ui.py; the UI is on with job.metrics.enabled)
+                                              (kubectl_ui.py; the UI is on with job.metrics.enabled; through
+                                              the Service of job.metrics.uiService when there is one)
     kubectl eos migrate-storage [--crd NAME]  after an upgrade of the CRDs: every stream and snapshot rewritten
                                               in the storage version, older versions dropped from the CRDs'
                                               status.storedVersions (storage_migration.py; all namespaces)
@@ -96,6 +97,21 @@ class Api:
                              _preload_content=False)
         except NotFound:
             return None
+        return json.loads(out.data)
+
+    def service(self, ns: str, name: str) -> dict | None:
+        """A Service (``ui``: the stream's Spark UI Service), or None if there is none or it may not be read
+        (then ``ui`` forwards to the Pod, as without one)."""
+        from kubernetes.client.rest import ApiException
+        try:
+            out = self._call(f"service {ns}/{name}", self.core.read_namespaced_service, name, ns,
+                             _preload_content=False)
+        except NotFound:
+            return None
+        except ApiException as exc:
+            if exc.status == 403:
+                return None
+            raise
         return json.loads(out.data)
 
     def events(self, ns: str, name: str) -> list[dict]:
@@ -268,8 +284,8 @@ def run(args: argparse.Namespace, api: Api, now: Callable[[], datetime], sleep: 
         from .kubectl_verify import verify
         return verify(args, api, ns, stream, emit)
     if cmd == "ui":
-        from .kubectl_ui import ui
-        return ui(args, ns, stream)
+        from .kubectl_ui import ui, ui_service
+        return ui(args, ns, stream, ui_service(api, ns, stream))
     if cmd == "events":
         events = api.events(ns, args.name)
         emit({"items": events}, args.output, lambda: event_rows(events))

@@ -7,9 +7,13 @@ store in the driver (Spark keeps the last 1000 jobs and stages by default), a fe
 shows what the job runs (not its data or Secrets) to whoever reaches the Pod's port; it cannot kill stages.
 
 The forward is kubectl's own (``kubectl port-forward``, the same kubeconfig and context), from a free local port
-on 127.0.0.1 to the driver Pod's UI port; it ends with Ctrl-C, or when the driver Pod goes (a restarted driver is
-a new Pod: run the command again). For a finished or restarted driver, Spark's History Server shows the event
-log (``job.eventLog``, docs/operations.md).
+on 127.0.0.1 to the UI port. With the stream's Spark UI Service (``job.metrics.uiService``, ``spark_ui.py``) it
+forwards to ``svc/<name>-ui``: kubectl picks the running driver the Service selects. A forward is bound to that
+one Pod (kubectl's, whatever the target), and kubectl ends it once the Pod is gone; through the Service this
+command then forwards again on the same local port, to the driver the Service selects now (kubectl waits up to
+a minute for one to run), so the URL outlives a driver restart (a request during the restart fails). Without
+the Service it forwards to the driver Pod and ends with it (run the command again). For a finished or restarted
+driver's past, Spark's History Server shows the event log (``job.eventLog``, docs/operations.md).
 """
 from __future__ import annotations
 
@@ -18,9 +22,12 @@ import re
 import subprocess
 import sys
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
 from eos_job.driver_metrics import DEFAULT_PORT
+
+from .spark_ui import PORT_NAME, service_name
 
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
 
@@ -35,8 +42,17 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=0, help="the local port (default: a free one)")
 
 
-def ui_target(stream: dict[str, Any]) -> tuple[str, int]:
-    """The running driver Pod and its UI port, or :class:`NoUi`."""
+def ui_service(api, ns: str, stream: dict[str, Any]) -> dict[str, Any] | None:
+    """The stream's Spark UI Service (job.metrics.uiService) if it has one: ``<name>-ui`` owned by the stream."""
+    meta = stream.get("metadata") or {}
+    svc = api.service(ns, service_name(meta.get("name", "")))
+    owners = {o.get("uid") for o in ((svc or {}).get("metadata") or {}).get("ownerReferences") or []}
+    return svc if svc is not None and meta.get("uid") in owners else None
+
+
+def ui_target(stream: dict[str, Any], service: dict[str, Any] | None = None) -> tuple[str, int]:
+    """Where to forward: the stream's Spark UI Service (``svc/<name>-ui`` and its port) when given, else the
+    running driver Pod (``pod/<name>``) and its UI port; or :class:`NoUi`."""
     meta, spec, status = stream.get("metadata") or {}, stream.get("spec") or {}, stream.get("status") or {}
     ref = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     metrics = (spec.get("job") or {}).get("metrics") or {}
@@ -48,12 +64,17 @@ def ui_target(stream: dict[str, Any]) -> tuple[str, int]:
     if not pod or status.get("lifecycleState") != "Running":
         raise NoUi(f"{ref}: no driver is running (lifecycleState {status.get('lifecycleState') or 'unknown'}); "
                    f"`kubectl eos status {meta.get('name', '')}` shows why")
-    return pod, int(metrics.get("port") or DEFAULT_PORT)
+    ports = [p for p in ((service or {}).get("spec") or {}).get("ports") or [] if p.get("name") == PORT_NAME]
+    if ports:
+        return f"svc/{service['metadata']['name']}", int(ports[0]["port"])
+    return f"pod/{pod}", int(metrics.get("port") or DEFAULT_PORT)
 
 
-def port_forward(args: argparse.Namespace, ns: str, pod: str, port: int) -> tuple[subprocess.Popen, str]:
-    """Start ``kubectl port-forward`` to ``pod``'s ``port``; returns it and the local URL once it forwards."""
-    cmd = ["kubectl", "port-forward", "-n", ns, f"pod/{pod}", f"{args.port or ''}:{port}", "--address", "127.0.0.1"]
+def port_forward(args: argparse.Namespace, ns: str, target: str, port: int) -> tuple[subprocess.Popen, str]:
+    """Start ``kubectl port-forward`` to ``target``'s ``port`` (``svc/...`` or ``pod/...``; a bare name is a
+    Pod); returns it and the local URL once it forwards."""
+    target = target if "/" in target else f"pod/{target}"
+    cmd = ["kubectl", "port-forward", "-n", ns, target, f"{args.port or ''}:{port}", "--address", "127.0.0.1"]
     if getattr(args, "kubeconfig", None):
         cmd += ["--kubeconfig", args.kubeconfig]
     if getattr(args, "context", None):
@@ -67,7 +88,7 @@ def port_forward(args: argparse.Namespace, ns: str, pod: str, port: int) -> tupl
             threading.Thread(target=_relay, args=(proc.stderr,), daemon=True).start()
             return proc, f"http://127.0.0.1:{m.group(1)}"
     proc.wait()
-    raise NoUi(f"kubectl port-forward to {ns}/{pod}:{port} ended (exit {proc.returncode}): "
+    raise NoUi(f"kubectl port-forward to {ns} {target}:{port} ended (exit {proc.returncode}): "
                f"{proc.stderr.read().strip()[-2000:]}")
 
 
@@ -76,18 +97,42 @@ def _relay(pipe) -> None:
         print(f"kubectl port-forward: {line.rstrip()}", file=sys.stderr, flush=True)
 
 
-def ui(args: argparse.Namespace, ns: str, stream: dict[str, Any]) -> int:
+def ui(args: argparse.Namespace, ns: str, stream: dict[str, Any], service: dict[str, Any] | None = None, *,
+       again_for: float = 120.0, sleep: Callable[[float], None] = time.sleep) -> int:
     try:
-        pod, port = ui_target(stream)
-        proc, url = port_forward(args, ns, pod, port)
+        target, port = ui_target(stream, service)
+        proc, url = port_forward(args, ns, target, port)
     except NoUi as exc:
         print(f"kubectl eos ui: {exc}", file=sys.stderr)
         return 4
-    print(f"Spark UI of {ns}/{args.name} (driver Pod {pod}, port {port}): {url}/  (Ctrl-C ends the forward)",
-          flush=True)
+    print(f"Spark UI of {ns}/{args.name} ({target}, port {port}): {url}/  (Ctrl-C ends the forward)", flush=True)
     try:
-        return proc.wait()
+        while True:
+            code = proc.wait()
+            if not target.startswith("svc/"):
+                return code
+            # The driver behind the Service went (a restart): forward again, same local port, to the next one.
+            print(f"kubectl eos ui: the forward ended (exit {code}; the driver restarted?): forwarding {target} "
+                  f"again on {url}", file=sys.stderr, flush=True)
+            proc = _forward_again(argparse.Namespace(**{**vars(args), "port": int(url.rsplit(":", 1)[1])}),
+                                  ns, target, port, again_for, sleep)
+            if proc is None:
+                return code
     except KeyboardInterrupt:
         proc.terminate()
         proc.wait()
         return 0
+
+
+def _forward_again(args: argparse.Namespace, ns: str, target: str, port: int, within: float,
+                   sleep: Callable[[float], None]) -> subprocess.Popen | None:
+    """A new forward to ``target`` on ``args.port``, tried for ``within`` seconds (None: it did not come)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return port_forward(args, ns, target, port)[0]
+        except NoUi as exc:
+            if time.monotonic() >= deadline:
+                print(f"kubectl eos ui: {exc}; giving up", file=sys.stderr, flush=True)
+                return None
+            sleep(2.0)

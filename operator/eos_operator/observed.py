@@ -9,6 +9,7 @@ from typing import Any
 from eos_job.status import ReplayHorizon
 
 from .children import LABEL_ATTEMPT, LABEL_SNAPSHOT_ACTION, OWN_CONTAINERS
+from .spark_ui import ServiceView
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 MAX_MESSAGE = 1024
@@ -154,6 +155,9 @@ class Observed:
     wanted_by_others: frozenset[str] = frozenset()
     # The replay horizon as last checked (None: not checked this time, or nothing to check yet).
     replay_horizon: ReplayHorizon | None = None
+    # The Service <name>-ui as read (None: none there, or not read: only while job.metrics.uiService is on or
+    # status.uiService names it).
+    ui_service: ServiceView | None = None
 
     def pod(self, name: str | None) -> PodView | None:
         if name is None:

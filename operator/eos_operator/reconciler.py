@@ -18,8 +18,8 @@ from eos_job.log_format import log_context
 from eos_job.spec import ExactlyOnceStreamSpec
 from eos_job.status import ExactlyOnceStreamStatus
 
-from . import children, planner
-from .actions import Event, Plan, Resolve
+from . import children, planner, spark_ui
+from .actions import ApplyService, DeleteService, Event, Plan, Resolve
 from .adapters import (CheckpointStore, Clock, Conflict, Kube, KubeError, Progress, Resolver, StoreUnreadable,
                        kafka_secrets, s3_options)
 from .children import StreamRef
@@ -100,11 +100,24 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
         # Checked whether the driver runs or not: a suspended or failed stream is the one falling behind.
         ref = children.StreamRef(name, namespace, meta["uid"])
         horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation), kafka)
+    ui = await _ui_service(deps, namespace, name, status, spec)
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
                     last_committed_batch=batch, nondeterministic_slots=nondet, runtime_version=runtime,
                     snapshot=snapshot, store_readable=readable, checkpoint_state=ckpt_state, snapshots=tuple(snaps),
-                    aux_pods=aux_pods, restore_source=restore, wanted_by_others=wanted, replay_horizon=horizon)
+                    aux_pods=aux_pods, restore_source=restore, wanted_by_others=wanted, replay_horizon=horizon,
+                    ui_service=ui)
+
+
+async def _ui_service(deps: Deps, namespace: str, name: str, status: ExactlyOnceStreamStatus,
+                      spec: ExactlyOnceStreamSpec | InvalidSpec) -> spark_ui.ServiceView | None:
+    """The Service <name>-ui, read only while job.metrics.uiService is on or status names it (one GET; the
+    operator does not watch Services)."""
+    on = isinstance(spec, ExactlyOnceStreamSpec) and spark_ui.wanted(spec.job.metrics)
+    if not on and status.ui_service is None:
+        return None
+    obj = await deps.kube.get_service(namespace, status.ui_service or spark_ui.service_name(name))
+    return None if obj is None else spark_ui.service_view(obj)
 
 
 async def _wanted_by_others(deps: Deps, namespace: str, name: str) -> frozenset[str]:
@@ -234,6 +247,9 @@ async def _reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int) -
             try:
                 await act(deps.kube, namespace, action)
             except KubeError as exc:
+                if isinstance(action, (ApplyService, DeleteService)) and action.best_effort:
+                    await _post_events(deps, ref, [_best_effort_failed(action, exc)])
+                    continue
                 what = _refused(action, exc, plan.status)
                 if what is None:
                     raise
@@ -252,6 +268,14 @@ async def _reconcile(namespace: str, name: str, deps: Deps, *, max_steps: int) -
         return Outcome(True, last["lifecycle"], planner.POLL_SECONDS, plan.finished if plan else True)
 
     return await converge(one_pass, max_steps=max_steps, exhausted=exhausted, what=f"{namespace}/{name}")
+
+
+def _best_effort_failed(action: ApplyService | DeleteService, exc: KubeError) -> Event:
+    """A Spark UI Service the API server refused: said, and nothing else held up (planner/spark_ui.py)."""
+    verb, name = (("create or update", action.body["metadata"]["name"]) if isinstance(action, ApplyService)
+                  else ("delete", action.name))
+    return Event("Warning", "SparkUiServiceFailed", f"could not {verb} Service {name} (job.metrics.uiService): "
+                                                    f"{exc.message}; the stream is not affected, retried later")
 
 
 def _refused(action: object, exc: KubeError, status: ExactlyOnceStreamStatus) -> str | None:

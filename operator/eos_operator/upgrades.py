@@ -5,8 +5,9 @@ Every changed field (a path under spec) falls in one class:
 * **ignore** - the operator acts on it itself, no new driver: ``restartStrategy``
   (read at the next failure), ``restartNonce`` (its own restart, see the
   planner), ``upgradeMode`` (read at the next upgrade), ``job.state``
-  (suspend and resume), the snapshot and pre-flight settings, and
-  ``source.replayHorizonWarningSeconds`` (read by the replay-horizon check).
+  (suspend and resume), the snapshot and pre-flight settings,
+  ``source.replayHorizonWarningSeconds`` (read by the replay-horizon check) and
+  ``job.metrics.uiService`` (the Spark UI Service, made or deleted beside the driver).
 * **restart** - a new driver on the live checkpoint, whatever the upgrade mode:
   the change alters how the job runs, not what it computes or where its state
   and output live. Driver and executor resources, service account, deploy mode,
@@ -62,7 +63,8 @@ ChangeClass = Literal["ignore", "restart", "upgrade"]
 # Fields whose change needs no new driver: the operator acts on them itself.
 OPERATOR_ONLY_FIELDS = (("job", "state"), ("restartNonce",), ("restartStrategy",), ("upgradeMode",),
                         ("snapshots",), ("snapshotNonce",), ("upgradePreFlight",),
-                        ("upgradeReadinessTimeoutSeconds",), ("source", "replayHorizonWarningSeconds"))
+                        ("upgradeReadinessTimeoutSeconds",), ("source", "replayHorizonWarningSeconds"),
+                        ("job", "metrics", "uiService"))
 
 # Fields whose change needs a new driver but keeps its state: a restart on the live checkpoint.
 RESTART_ONLY_FIELDS = (

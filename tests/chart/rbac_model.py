@@ -49,8 +49,10 @@ ADAPTER_CALLS: dict[Call, str] = {
     Call("get", "", "configmaps"): "adapters.apply_config_map: on 409 read the current one",
     Call("update", "", "configmaps"): "adapters.apply_config_map: on 409 replace it",
     Call("delete", "", "configmaps"): "adapters.delete_config_map",
-    Call("create", "", "services"): "adapters.apply_service: headless driver Service (cluster deploy mode)",
-    Call("get", "", "services"): "adapters.apply_service: on 409 read the current one",
+    Call("create", "", "services"): "adapters.apply_service: headless driver Service (cluster deploy mode), the "
+                                   "Spark UI Service (job.metrics.uiService)",
+    Call("get", "", "services"): "adapters.apply_service: on 409 read the current one; adapters.get_service: the "
+                                 "Spark UI Service, read by name each pass while the option is on (no list, no watch)",
     Call("update", "", "services"): "adapters.apply_service: on 409 replace it",
     Call("delete", "", "services"): "adapters.delete_service",
     Call("create", "", "events"): "adapters.post_event",

@@ -103,7 +103,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
     from eos_operator.snapshots import SnapshotRef, snapshot_resource, snapshot_selector
 
     exercised = {"get_stream", "list_streams", "patch_stream_status", "list_driver_pods", "create_pod", "delete_pod",
-                 "apply_config_map", "apply_service", "delete_config_map", "delete_service", "post_event",
+                 "apply_config_map", "apply_service", "get_service", "delete_config_map", "delete_service", "post_event",
                  "list_snapshots", "get_snapshot", "create_snapshot", "delete_snapshot", "patch_snapshot_status",
                  "list_pods", "read_secret"}
     protocol = {n for n, v in vars(Kube).items() if callable(v) and not n.startswith("_")}
@@ -125,6 +125,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
             await api.delete_pod("ns", "s-driver-1", 60)
             await api.apply_config_map("ns", {"kind": "ConfigMap", "metadata": {"name": "s-run"}})
             await api.apply_service("ns", {"kind": "Service", "metadata": {"name": "s-driver"}, "spec": {}})
+            await api.get_service("ns", "s-ui")
             await api.delete_config_map("ns", "s-run", "uid-1")
             await api.delete_service("ns", "s-driver", "uid-1")
             await api.post_event(StreamRef("s", "ns", "uid-1"), "Normal", "Started", "started")

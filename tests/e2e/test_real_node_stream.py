@@ -24,6 +24,14 @@ Then a drain: the second driver's node is cordoned and the driver evicted throug
 driver stops at a batch boundary on the kubelet's SIGTERM, the restart strategy counts nothing (restartCount stays
 1), the events say DriverEvicting and DriverEvicted, and the third driver runs on the other node. The unique-id
 audit at the end covers all three drivers.
+
+The stream has ``job.metrics.uiService`` on: the operator makes the ClusterIP Service ``<name>-ui``, owned by the
+stream, one port ``spark-ui`` to the UI. ``kubectl eos ui`` (the plugin's own process, as a user runs it) forwards
+through it and keeps running across the kill: its URL answers with the first driver's application before and, after
+the restart, with the second's (the application id, compared with a forward straight to each driver Pod: the
+check that tells the two apart). Turned off at the end, the Service is deleted and the driver is not restarted.
+The Service's ClusterIP itself is not dialled: this stack runs no kube-proxy and no endpoints controller, so
+kubectl's resolution of the Service (its selector and named target port) is what is tested.
 """
 from __future__ import annotations
 
@@ -31,7 +39,13 @@ import argparse
 import base64
 import json
 import os
+import queue
+import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -41,6 +55,7 @@ from kubernetes import client, config
 
 from eos_job.resolution import open_transaction_partitions
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
+from eos_operator.children import LABEL_DRIVER_METRICS, stream_selector
 from eos_operator.kubectl_ui import port_forward, ui_target
 from eos_stack.cluster import wait_until
 from eos_stack.node_config import SCHEDULER_NAME
@@ -78,7 +93,7 @@ def real_node_stream(topics: ColorsTopics, pod_env: dict[str, str], bucket: str,
     doc = colors_manifest(NAME, pod_env["POD_KAFKA_BOOTSTRAP"], topics.events, topics.counts, "/unused",
                           dlq=topics.dlq, max_offsets_per_trigger=BATCH, trigger_interval_ms=500,
                           job={"module": IDS, "image": node_image(), "driver": {"cpu": "1", "memory": "2Gi"},
-                               "podTemplate": stream_template(), "metrics": {"enabled": True}},
+                               "podTemplate": stream_template(), "metrics": {"enabled": True, "uiService": True}},
                           restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 5, "delaySeconds": 1}})
     doc["spec"]["checkpoint"] = {"store": "s3", "path": prefix, "s3": {
         "bucket": bucket, "endpoint": pod_env["POD_S3_ENDPOINT"], "pathStyleAccess": True,
@@ -123,10 +138,10 @@ def what_the_kill_hit(res: dict) -> str:
     return f"{where}; {res.get('openTransactionsAborted', 0)} open transactions aborted; ledger per slot: {slots}"
 
 
-def spark_ui_through_port_forward(crs, namespace: str, kubeconfig: str) -> str:
+def spark_ui_through_port_forward(crs, namespace: str, kubeconfig: str) -> tuple[str, str]:
     """``kubectl eos ui``'s forward (kubectl port-forward through the API server to the node's kubelet and
-    containerd, which dials the Pod's loopback) to the running driver's UI: Spark's REST API lists the driver's
-    application and the streaming query's batch jobs."""
+    containerd, which dials the Pod's loopback) to the running driver Pod's UI (no Service given: the Pod):
+    Spark's REST API lists the driver's application and the streaming query's batch jobs. The application id too."""
     stream = crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
     pod, port = ui_target(stream)
     proc, url = port_forward(argparse.Namespace(port=0, kubeconfig=kubeconfig, context=None), namespace, pod, port)
@@ -143,7 +158,7 @@ def spark_ui_through_port_forward(crs, namespace: str, kubeconfig: str) -> str:
         cores = {e["id"]: e["totalCores"] for e in get(f"/applications/{app['id']}/executors")}
         assert cores == {"driver": 1}, f"local[*] in a 1-CPU driver container: {cores}"
         return (f"Spark UI of {pod} through kubectl port-forward ({url}): {app['id']}, {len(jobs)} query jobs, "
-                f"local[*] on {cores['driver']} core")
+                f"local[*] on {cores['driver']} core"), app["id"]
     finally:
         proc.terminate()
         proc.wait(20)
@@ -159,6 +174,61 @@ def drain_driver(v1, kubectl, namespace: str, pod_name: str, node: str) -> str:
         metadata=client.V1ObjectMeta(name=pod_name, namespace=namespace)))
     gone_s = wait_processes_gone(procs)
     return f"{pod_name} evicted from cordoned {node} ({len(procs)} processes gone {gone_s:.1f} s after the eviction)"
+
+
+class UiCommand:
+    """``kubectl eos ui NAME`` in a process of its own, as a user runs it, left running; its URL and output."""
+
+    def __init__(self, namespace: str, kubeconfig: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "eos_operator.kubectl_eos", "--kubeconfig", kubeconfig,
+                                      "-n", namespace, "ui", NAME], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.err = ""
+        threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout], daemon=True).start()
+        threading.Thread(target=self._drain_err, daemon=True).start()
+        try:
+            self.first = self.lines.get(timeout=90)
+        except queue.Empty:
+            self.first = ""
+        found = re.search(r"(http://127\.0\.0\.1:\d+)/", self.first)
+        assert found, f"kubectl eos ui printed no URL: {self.first!r} {self.err[-2000:]}"
+        self.url = found.group(1)
+
+    def _drain_err(self) -> None:
+        for line in self.proc.stderr:
+            self.err += line
+
+    def app(self) -> dict | None:
+        """The stream's application as the URL answers now; None while it answers nothing (a forward again)."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/applications", timeout=10) as resp:
+                apps = json.loads(resp.read())
+        except OSError:
+            return None
+        (app,) = [a for a in apps if a["name"] == f"eos-{NAME}"]
+        return app
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)    # Ctrl-C: it ends its kubectl port-forward
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def the_ui_service(v1, namespace: str, stream_uid: str) -> str:
+    """The Service the operator made for job.metrics.uiService, as it must be: owned by the stream, ClusterIP,
+    one port named spark-ui to the driver's UI port (by its name), selecting the stream's UI-serving drivers."""
+    svc = v1.read_namespaced_service(f"{NAME}-ui", namespace)
+    (owner,) = svc.metadata.owner_references
+    assert (owner.kind, owner.uid, owner.controller) == ("ExactlyOnceStream", stream_uid, True), owner
+    assert svc.spec.type == "ClusterIP" and svc.spec.cluster_ip not in (None, "", "None"), svc.spec
+    assert [(p.name, p.port, p.target_port) for p in svc.spec.ports] == [("spark-ui", 4040, "metrics")], svc.spec.ports
+    assert svc.spec.selector == {**stream_selector(NAME), LABEL_DRIVER_METRICS: "true"}, svc.spec.selector
+    return f"Service {NAME}-ui ({svc.spec.cluster_ip}, port spark-ui)"
 
 
 def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driver_deletion(
@@ -205,6 +275,7 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         md = admin.list_topics(timeout=10).topics
         return open_transaction_partitions(admin, md, [topics.counts, ledger], 10)
 
+    ui_cmd = None
     try:
         feed.send(4 * BATCH, 7, 1_000_000)    # a backlog: four full batches at the start, then the feed's chunks
         crs.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, real_node_stream(
@@ -217,7 +288,15 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
                    "a batch committed by the first driver", 420, diagnose, 1)
         # `kubectl eos ui` runs the kubectl on PATH: the stack's, of the API server's version.
         monkeypatch.setenv("PATH", f"{os.path.dirname(stack_env['KUBECTL'])}{os.pathsep}{os.environ['PATH']}")
-        ui_seen = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
+        ui_seen, first_app = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
+        t0 = time.monotonic()    # the Spark UI Service's checks: their time is reported (the test's added time)
+        stream_uid = crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)["metadata"]["uid"]
+        service_seen = the_ui_service(v1, namespace, stream_uid)
+        assert status().get("uiService") == f"{NAME}-ui", status()
+        ui_cmd = UiCommand(namespace, stack_env["KUBECONFIG"])
+        assert f"svc/{NAME}-ui" in ui_cmd.first, ui_cmd.first          # through the Service, not the Pod
+        assert (ui_cmd.app() or {}).get("id") == first_app, (ui_cmd.first, ui_cmd.err[-2000:])
+        ui_seconds = time.monotonic() - t0
         log = LogFollower(v1, namespace, f"{NAME}-driver-0")
         log.start()
         procs = pod_processes(first["metadata"]["uid"])
@@ -255,6 +334,18 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
                 s for s, b in per_slot.items() if b >= replay), res
         wait_until(lambda: committed() >= res["checkpointLastCommittedBatch"] + 3,
                    "three batches committed by the next driver", 420, diagnose, 1)
+        # The same `kubectl eos ui` URL, kept running through the kill: the next driver answers through the Service.
+        t0 = time.monotonic()
+        second = wait_until(lambda: (lambda a: a if a and a["id"] != first_app else None)(ui_cmd.app()),
+                            "kubectl eos ui's URL to answer with the next driver's application", 120,
+                            lambda: diagnose() + "\nkubectl eos ui: " + ui_cmd.err[-3000:], 1)
+        _, second_app = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
+        # What the URL answers is the current driver's application (the same id as a forward straight to
+        # driver-1), and the id tells the drivers apart (the first one answered with another id before).
+        assert second["id"] == second_app != first_app, (second, second_app, first_app)
+        assert f"forwarding svc/{NAME}-ui again on {ui_cmd.url}" in ui_cmd.err, ui_cmd.err[-3000:]
+        ui_cmd.stop()
+        ui_seconds += time.monotonic() - t0
 
         # A drain of the second driver's node, as `kubectl drain` does it for this Pod: cordon, then the Eviction
         # API (not `kubectl drain` itself: its selector cannot be held to this namespace, and other tests' Pods
@@ -277,14 +368,28 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
         expected = feed.finish()
         wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=420)
         assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
+        # Turned off: the Service goes, the driver stays (an operator-only field, no restart).
+        t0 = time.monotonic()
+        crs.patch_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME,
+                                           {"spec": {"job": {"metrics": {"uiService": False}}}})
+        wait_until(lambda: not gone_or(lambda: v1.read_namespaced_service(f"{NAME}-ui", namespace))
+                   and not status().get("uiService"), "the Spark UI Service deleted", 60, diagnose, 1)
+        after_off = status()
+        assert (after_off["driverPod"], after_off["restartCount"], after_off["lifecycleState"]) == (
+            f"{NAME}-driver-2", 1, "Running"), after_off
+        ui_seconds += time.monotonic() - t0
         report_result(f"real nodes, under the operator: {len(expected)} ids exactly once through a grace-0 deletion "
                       f"of {NAME}-driver-0 on {first_node} after batch {before} with {len(in_flight)} partitions "
                       f"in open transactions ({len(procs)} processes in {len(set(procs.values()))} process groups, "
                       f"gone {gone_s:.1f} s after the deletion, SIGTERM {'logged' if sigterm else 'not logged'} by the "
                       f"driver); the kill hit {what_the_kill_hit(res)}; "
-                      f"{NAME}-driver-1 resumed on {second_node}; {ui_seen}; {drained}, "
-                      f"{NAME}-driver-2 resumed on {third_node}, restarts still {after_drain['restartCount']}")
+                      f"{NAME}-driver-1 resumed on {second_node}; {ui_seen}; {service_seen}: kubectl eos ui's one URL "
+                      f"answered {first_app}, then {second_app} after the restart; turned off, it was deleted, no "
+                      f"restart ({ui_seconds:.1f} s of checks); "
+                      f"{drained}, {NAME}-driver-2 resumed on {third_node}, restarts still {after_drain['restartCount']}")
     finally:
+        if ui_cmd is not None:
+            ui_cmd.stop()
         feed.stop_flag.set()
         try:    # the operator stops the driver gracefully and releases the stream
             crs.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)

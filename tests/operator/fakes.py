@@ -51,6 +51,7 @@ class FakeKube:
         self.crash_after_create_pod = False
         self.crash_after_status_patch_containing: str | None = None
         self.max_alive_drivers = 0
+        self.fail_apply_service = 0            # the next n Service applies are refused (403)
 
     # -- test helpers ---------------------------------------------------------
     def _bump(self, obj: dict[str, Any]) -> None:
@@ -333,7 +334,13 @@ class FakeKube:
         self._apply("ConfigMap", namespace, body)
 
     async def apply_service(self, namespace: str, body: dict[str, Any]) -> None:
+        if self.fail_apply_service:
+            self.fail_apply_service -= 1
+            raise KubeError(403, "services is forbidden: injected")
         self._apply("Service", namespace, body)
+
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.services.get((namespace, name))
 
     async def delete_config_map(self, namespace: str, name: str, owner_uid: str) -> None:
         if self._owned_by("ConfigMap", namespace, name, owner_uid) is not None:

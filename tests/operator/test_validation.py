@@ -160,7 +160,11 @@ def test_the_api_server_accepts_what_the_rules_allow(scratch_api):
                           "serviceAccountName": "spark-driver", "sparkConf": {"spark.sql.ansi.enabled": "true"}},
                      source={"bootstrapServers": "[::1]:9092,kafka-0.kafka.svc:9092", "topics": ["in", ".x", "..y"],
                              "options": {"kafka.fetch.max.bytes": "1048576"}}),
-          stream_doc("n" * 56, sink={"bootstrapServers": "localhost:9092", "topic": "t" * 179})]   # 179 + 56 = 235
+          stream_doc("n" * 56, sink={"bootstrapServers": "localhost:9092", "topic": "t" * 179}),   # 179 + 56 = 235
+          # the Spark UI Service with the UI on; off (false, null) without it
+          stream_doc(job={"module": "m", "metrics": {"enabled": True, "uiService": True}}),
+          stream_doc(job={"module": "m", "metrics": {"uiService": False}}),
+          stream_doc(job={"module": "m", "metrics": {"enabled": False, "uiService": None}})]
     allow_ambient_s3_credentials(True)   # the ambient stream above: on an operator that allows it
     try:
         for doc in ok:

@@ -21,7 +21,8 @@ dispatches on one :class:`ReconciliationState`, derived from status and observat
     NO_DRIVER (created or resumed) --> LAUNCHING;  DRIVER_TERMINATING waits for the Pod to go.
 
 launch.py walks a launch through its steps, upgrade.py an upgrade's, restarts.py applies the
-restart strategy, housekeeping.py asks for snapshots and prunes them.
+restart strategy, housekeeping.py asks for snapshots and prunes them. Last, in any state, spark_ui.py adds the
+Spark UI Service's actions after the branch's (``job.metrics.uiService``).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from ..upgrades import classify, run_affecting_changes
 from ..validation import InvalidSpec
 from .housekeeping import snapshot_housekeeping
 from .launch import continue_launch, plan_deletion
+from .spark_ui import plan_ui_service
 from .restarts import (REFUSALS, batch_refused, driver_evicted, driver_failed, keep_failed_driver,
                        release_failed_driver, start_launch)
 from .step import (POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, kept, not_starting, rejected_text,
@@ -100,7 +102,11 @@ def plan(spec: ExactlyOnceStreamSpec | InvalidSpec, status: ExactlyOnceStreamSta
     step.st.observed_generation = observed.generation
     if isinstance(spec, InvalidSpec):
         return invalid(step, spec)
-    st = step.st
+    return plan_ui_service(observed, spec, _plan_valid(step, spec))
+
+
+def _plan_valid(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
+    st, observed = step.st, step.obs
 
     # A changed restartNonce resets the restart counters and restarts the driver.
     if st.observed_restart_nonce is None:

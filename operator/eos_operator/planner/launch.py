@@ -260,4 +260,6 @@ def plan_deletion(status: ExactlyOnceStreamStatus, observed: Observed) -> Plan:
     for component in children.AUX_COMPONENTS:
         step.act(DeleteConfigMap(children.aux_config_name(observed.name, component), observed.uid))
     step.act(DeleteService(children.driver_service_name(observed.name), observed.uid))
+    if status.ui_service:   # collected with the stream anyway (owner reference); deleted by name like the others
+        step.act(DeleteService(status.ui_service, observed.uid))
     return step.done()

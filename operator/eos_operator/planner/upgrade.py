@@ -150,12 +150,15 @@ def overlay_spec(run_spec: str | None, spec: ExactlyOnceStreamSpec) -> ExactlyOn
     current = spec.wire()
     for path in OPERATOR_ONLY_FIELDS:
         src, dst = current, doc
-        for key in path[:-1]:
-            src, dst = src.get(key) or {}, dst.setdefault(key, {})
-        if path[-1] in src:
-            dst[path[-1]] = src[path[-1]]
+        for key in path[:-1]:   # parents are not made: job.metrics.uiService never adds a job.metrics
+            src, dst = src.get(key) or {}, dst.get(key)
+            if not isinstance(dst, dict):
+                break
         else:
-            dst.pop(path[-1], None)
+            if path[-1] in src:
+                dst[path[-1]] = src[path[-1]]
+            else:
+                dst.pop(path[-1], None)
     try:
         return ExactlyOnceStreamSpec.model_validate(doc)
     except ValueError:
