@@ -16,7 +16,7 @@ RUN --mount=type=bind,source=docker,target=/mnt/docker \
     if [ -n "$OFFLINE" ]; then mkdir /jars && cp /mnt/docker/offline/jars/*.jar /jars/; \
     else mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=/jars; fi \
  && ls /jars
-# Hadoop's S3A connector for checkpoint.store s3: hadoop-aws, the AWS SDK modules it uses (not the SDK's 690 MB
+# Hadoop's S3A connector for checkpoint.store s3: hadoop-aws, the AWS SDK modules it uses (not the SDK's 654 MiB
 # bundle) and spark-hadoop-cloud, the one list of stack/spark/s3a/pom.xml at its default versions (PySpark's
 # Hadoop; `make image` checks them against the ones stack/eos_stack/spark_s3.py derives). The pom leaves out what
 # PySpark's jars/ already has. OFFLINE: the same jars, resolved by the stack, from docker/offline/s3jars.

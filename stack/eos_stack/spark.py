@@ -7,7 +7,7 @@ commons-pool2). They are resolved once by Maven from ``stack/spark/pom.xml`` int
 ``<cache>/spark-kafka-<version>/jars`` and handed to jobs as local paths in
 ``SPARK_JARS`` (``spark.jars``), so nothing is downloaded when a job starts.
 
-Hadoop's S3A connector (hadoop-aws, the AWS SDK bundle, analyticsaccelerator-s3,
+Hadoop's S3A connector (hadoop-aws, the AWS SDK modules it uses, analyticsaccelerator-s3,
 spark-hadoop-cloud) comes from :mod:`eos_stack.spark_s3` as ``SPARK_S3_JARS``.
 
 It also makes a class-data-sharing archive of Spark's classes for this JVM and

@@ -1,7 +1,7 @@
 """Hadoop's S3A connector for the installed PySpark (no daemon): jars resolved by Maven.
 
 The list is ``stack/spark/s3a/pom.xml`` (the image's too: the Dockerfile resolves the same pom): hadoop-aws,
-the AWS SDK v2 modules S3A uses (not the SDK's 690 MB ``bundle``), and spark-hadoop-cloud. Every version is
+the AWS SDK v2 modules S3A uses (not the SDK's 654 MiB ``bundle``), and spark-hadoop-cloud. Every version is
 derived here and given to Maven, nothing is pinned in this module:
 
 * ``hadoop.version``: the version of PySpark's bundled ``hadoop-client-api-<H>.jar`` (S3A must match the

@@ -1,5 +1,5 @@
 """The S3A jars the stack provides (``SPARK_S3_JARS``, resolved from ``stack/spark/s3a/pom.xml``): hadoop-aws of
-PySpark's Hadoop, the AWS SDK modules of that Hadoop's SDK version (not the SDK's 690 MB bundle), no second copy
+PySpark's Hadoop, the AWS SDK modules of that Hadoop's SDK version (not the SDK's 654 MiB bundle), no second copy
 of a library PySpark ships, and every class they use there, on PySpark's class path, but the optional features
 named in ``KNOWN_ABSENT``. The class check (``jdeps``, the JDK's class-dependency tool) is shown to see a
 missing jar: the same check without two of the jars reports their classes."""
