@@ -2,13 +2,16 @@
 PySpark's Hadoop, the AWS SDK modules of that Hadoop's SDK version (not the SDK's 654 MiB bundle), no second copy
 of a library PySpark ships, and every class they use there, on PySpark's class path, but the optional features
 named in ``KNOWN_ABSENT``. The class check (``jdeps``, the JDK's class-dependency tool) is shown to see a
-missing jar: the same check without two of the jars reports their classes."""
+missing jar: the same check without two of the jars reports their classes. And S3A runs with them (no Spark: a
+JVM with PySpark's jars and these), through the SDK's sync and async (Netty) clients."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -34,6 +37,7 @@ KNOWN_ABSENT = {
 SDK_MODULES = ("s3", "s3-transfer-manager", "sts", "apache-client", "netty-nio-client", "sdk-core", "aws-core",
                "auth", "regions", "http-client-spi")
 MAX_MIB = 40   # the bundle alone was 654 MiB
+ROUND_TRIP = Path(__file__).with_name("s3a") / "S3ARoundTrip.java"
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +89,15 @@ def test_s3a_jars_match_pysparks_hadoop(jars):
     assert sorted(a["file"] for a in record["artifacts"]) == sorted(j.name for j in jars)
 
 
-def missing_classes(jars: list[Path]) -> dict[str, set[str]]:
-    """Each class the ``jars`` refer to that neither they nor PySpark's jars hold (``jdeps``), by jar name."""
+def missing_classes(jars: list[Path], analysed: list[Path] | None = None) -> dict[str, set[str]]:
+    """Each class the ``analysed`` jars (default: all of ``jars``) refer to that neither ``jars`` nor PySpark's
+    jars hold (``jdeps``), by jar name."""
     jdeps = shutil.which("jdeps")
     if not jdeps:
         pytest.fail("jdeps (the JDK's) is not installed: apt-get install openjdk-17-jdk-headless", pytrace=False)
     classpath = ":".join(str(p) for p in [*sorted(pyspark_jars_dir().glob("*.jar")), *jars])
-    proc = subprocess.run([jdeps, "-verbose:class", "--multi-release", "17", "-cp", classpath, *map(str, jars)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([jdeps, "-verbose:class", "--multi-release", "17", "-cp", classpath,
+                           *map(str, analysed or jars)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     missing: dict[str, set[str]] = {}
     jar = "?"
@@ -117,7 +122,8 @@ def test_every_class_the_s3a_jars_use_is_on_pysparks_class_path(jars):
 
     control = [j for j in jars if by_artifact([j]).keys() & {"apache-client", "sts"} == set()]
     assert len(control) == len(jars) - 2
-    seen = {c for classes in unexplained(missing_classes(control)).values() for c in classes}
+    hadoop_aws = [j for j in jars if j.name.startswith("hadoop-aws-")]
+    seen = {c for classes in unexplained(missing_classes(control, hadoop_aws)).values() for c in classes}
     assert "software.amazon.awssdk.http.apache.ApacheHttpClient" in seen, sorted(seen)[:20]
     assert "software.amazon.awssdk.services.sts.StsClient" in seen, sorted(seen)[:20]
 
@@ -136,3 +142,33 @@ def test_a_pom_that_keeps_what_pyspark_ships_is_refused(stack_env, tmp_path):
         spark_s3.resolve(Stack(), props, tmp_path / "jars", pom=pom)
     assert "io.netty:netty-codec-http:" in str(err.value) and "org.slf4j:slf4j-api:" in str(err.value), err.value
     assert not (tmp_path / "jars").exists()
+
+
+def s3a_round_trip(jars: list[Path], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``S3ARoundTrip.java`` in a JVM with PySpark's jars, then ``jars``, on its class path (the order Spark's class
+    loaders give them), against the stack's S3 server, under a prefix of its own."""
+    java = shutil.which("java")
+    assert java, "no java on PATH"
+    classpath = ":".join(str(p) for p in [*sorted(pyspark_jars_dir().glob("*.jar")), *jars])
+    prefix = f"/s3a-round-trip-{uuid.uuid4().hex[:8]}"
+    keys = {"AWS_ACCESS_KEY_ID": env["S3_ACCESS_KEY"], "AWS_SECRET_ACCESS_KEY": env["S3_SECRET_KEY"]}
+    return subprocess.run([java, "-cp", classpath, str(ROUND_TRIP), env["S3_ENDPOINT"], env["S3_BUCKET"], prefix,
+                           env["S3_REGION"]], env={**os.environ, **keys}, capture_output=True, text=True, timeout=300)
+
+
+def test_s3a_writes_renames_uploads_and_reads_with_the_sdk_modules(jars, stack_env):
+    """S3A for real against the stack's S3 server, with these jars on PySpark's class path: a write, a rename
+    (S3A copies with the SDK's transfer manager, on its Netty client, on PySpark's Netty 4.2 rather than the
+    4.1 the SDK was built with), an upload of a local file, reads and a delete. Negative control: the same run
+    without netty-nio-client fails at the rename, so the rename did go through the Netty client."""
+    proc = s3a_round_trip(jars, stack_env)
+    out = proc.stdout
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr[-4000:]}"
+    assert out.splitlines() == ["WROTE 11", "RENAMED false true", "READ through S3A",
+                                "READ uploaded from a local file", "DELETED true"], out
+
+    control = [j for j in jars if not j.name.startswith("netty-nio-client-")]
+    assert len(control) == len(jars) - 1
+    proc = s3a_round_trip(control, stack_env)
+    assert proc.returncode != 0 and proc.stdout.splitlines() == ["WROTE 11"], (proc.stdout, proc.stderr[-3000:])
+    assert "software/amazon/awssdk/http/nio/netty/NettyNioAsyncHttpClient" in proc.stderr, proc.stderr[-3000:]
