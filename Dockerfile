@@ -16,21 +16,14 @@ RUN --mount=type=bind,source=docker,target=/mnt/docker \
     if [ -n "$OFFLINE" ]; then mkdir /jars && cp /mnt/docker/offline/jars/*.jar /jars/; \
     else mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=/jars; fi \
  && ls /jars
-# Hadoop's S3A connector for checkpoint.store s3, for PySpark's Hadoop (3.5.0): the versions
-# stack/eos_stack/spark_s3.py derives (hadoop-project's pom; spark-hadoop-cloud's newest release).
-ARG HADOOP_VERSION=3.5.0
-ARG AWS_SDK_VERSION=2.35.4
-ARG ANALYTICS_ACCELERATOR_VERSION=1.3.1
-ARG SPARK_HADOOP_CLOUD_VERSION=4.1.2
-# OFFLINE: the same artifacts, by file name (<artifact>-<version>.jar), from docker/offline/s3jars.
+# Hadoop's S3A connector for checkpoint.store s3: hadoop-aws, the AWS SDK modules it uses (not the SDK's 654 MiB
+# bundle) and spark-hadoop-cloud, the one list of stack/spark/s3a/pom.xml at its default versions (PySpark's
+# Hadoop; `make image` checks them against the ones stack/eos_stack/spark_s3.py derives). The pom leaves out what
+# PySpark's jars/ already has. OFFLINE: the same jars, resolved by the stack, from docker/offline/s3jars.
+COPY stack/spark/s3a/pom.xml s3a/pom.xml
 RUN --mount=type=bind,source=docker,target=/mnt/docker \
-    for a in org.apache.hadoop:hadoop-aws:${HADOOP_VERSION} software.amazon.awssdk:bundle:${AWS_SDK_VERSION} \
-             software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:${ANALYTICS_ACCELERATOR_VERSION} \
-             org.apache.spark:spark-hadoop-cloud_2.13:${SPARK_HADOOP_CLOUD_VERSION}; do \
-      if [ -n "$OFFLINE" ]; then \
-        v="${a##*:}"; ga="${a%:*}"; mkdir -p /s3jars && cp "/mnt/docker/offline/s3jars/${ga#*:}-$v.jar" /s3jars/ || exit 1; \
-      else mvn -q -B dependency:copy -Dartifact="$a" -DoutputDirectory=/s3jars || exit 1; fi; \
-    done \
+    if [ -n "$OFFLINE" ]; then mkdir /s3jars && cp /mnt/docker/offline/s3jars/*.jar /s3jars/; \
+    else mvn -q -B -f s3a/pom.xml dependency:copy-dependencies -DoutputDirectory=/s3jars; fi \
  && ls /s3jars
 
 # --- stage 2: the Python environment: the dependencies alone -------------------------------

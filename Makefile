@@ -37,10 +37,11 @@ image: venv
 	$(PY) -m eos_stack.image $(if $(EOS_IMAGE_TAG),--tag $(EOS_IMAGE_TAG)) build
 	$(PY) -m eos_stack.image $(if $(EOS_IMAGE_TAG),--tag $(EOS_IMAGE_TAG)) push
 
-# The built image run with podman: its user, entry points, jars, read-only root and Spark's executor argument.
+# The built image run with podman: its user, entry points, jars, read-only root and Spark's executor argument
+# (EOS_IMAGE_TAG: that build, given to the tests as EOS_TEST_IMAGE).
 image-test: image
 	$(PY) -m eos_stack up
-	$(PY) -m pytest -q --basetemp=$(EOS_STATE)/pytest-image -m image tests/stack/test_image.py
+	$(if $(EOS_IMAGE_TAG),EOS_TEST_IMAGE=$(EOS_IMAGE_TAG)) $(PY) -m pytest -q --basetemp=$(EOS_STATE)/pytest-image -m image tests/stack/test_image.py
 
 # Unit tests only: no servers (seconds).
 UNIT := tests/jobs tests/operator $(wildcard tests/model) $(wildcard tests/docs)

@@ -124,6 +124,7 @@ def nodes(stack_env):
     other. Fails, never skips, when they cannot start or the image is missing (`make image`)."""
     from eos_stack import node
     from eos_stack.common import Stack, StackError
+    from eos_stack.image_common import image_name, image_under_test
     from eos_stack.node_config import layouts
     from tests.harness.real_nodes import node_image
 
@@ -133,6 +134,15 @@ def nodes(stack_env):
     except StackError as exc:
         pytest.fail(f"the node part could not start: {exc}", pytrace=False)
     st.update_env(env)
+    if image_under_test() != image_name():
+        # EOS_TEST_IMAGE: another build than the one `up node` pulled, pulled into each node the same way.
+        from eos_stack import node_images, registry
+        ref = registry.ensure_image(st, image_under_test())
+        if ref is None:
+            pytest.fail(f"EOS_TEST_IMAGE={image_under_test()} is not built (`make image EOS_IMAGE_TAG=...`)",
+                        pytrace=False)
+        for n in layouts(st.state, node.count()):
+            node_images.load_images(st, n, node_images.ensure_pause(st), ref)
     for n in layouts(st.state, node.count()):
         if node_image() not in node.ctr(n, "images", "ls", "-q").split():
             pytest.fail(f"{node_image()} is not in {n.name}'s containerd: build it with `make image`", pytrace=False)

@@ -37,7 +37,7 @@ def shared_archive_options(env=os.environ) -> str:
 def s3a_conf(s3) -> dict[str, str]:
     """Spark settings for a checkpoint in bucket ``s3`` (a ``checkpoint.s3``): Hadoop's S3A connector.
 
-    * ``spark.jars`` gains ``SPARK_S3_JARS`` (hadoop-aws, the AWS SDK bundle and spark-hadoop-cloud, local
+    * ``spark.jars`` gains ``SPARK_S3_JARS`` (hadoop-aws, the AWS SDK modules it uses and spark-hadoop-cloud, local
       files that ``eos_stack up spark`` and the image provide), after the usual ``SPARK_JARS``.
     * per-bucket S3A settings (``fs.s3a.bucket.<b>.*``): endpoint, region, path-style addressing, TLS as the
       endpoint's scheme says. Credentials: S3A's default chain, which reads ``AWS_ACCESS_KEY_ID`` and
@@ -50,7 +50,7 @@ def s3a_conf(s3) -> dict[str, str]:
     if not jar_list("SPARK_S3_JARS"):
         raise RuntimeError("checkpoint.store is s3 but SPARK_S3_JARS (or EOS_S3_JARS_DIR) names no jars: the image "
                            "(or `make stack-up`) "
-                           "provides hadoop-aws and the AWS SDK bundle; without them Spark cannot write to S3")
+                           "provides hadoop-aws and the AWS SDK; without them Spark cannot write to S3")
     b = f"spark.hadoop.fs.s3a.bucket.{s3.bucket}"
     conf = {
         "spark.jars": ",".join(listed),

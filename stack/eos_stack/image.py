@@ -21,7 +21,7 @@ What ``build`` does, in order:
 4. **Offline inputs** for ``--build-arg OFFLINE=...`` (see the Dockerfile): the Python wheels of
    ``pyproject.toml``'s dependencies and build requirements (``pip wheel``, with the project's pip cache),
    the Spark Kafka connector and S3A jars of the stack's cache (:mod:`eos_stack.spark`,
-   :mod:`eos_stack.spark_s3`; the same versions the Dockerfile pins, checked), and the Debian packages
+   :mod:`eos_stack.spark_s3`; the same versions the Dockerfile resolves, checked), and the Debian packages
    of the final stage's ``apt-get install`` with their dependencies, worked out against the final base
    image's own package list by the host's apt. They go into the build context's ``docker/offline/``,
    hard-linked from the caches.
@@ -46,7 +46,7 @@ Where it lives: this module holds the command line, the build itself and ``statu
 :mod:`eos_stack.image_common` the paths, the storage's configuration, ``podman`` and reading the Dockerfile;
 :mod:`eos_stack.image_bases` the base images and their stand-ins; :mod:`eos_stack.image_inputs` the offline
 inputs and the build context. The names other code uses (``image_name``, ``home``, ``podman``, ``engine_env``,
-``run_argv``, ``s3_artifacts``, ...) are importable from here.
+``run_argv``, ...) are importable from here.
 """
 from __future__ import annotations
 
@@ -65,12 +65,12 @@ from pathlib import Path
 from .common import Stack, StackError, log
 from .image_bases import STAND_IN_LABEL, ensure_bases, image_labels, suite_of
 from .image_common import (TOOLS, engine_env, ensure_storage, ensure_tools, external_bases, final_apt_packages,
-                           home, image_name, podman, qualified, run_argv, s3_artifacts, stages, storage_driver,
+                           home, image_name, image_under_test, podman, qualified, run_argv, stages, storage_driver,
                            write_config)
 from .image_inputs import assemble_context, ensure_debs, ensure_jars, ensure_wheels
 
-# The names other code takes from here (tests/stack/test_image.py: image.podman, image.s3_artifacts, ...).
-__all__ = ["build", "engine_env", "home", "image_name", "main", "podman", "run_argv", "s3_artifacts", "status",
+# The names other code takes from here (tests/stack/test_image.py: image.podman, image.run_argv, ...).
+__all__ = ["build", "engine_env", "home", "image_name", "image_under_test", "main", "podman", "run_argv", "status",
            "write_config"]
 
 GB = 1 << 30

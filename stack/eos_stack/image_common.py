@@ -1,7 +1,7 @@
 """What the other ``eos_stack.image*`` modules share: the project's paths, the container storage and its
 configuration (every buildah/podman call runs on it, never on the system's), the ``podman`` call, the tools
-``make image`` needs, and reading the ``Dockerfile`` (its stages, ``FROM`` images, ``ARG`` defaults and what
-it copies from the build context). Nothing here builds or pulls anything: :mod:`eos_stack.image` does that,
+``make image`` needs, and reading the ``Dockerfile`` (its stages, ``FROM`` images, the final stage's Debian
+packages and what it copies from the build context). Nothing here builds or pulls anything: :mod:`eos_stack.image` does that,
 with :mod:`eos_stack.image_bases` and :mod:`eos_stack.image_inputs`.
 """
 from __future__ import annotations
@@ -40,6 +40,13 @@ def image_name() -> str:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     return f"{values['image']['repository']}:{chart['appVersion']}"
+
+
+def image_under_test() -> str:
+    """The image the tests run (tests/stack/test_image.py, Pods in containers, the real nodes' streams):
+    ``EOS_TEST_IMAGE`` (another build, ``make image EOS_IMAGE_TAG=...``: the chart's default stays as it is),
+    else the chart's default image."""
+    return os.environ.get("EOS_TEST_IMAGE") or image_name()
 
 
 def qualified(name: str) -> str:
@@ -221,30 +228,6 @@ def final_apt_packages(path: Path = DOCKERFILE) -> list[str]:
                 return pkgs
     raise StackError(f"{path}: the final stage has no `apt-get install <packages>`: cannot tell which Debian "
                      "packages the offline build needs")
-
-
-def dockerfile_args(path: Path = DOCKERFILE) -> dict[str, str]:
-    """Every ``ARG NAME=default`` of the file."""
-    args: dict[str, str] = {}
-    for stage in stages(path):
-        for line in stage.lines:
-            if line.upper().startswith("ARG "):
-                for word in shlex.split(line[4:]):
-                    name, eq, value = word.partition("=")
-                    if eq:
-                        args[name] = value
-    return args
-
-
-def s3_artifacts(path: Path = DOCKERFILE) -> list[str]:
-    """``<artifact>-<version>.jar`` of each ``group:artifact:${VERSION}`` the Dockerfile downloads for S3A."""
-    args = dockerfile_args(path)
-    text = "\n".join(line for s in stages(path) for line in s.lines)
-    coords = re.findall(r"\b([\w.]+):([\w.-]+):\$\{(\w+)\}", text)
-    missing = [v for _, _, v in coords if v not in args]
-    if missing:
-        raise StackError(f"{path}: no ARG default for {missing}")
-    return [f"{artifact}-{args[var]}.jar" for _, artifact, var in coords]
 
 
 def copied_sources(path: Path = DOCKERFILE) -> list[str]:

@@ -1,6 +1,6 @@
 """The offline inputs of ``make image`` (step 4, see :mod:`eos_stack.image`) and the build context they go
 into: the Python wheels of ``pyproject.toml``'s dependencies and build requirements (``pip wheel``), the
-Spark Kafka connector and S3A jars of the stack's cache (checked against the versions the Dockerfile pins),
+Spark Kafka connector and S3A jars of the stack's cache (checked against the versions the Dockerfile resolves),
 the Debian packages of the final stage's ``apt-get install`` (worked out against the final base image's own
 package list by the host's apt), and the context folder holding exactly what the Dockerfile reads, the
 inputs hard-linked under ``docker/offline/``.
@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 from .common import REPO, Stack, StackError, log
-from .image_common import DOCKERFILE, copied_sources, home, podman, qualified, s3_artifacts
+from .image_common import DOCKERFILE, copied_sources, home, podman, qualified
 
 POM = REPO / "stack" / "spark" / "pom.xml"
 OFFLINE_DIR = "docker/offline"      # in the build context; the Dockerfile's RUN steps bind-mount docker/
@@ -81,7 +81,7 @@ def pom_spark_version() -> str:
 
 def ensure_jars(st: Stack) -> tuple[list[Path], list[Path]]:
     """The Kafka connector and S3A jars of the stack's cache (fetched by the stack first if missing), checked to
-    be the versions the Dockerfile pins."""
+    be the versions the Dockerfile resolves (its poms' defaults)."""
     from . import spark, spark_s3
 
     if spark.connector_version() != pom_spark_version():
@@ -90,11 +90,12 @@ def ensure_jars(st: Stack) -> tuple[list[Path], list[Path]]:
                          f"{pom_spark_version()}: make them agree")
     kafka = spark.ensure_jars(st)
     s3 = spark_s3.ensure_jars(st)
-    have = {p.name for p in s3}
-    want = s3_artifacts()
-    if sorted(have) != sorted(want):
-        raise StackError(f"the stack's S3A jars ({sorted(have)}) are not the ones the Dockerfile's ARGs pin "
-                         f"({sorted(want)}): make them agree (stack/eos_stack/spark_s3.py derives them)")
+    derived = spark_s3.recorded_properties(st) or spark_s3.versions(st)
+    pinned = {k: v for k, v in spark_s3.pom_properties().items() if k in spark_s3.VERSION_PROPERTIES}
+    if derived != pinned:
+        raise StackError(f"the stack's S3A jars are resolved with {derived} (derived from pyspark "
+                         f"{spark.pyspark_version()}), the defaults of the Dockerfile's "
+                         f"{spark_s3.POM.relative_to(REPO)} are {pinned}: make them agree")
     return kafka, s3
 
 

@@ -1,5 +1,5 @@
-"""Jars resolved once by Maven into the stack's cache: the Kafka broker's (``eos_stack.kafka``) and the Spark
-Kafka connector's (``eos_stack.spark``)."""
+"""Jars resolved once by Maven into the stack's cache: the Kafka broker's (``eos_stack.kafka``), the Spark
+Kafka connector's (``eos_stack.spark``) and Hadoop's S3A connector's (``eos_stack.spark_s3``)."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,7 @@ from pathlib import Path
 from .common import Stack, log, require_tool, run
 
 JAVA_HINT = "Install a Java 17+ runtime (Debian: apt-get install openjdk-17-jre-headless)."
-MVN_HINT = "Install Apache Maven 3.8+ (Debian: apt-get install maven); it resolves the Kafka broker's and the Spark connector's jars once."
+MVN_HINT = "Install Apache Maven 3.8+ (Debian: apt-get install maven); it resolves the Kafka broker's and the Spark connectors' jars once."
 
 
 def maven_copy_dependencies(st: Stack, pom: Path, props: dict[str, str], out: Path, *, what: str,

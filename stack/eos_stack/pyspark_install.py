@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import re
 from pathlib import Path
 
 from .common import StackError
@@ -28,3 +29,10 @@ def pyspark_jars_dir() -> Path:
     if not d.is_dir():
         raise StackError(f"{d} does not exist: this pyspark installation has no bundled jars")
     return d
+
+
+def bundled_jar(artifact_id: str, bundled_names: list[str]) -> str | None:
+    """The jar of ``bundled_names`` (file names of PySpark's ``jars/``) that is ``artifact_id``, whatever its
+    version, or None: a second copy of a library PySpark ships causes hard-to-read linkage errors."""
+    pat = re.compile(re.escape(artifact_id) + r"-\d[^/]*\.jar")
+    return next((n for n in bundled_names if pat.fullmatch(n)), None)

@@ -7,7 +7,7 @@ commons-pool2). They are resolved once by Maven from ``stack/spark/pom.xml`` int
 ``<cache>/spark-kafka-<version>/jars`` and handed to jobs as local paths in
 ``SPARK_JARS`` (``spark.jars``), so nothing is downloaded when a job starts.
 
-Hadoop's S3A connector (hadoop-aws, the AWS SDK bundle, analyticsaccelerator-s3,
+Hadoop's S3A connector (hadoop-aws, the AWS SDK modules it uses, analyticsaccelerator-s3,
 spark-hadoop-cloud) comes from :mod:`eos_stack.spark_s3` as ``SPARK_S3_JARS``.
 
 It also makes a class-data-sharing archive of Spark's classes for this JVM and
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 
 from . import spark_s3
-from .pyspark_install import pyspark_jars_dir, pyspark_version
+from .pyspark_install import bundled_jar, pyspark_jars_dir, pyspark_version
 from .common import REPO, Stack, StackError, log
 from .maven import maven_copy_dependencies
 
@@ -58,11 +57,6 @@ def jars_dir(st: Stack) -> Path:
     return st.cache / f"spark-kafka-{connector_version()}" / "jars"
 
 
-def _bundled(artifact_id: str, bundled_names: list[str]) -> str | None:
-    pat = re.compile(re.escape(artifact_id) + r"-\d[^/]*\.jar")
-    return next((n for n in bundled_names if pat.fullmatch(n)), None)
-
-
 def ensure_jars(st: Stack) -> list[Path]:
     out = jars_dir(st)
     if not (out.is_dir() and any(out.glob("*.jar"))):
@@ -80,7 +74,7 @@ def ensure_jars(st: Stack) -> list[Path]:
         kept, dropped = [], []
         for jar in sorted(resolved.rglob("*.jar")):
             artifact_id = jar.parent.parent.name  # <group path>/<artifactId>/<version>/<file>.jar
-            dup = _bundled(artifact_id, bundled)
+            dup = bundled_jar(artifact_id, bundled)
             if dup:
                 dropped.append(f"{jar.name} (pyspark has {dup})")
             else:

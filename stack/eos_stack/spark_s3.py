@@ -1,24 +1,22 @@
-"""Hadoop's S3A connector for the installed PySpark (no daemon): jars downloaded from Maven Central.
+"""Hadoop's S3A connector for the installed PySpark (no daemon): jars resolved by Maven.
 
-Every version is derived, nothing is pinned here:
+The list is ``stack/spark/s3a/pom.xml`` (the image's too: the Dockerfile resolves the same pom): hadoop-aws,
+the AWS SDK v2 modules S3A uses (not the SDK's 654 MiB ``bundle``), and spark-hadoop-cloud. Every version is
+derived here and given to Maven, nothing is pinned in this module:
 
-* ``org.apache.hadoop:hadoop-aws:<H>``, H the version of PySpark's bundled
-  ``hadoop-client-api-<H>.jar`` (S3A must match the Hadoop it plugs into);
-* ``software.amazon.awssdk:bundle:<V>`` (~690 MB), V the ``aws-java-sdk-v2.version``
-  of ``org.apache.hadoop:hadoop-project:<H>``'s pom;
-* ``software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3`` at that pom's
-  ``amazon-s3-analyticsaccelerator-s3.version`` (Hadoop 3.4.2+; a compile dependency
-  of hadoop-aws): without it S3A fails as the file system starts
-  (``NoClassDefFoundError: .../analyticsaccelerator/request/ObjectClient``);
-* ``org.apache.spark:spark-hadoop-cloud_2.13`` (Spark's
-  ``AbortableStreamBasedCheckpointFileManager`` and cloud commit protocol) at
-  PySpark's version, or, when Maven Central lacks that version (4.2.0 is absent),
-  the newest earlier release of the same major version, with a warning.
+* ``hadoop.version``: the version of PySpark's bundled ``hadoop-client-api-<H>.jar`` (S3A must match the
+  Hadoop it plugs into); hadoop-aws brings ``analyticsaccelerator-s3`` (Hadoop 3.4.2+: without it S3A fails as
+  the file system starts) at the version it names;
+* ``aws-sdk.version``: the ``aws-java-sdk-v2.version`` of ``org.apache.hadoop:hadoop-project:<H>``'s pom;
+* ``spark-hadoop-cloud.version`` (Spark's ``AbortableStreamBasedCheckpointFileManager`` and cloud commit
+  protocol): PySpark's version, or, when Maven Central lacks it (4.2.0 is absent), the newest earlier release
+  of the same major version, with a warning.
 
-Each jar is checked against Maven Central's ``.sha1``, downloaded to a temporary
-name and renamed when complete, into ``<cache>/spark-s3-<H>/jars``; what was chosen
-is kept in ``resolved-<pyspark version>.json`` there, so later runs need no network.
-The paths go to jobs as ``SPARK_S3_JARS``.
+Maven resolves them once (its repository in the stack cache) into ``<cache>/spark-s3a-<H>/<pyspark>-<pom
+digest>/jars``; what it resolved is kept in ``resolved.json`` beside them, so later runs need no network, and
+a change of the pom resolves again. A resolved jar that PySpark's ``jars/`` already ships fails the
+resolution (the pom must leave it out: a second copy of a library on the class path causes hard-to-read
+linkage errors). The paths go to jobs as ``SPARK_S3_JARS``.
 """
 from __future__ import annotations
 
@@ -26,15 +24,21 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import time
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .common import Stack, StackError, log
-from .pyspark_install import pyspark_jars_dir, pyspark_version
+from .common import REPO, Stack, StackError, log
+from .maven import maven_copy_dependencies
+from .pyspark_install import bundled_jar, pyspark_jars_dir, pyspark_version
 
+POM = REPO / "stack" / "spark" / "s3a" / "pom.xml"
+POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+# The pom's properties this module derives (the rest of its properties are Maven's own settings).
+VERSION_PROPERTIES = ("hadoop.version", "aws-sdk.version", "spark-hadoop-cloud.version")
 CENTRAL = os.environ.get("EOS_MAVEN_CENTRAL", "https://repo1.maven.org/maven2").rstrip("/")
 PROGRESS_EVERY = 100 << 20
 CHUNK = 1 << 20
@@ -52,16 +56,32 @@ def hadoop_version() -> str:
     return found[0]
 
 
+def pom_digest(pom: Path = POM) -> str:
+    return hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
+
+
 def base_dir(st: Stack) -> Path:
-    return st.cache / f"spark-s3-{hadoop_version()}"
+    """Hadoop's downloads (hadoop-project's pom). Not ``spark-s3-<H>``: that held the SDK bundle of earlier
+    releases, and may be deleted."""
+    return st.cache / f"spark-s3a-{hadoop_version()}"
+
+
+def resolution_dir(st: Stack) -> Path:
+    return base_dir(st) / f"{pyspark_version()}-{pom_digest()}"
 
 
 def jars_dir(st: Stack) -> Path:
-    return base_dir(st) / "jars"
+    return resolution_dir(st) / "jars"
 
 
 def record_file(st: Stack) -> Path:
-    return base_dir(st) / f"resolved-{pyspark_version()}.json"
+    return resolution_dir(st) / "resolved.json"
+
+
+def pom_properties(pom: Path = POM) -> dict[str, str]:
+    """The ``<properties>`` of a pom file: for :data:`POM`, the versions the image resolves with."""
+    props = ET.parse(pom).getroot().find("m:properties", POM_NS)
+    return {el.tag.split("}", 1)[1]: (el.text or "").strip() for el in (props if props is not None else [])}
 
 
 # -- Maven Central ---------------------------------------------------------------
@@ -139,9 +159,7 @@ def hadoop_project_properties(st: Stack, hadoop: str) -> dict[str, str]:
     if not pom.is_file():
         pom.parent.mkdir(parents=True, exist_ok=True)
         download(_url("org.apache.hadoop", "hadoop-project", hadoop, "pom"), pom, f"hadoop-project {hadoop} pom")
-    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    props = ET.parse(pom).getroot().find("m:properties", ns)
-    return {el.tag.split("}", 1)[1]: (el.text or "").strip() for el in (props if props is not None else [])}
+    return pom_properties(pom)
 
 
 def hadoop_cloud_version(pyspark: str) -> str:
@@ -165,20 +183,49 @@ def hadoop_cloud_version(pyspark: str) -> str:
 
 
 # -- the jars --------------------------------------------------------------------
-def resolve(st: Stack) -> list[dict[str, str]]:
-    """The artifacts (group, artifact, version, file) for this PySpark; needs Maven Central."""
+def versions(st: Stack) -> dict[str, str]:
+    """The pom's version properties for this PySpark (:data:`VERSION_PROPERTIES`); needs Maven Central the
+    first time (hadoop-project's pom, spark-hadoop-cloud's releases)."""
     hadoop = hadoop_version()
-    props = hadoop_project_properties(st, hadoop)
-    sdk = props.get("aws-java-sdk-v2.version")
+    sdk = hadoop_project_properties(st, hadoop).get("aws-java-sdk-v2.version")
     if not sdk:
         raise StackError(f"hadoop-project {hadoop}'s pom has no aws-java-sdk-v2.version: S3A of Hadoop "
                          "before 3.4 (AWS SDK v1) is not supported")
-    coords = [("org.apache.hadoop", "hadoop-aws", hadoop), ("software.amazon.awssdk", "bundle", sdk)]
-    if props.get("amazon-s3-analyticsaccelerator-s3.version"):
-        coords.append(("software.amazon.s3.analyticsaccelerator", "analyticsaccelerator-s3",
-                       props["amazon-s3-analyticsaccelerator-s3.version"]))
-    coords.append(("org.apache.spark", "spark-hadoop-cloud_2.13", hadoop_cloud_version(pyspark_version())))
-    return [{"group": g, "artifact": a, "version": v, "file": f"{a}-{v}.jar"} for g, a, v in coords]
+    return {"hadoop.version": hadoop, "aws-sdk.version": sdk,
+            "spark-hadoop-cloud.version": hadoop_cloud_version(pyspark_version())}
+
+
+def resolve(st: Stack, props: dict[str, str], out: Path, pom: Path = POM) -> list[dict[str, str]]:
+    """Maven resolves ``pom`` with ``props`` into ``out`` (flat); returns the artifacts (group, artifact,
+    version, file). Fails if a jar is one PySpark ships."""
+    layout = maven_copy_dependencies(st, pom, props, out.parent / "maven", what="the S3A jars",
+                                     repository_layout=True)
+    bundled = sorted(p.name for p in pyspark_jars_dir().glob("*.jar"))
+    artifacts, dups = [], []
+    for jar in sorted(layout.rglob("*.jar")):
+        version_dir = jar.parent   # <group path>/<artifactId>/<version>/<file>.jar
+        artifact, version = version_dir.parent.name, version_dir.name
+        group = ".".join(version_dir.parent.parent.relative_to(layout).parts)
+        if dup := bundled_jar(artifact, bundled):
+            dups.append(f"{group}:{artifact}:{version} (pyspark has {dup})")
+        artifacts.append({"group": group, "artifact": artifact, "version": version, "file": jar.name})
+    if dups:
+        shutil.rmtree(layout, ignore_errors=True)
+        raise StackError(f"{pom} resolves jars PySpark already ships: {', '.join(dups)}; leave "
+                         "them out there (its excludeGroupIds, or an exclusion), checking that PySpark's "
+                         "version serves the SDK")
+    names = [a["file"] for a in artifacts]
+    if len(set(names)) != len(names):
+        raise StackError(f"two of the S3A jars have the same file name: {sorted(names)}")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for a in artifacts:
+        shutil.copy2(next(layout.rglob(a["file"])), tmp / a["file"])
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    shutil.rmtree(layout, ignore_errors=True)
+    return artifacts
 
 
 def recorded(st: Stack) -> list[dict[str, str]] | None:
@@ -193,25 +240,27 @@ def ensure_jars(st: Stack) -> list[Path]:
     artifacts = recorded(st)
     if artifacts is None:
         t0 = time.monotonic()
-        artifacts = resolve(st)
-        out = jars_dir(st)
-        out.mkdir(parents=True, exist_ok=True)
-        for a in artifacts:
-            dest = out / a["file"]
-            if not dest.is_file():
-                download(_url(a["group"], a["artifact"], a["version"], "jar"), dest, f"{a['artifact']} {a['version']}")
-            rf = record_file(st)
+        props = versions(st)
+        artifacts = resolve(st, props, jars_dir(st))
+        rf = record_file(st)
         tmp = rf.with_name(f"{rf.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"pyspark": pyspark_version(), "hadoop": hadoop_version(),
-                                   "artifacts": artifacts}, indent=1))
+        tmp.write_text(json.dumps({"pyspark": pyspark_version(), "hadoop": props["hadoop.version"],
+                                   "properties": props, "pom": pom_digest(), "artifacts": artifacts}, indent=1))
         tmp.replace(rf)
-        log(f"S3A jars ready in {time.monotonic() - t0:.0f}s: "
-            + ", ".join(f"{a['artifact']} {a['version']}" for a in artifacts))
+        size = sum((jars_dir(st) / a["file"]).stat().st_size for a in artifacts)
+        log(f"S3A jars ready in {time.monotonic() - t0:.0f}s: {len(artifacts)} jars, {size >> 20} MiB ("
+            + ", ".join(f"{k} {v}" for k, v in props.items()) + ")")
     return [jars_dir(st) / a["file"] for a in artifacts]
 
 
+def recorded_properties(st: Stack) -> dict[str, str] | None:
+    """The version properties the recorded resolution used, or None before the first."""
+    rf = record_file(st)
+    return json.loads(rf.read_text())["properties"] if rf.is_file() else None
+
+
 def status_detail(st: Stack) -> str | None:
-    """A one-line summary of the S3A jars, or None when they are not downloaded yet."""
+    """A one-line summary of the S3A jars, or None when they are not resolved yet."""
     try:
         artifacts = recorded(st)
     except StackError:
@@ -219,5 +268,6 @@ def status_detail(st: Stack) -> str | None:
     if artifacts is None:
         return None
     size = sum((jars_dir(st) / a["file"]).stat().st_size for a in artifacts)
-    return (f"S3A: {', '.join(a['artifact'] + ' ' + a['version'] for a in artifacts)} "
-            f"({size >> 20} MiB in {jars_dir(st)})")
+    props = recorded_properties(st) or {}
+    return (f"S3A: {len(artifacts)} jars, hadoop-aws {props.get('hadoop.version')}, AWS SDK "
+            f"{props.get('aws-sdk.version')} modules ({size >> 20} MiB in {jars_dir(st)})")

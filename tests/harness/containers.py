@@ -59,14 +59,15 @@ class Containers:
         self._lock = threading.Lock()
 
     def require(self) -> str:
-        """The image ``make image`` builds (the chart's and the CRD's default), or an error saying what to do."""
+        """The image ``make image`` builds (the chart's and the CRD's default; ``EOS_TEST_IMAGE`` another build),
+        or an error saying what to do."""
         missing = [t for t in ("podman", "runc") if not shutil.which(t)]
         if missing:
             raise RuntimeError(f"{', '.join(missing)} not installed: run `make image` as root (it installs them "
                                "and builds the image)")
         if os.geteuid() != 0:
             raise RuntimeError("Pods in containers need root (rootful podman, as `make image` builds)")
-        name = self._image.image_name()
+        name = self._image.image_under_test()
         if not self.has(name):
             raise RuntimeError(f"the image {name} is not in {self._image.home(self.st)}: run `make image`")
         return name

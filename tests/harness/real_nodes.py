@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from eos_stack.common import Stack
-from eos_stack.image_common import image_name
+from eos_stack.image_common import image_under_test
 from eos_stack.registry import image_ref
 from eos_stack.node_config import placement
 
@@ -23,10 +23,10 @@ RESTRICTED_LABELS = {"pod-security.kubernetes.io/enforce": "restricted",
 
 def node_image() -> str:
     """The project's image as Pods on the real nodes name it: in the stack's registry (``EOS_NODE_IMAGE``, pushed
-    and pulled into each node by ``eos_stack up node``). ``EOS_TEST_IMAGE`` names another local image (built
-    with ``make image EOS_IMAGE_TAG=...``, which pushes it), pulled by the nodes when a Pod first asks for it:
-    a branch's image tried on the shared stack without replacing the default."""
-    return image_ref(Stack(), os.environ.get("EOS_TEST_IMAGE") or image_name())
+    and pulled into each node by ``eos_stack up node``). ``EOS_TEST_IMAGE`` names another build (pushed with
+    ``make image EOS_IMAGE_TAG=...``): a stream's Pods pull it (``IfNotPresent``); ``real_pod``'s ``Never`` needs
+    it in each node already."""
+    return image_ref(Stack(), image_under_test())
 
 
 def real_pod(name: str, command: list[str], *, memory: str | None = None, node_name: str | None = None,

@@ -3,12 +3,14 @@
 from, a read-only root with the scratch volume the Pods mount, and Spark's ``executor`` argument reaching the
 entrypoint's executor branch. Quick: no Spark job runs.
 
-It needs the image: without it every test fails (never skips) and says to run ``make image``.
+It needs the image (``EOS_TEST_IMAGE``, else the chart's default): without it every test fails (never skips) and
+says to run ``make image``.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -19,6 +21,7 @@ import pytest
 
 from eos_stack import image
 from eos_stack.common import Stack, free_port
+from eos_stack.pyspark_install import bundled_jar
 
 pytestmark = pytest.mark.image   # make image-test (make test deselects it: docs/testing.md)
 
@@ -60,7 +63,7 @@ def img() -> Image:
     if os.geteuid() != 0:
         pytest.fail("the image lives in rootful podman storage: run the tests as root (as `make image` was)",
                     pytrace=False)
-    st, tag = Stack(), image.image_name()
+    st, tag = Stack(), image.image_under_test()
     proc = image.podman(st, "image", "inspect", tag, check=False)
     if proc.returncode != 0:
         pytest.fail(f"no image {tag} in the project's container storage ({image.home(st)}): run `make image`",
@@ -96,9 +99,10 @@ def test_both_entry_points_start(img, module):
 
 def test_the_connector_jars_are_where_spark_takes_them_from(img):
     """The entrypoint lists /opt/spark-kafka and /opt/spark-s3 into SPARK_JARS and SPARK_S3_JARS (which the
-    session gives Spark as spark.jars): the stack's connector jars, the Dockerfile's S3A jars, real jars that
-    register Spark's `kafka` source and S3A, and no second copy of a jar PySpark ships."""
-    from eos_stack import spark
+    session gives Spark as spark.jars): the stack's connector and S3A jars (the S3A ones resolved by the
+    Dockerfile from the same pom), real jars that register Spark's `kafka` source and S3A, no second copy of a
+    jar PySpark ships, and not the AWS SDK bundle (the S3A jars are a few MiB)."""
+    from eos_stack import spark, spark_s3
 
     out = img.ok("sh", "-c", 'echo "$SPARK_JARS"; echo "$SPARK_S3_JARS"; echo "$SPARK_HOME"')
     kafka_line, s3_line, spark_home = out.splitlines()
@@ -106,7 +110,7 @@ def test_the_connector_jars_are_where_spark_takes_them_from(img):
     expected_kafka = sorted(p.name for p in spark.jars_dir(Stack()).glob("*.jar"))
     assert sorted(os.path.basename(j) for j in kafka_jars) == expected_kafka
     assert all(j.startswith("/opt/spark-kafka/") for j in kafka_jars), kafka_jars
-    assert sorted(os.path.basename(j) for j in s3_jars) == sorted(image.s3_artifacts())
+    assert sorted(os.path.basename(j) for j in s3_jars) == sorted(p.name for p in spark_s3.ensure_jars(Stack()))
     assert all(j.startswith("/opt/spark-s3/") for j in s3_jars), s3_jars
 
     # Read the jars out of the image (the test's own zipfile, not the image's Python): the Kafka source is
@@ -121,8 +125,12 @@ def test_the_connector_jars_are_where_spark_takes_them_from(img):
         [aws] = [j for j in s3_jars if os.path.basename(j).startswith("hadoop-aws-")]
         with zipfile.ZipFile(root + aws.lstrip("/")) as z:
             assert "org/apache/hadoop/fs/s3a/S3AFileSystem.class" in z.namelist()
-        bundled = set(os.listdir(root + spark_home.lstrip("/") + "/jars"))
+        bundled = sorted(os.listdir(root + spark_home.lstrip("/") + "/jars"))
         assert not any(os.path.basename(j) in bundled for j in kafka_jars), "a connector jar duplicates PySpark's"
+        artifacts = [re.fullmatch(r"(.+?)-\d[^-]*\.jar", os.path.basename(j)).group(1) for j in s3_jars]
+        assert not {a: d for a in artifacts if (d := bundled_jar(a, bundled))}, "an S3A jar duplicates PySpark's"
+        s3_size = sum(os.path.getsize(root + j.lstrip("/")) for j in s3_jars)
+        assert s3_size < 40 << 20, f"the S3A jars are {s3_size >> 20} MiB: the AWS SDK bundle is back?"
         assert any(n.startswith("spark-kubernetes_2.13-") for n in bundled), "PySpark's jars lack spark-kubernetes"
     finally:
         image.podman(img.st, "image", "unmount", img.tag, check=False)

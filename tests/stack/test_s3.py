@@ -3,22 +3,17 @@
 Against the real server ``eos_stack`` runs: it checks credentials, stores, lists,
 copies and deletes objects, and keeps them (at the same address) across a stop
 and start (of a server started the same way for that test alone, ``private_s3``:
-the stack's serves the tests running beside it); the S3A jars match PySpark's Hadoop.
+the stack's serves the tests running beside it). The S3A jars: ``test_s3a_jars.py``.
 """
 from __future__ import annotations
 
-import json
-import re
 import urllib.request
 import uuid
-import zipfile
-from pathlib import Path
 
 import pytest
 from pyarrow import fs as pafs
 
 from eos_stack import s3
-from eos_stack.common import Stack
 
 S3_KEYS = ("S3_ENDPOINT", "S3_ACCESS_KEY", "S3_SECRET_KEY", "S3_BUCKET", "S3_REGION")
 
@@ -147,44 +142,3 @@ def test_stop_and_start_keep_address_and_data(private_s3, kill):
     assert get(fs, f"{prefix}/durable") == data  # the client made before the stop works again
     assert get(s3fs(env), f"{prefix}/durable") == data
     assert fs.get_file_info(env["S3_BUCKET"]).type == pafs.FileType.Directory
-
-
-# -- the S3A jars --------------------------------------------------------------
-def pyspark_hadoop_version() -> str:
-    from eos_stack.spark import pyspark_jars_dir
-    names = [p.name for p in pyspark_jars_dir().glob("hadoop-client-api-*.jar")]
-    assert len(names) == 1, names
-    return re.fullmatch(r"hadoop-client-api-(.+)\.jar", names[0]).group(1)
-
-
-def test_s3a_jars_match_pysparks_hadoop(env):
-    jars = [Path(p) for p in env["SPARK_S3_JARS"].split(",")]
-    missing = [j for j in jars if not j.is_file()]
-    assert not missing, f"SPARK_S3_JARS lists files that do not exist: {missing}"
-    by_artifact = {re.fullmatch(r"(.+?)-(\d[^-]*)\.jar", j.name).group(1): j for j in jars}
-    assert {"hadoop-aws", "bundle", "spark-hadoop-cloud_2.13"} <= set(by_artifact), sorted(by_artifact)
-
-    hadoop = pyspark_hadoop_version()
-    assert by_artifact["hadoop-aws"].name == f"hadoop-aws-{hadoop}.jar"
-
-    # The AWS SDK is the one this Hadoop release was built and tested with (its hadoop-project pom).
-    from eos_stack import spark_s3
-    props = spark_s3.hadoop_project_properties(Stack(), hadoop)
-    assert by_artifact["bundle"].name == f"bundle-{props['aws-java-sdk-v2.version']}.jar"
-
-    expected_classes = {
-        "hadoop-aws": "org/apache/hadoop/fs/s3a/S3AFileSystem.class",
-        "bundle": "software/amazon/awssdk/services/s3/S3Client.class",
-        "spark-hadoop-cloud_2.13": "org/apache/spark/internal/io/cloud/AbortableStreamBasedCheckpointFileManager.class",
-    }
-    if "amazon-s3-analyticsaccelerator-s3.version" in props:
-        # A compile dependency of hadoop-aws 3.4.2+: S3A does not start without it.
-        assert "analyticsaccelerator-s3" in by_artifact, sorted(by_artifact)
-        expected_classes["analyticsaccelerator-s3"] = "software/amazon/s3/analyticsaccelerator/request/Constants.class"
-    for artifact, cls in expected_classes.items():
-        with zipfile.ZipFile(by_artifact[artifact]) as z:
-            assert cls in z.namelist(), f"{by_artifact[artifact]} has no {cls}"
-
-    record = json.loads(spark_s3.record_file(Stack()).read_text())
-    assert record["hadoop"] == hadoop
-    assert sorted(f"{a['artifact']}-{a['version']}.jar" for a in record["artifacts"]) == sorted(j.name for j in jars)
