@@ -8,7 +8,8 @@ There is no kubelet and no scheduler; the controller-manager runs only the
 namespace deletion behave as in a cluster, and the PersistentVolume ones
 (``persistentvolume-binder``, ``pvc-protection``, ``pv-protection``), so claims bind
 to PersistentVolumes and are deleted as in a cluster, and the ``deployment`` and
-``replicaset`` ones, so the chart's operator Deployment gets its Pod. Pods are run by
+``replicaset`` ones, so the chart's operator Deployment gets its Pod, and the ``disruption`` one, so a
+PodDisruptionBudget's status (the disruptions it allows) is computed and the Eviction API honours it. Pods are run by
 the test-only process kubelet in ``tests/harness/kubelet.py``.
 
 Certificates (a CA, the apiserver's serving cert, the service-account key pair
@@ -478,8 +479,9 @@ def up(st: Stack) -> dict[str, str]:
         str(binary(st, "kube-controller-manager")),
         f"--kubeconfig={kcm_cfg}",
         # deployment and replicaset: the chart's operator Deployment runs (tests/e2e: its Pod in a container).
+        # disruption: PodDisruptionBudget status; without it the Eviction API refuses every Pod a budget covers.
         "--controllers=garbagecollector,namespace,persistentvolume-binder,pvc-protection,pv-protection,"
-        "deployment,replicaset",
+        "deployment,replicaset,disruption",
         "--use-service-account-credentials=false",
         "--leader-elect=false",
         "--bind-address=127.0.0.1", f"--secure-port={ports['controller_manager']}",
