@@ -115,9 +115,17 @@ def seconds(ts) -> float:
 
 
 def test_the_charts_operator_on_real_nodes_probes_restarts_takeover_and_disruption_budget(
-        stack_env, nodes, helm, kubectl, namespaces, releases, tmp_path):
+        stack_env, nodes, helm, kubectl, namespaces, releases, tmp_path, request):
     t0 = time.monotonic()
     st, ns = Stack(), namespaces("chart-nodes")
+
+    def leave_no_stream_behind() -> None:
+        # The operator first, then the finalizers it left on the test's streams, so the namespace can go.
+        helm.run("uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "60s", check=False)
+        for s in kubectl.json("get", PLURAL, "-n", ns)["items"]:
+            kubectl.run("patch", PLURAL, s["metadata"]["name"], "-n", ns, "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}', check=False)
+    request.addfinalizer(leave_no_stream_behind)
     StackKubectl(stack_env).apply_crds()     # the operator refuses CRDs older than itself
     api = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
     v1, coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
