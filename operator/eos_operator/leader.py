@@ -8,7 +8,9 @@ clocks across machines; and a leader that cannot renew within ``renew_deadline``
 at once, before anyone else may take over. So at most one replica acts at any time, and the stream's
 driver epochs and fencing still guard against a leader stalled past that (see the protocol).
 
-A graceful stop releases the Lease, so a rolling update hands over in about a second.
+A graceful stop releases the Lease, so a rolling update hands over in about a second. A Lease held under
+this replica's identity by an earlier process (the container restarted by its kubelet: the same Pod name) is
+not this process's: it waits like any standby, so the replica that stood by takes over (issue 28).
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ class LeaderElector:
         self.observed: tuple | None = None    # (holder, renewTime, transitions) as last read
         self.observed_at = 0.0                # when that record was first seen, by our clock
         self.last_renewed = 0.0
+        self.leading = False                  # this process acquired the Lease (an earlier one's is not ours)
         self._stop = threading.Event()
 
     # -------------------------------------------------------------- one round
@@ -75,7 +78,9 @@ class LeaderElector:
         record = (spec.holder_identity, str(spec.renew_time), spec.lease_transitions)
         if record != self.observed:
             self.observed, self.observed_at = record, self.monotonic()
-        mine = spec.holder_identity == s.identity
+        # Our identity but not our acquisition: a process before us in this Pod held it (killed, restarted by
+        # the kubelet). What it was doing is unknown here, so the Lease is taken like anyone's, after it stood still.
+        mine = spec.holder_identity == s.identity and self.leading
         duration = float(spec.lease_duration_seconds or s.duration)
         if spec.holder_identity and not mine and self.monotonic() - self.observed_at < duration:
             return False   # held, and renewed within its duration as far as we have watched it
@@ -94,7 +99,7 @@ class LeaderElector:
         if not mine:
             log.info("leader election: %s took Lease %s/%s over (transition %d)", s.identity, s.namespace, s.name,
                      spec.lease_transitions)
-        self.last_renewed = self.monotonic()
+        self.last_renewed, self.leading = self.monotonic(), True
         return True
 
     def _create(self, now: datetime) -> bool:
@@ -112,7 +117,7 @@ class LeaderElector:
                 return False   # another replica created it first
             raise
         log.info("leader election: %s created and holds Lease %s/%s", s.identity, s.namespace, s.name)
-        self.last_renewed = self.monotonic()
+        self.last_renewed, self.leading = self.monotonic(), True
         return True
 
     # -------------------------------------------------------------- the loops

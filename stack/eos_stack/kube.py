@@ -8,9 +8,10 @@ There is no kubelet and no scheduler; the controller-manager runs only the
 namespace deletion behave as in a cluster, and the PersistentVolume ones
 (``persistentvolume-binder``, ``pvc-protection``, ``pv-protection``), so claims bind
 to PersistentVolumes and are deleted as in a cluster, and the ``deployment`` and
-``replicaset`` ones, so the chart's operator Deployment gets its Pod, and the ``endpointslice`` one, so a
-Service gets its EndpointSlices (what the real nodes' cluster DNS answers a headless Service's names from).
-Pods are run by the test-only process kubelet in ``tests/harness/kubelet.py``.
+``replicaset`` ones, so the chart's operator Deployment gets its Pod, the ``endpointslice`` one, so a
+Service gets its EndpointSlices (what the real nodes' cluster DNS answers a headless Service's names from), and
+the ``disruption`` one, so a PodDisruptionBudget's status (the disruptions it allows) is computed and the Eviction
+API honours it. Pods are run by the test-only process kubelet in ``tests/harness/kubelet.py``.
 
 Certificates (a CA, the apiserver's serving cert, the service-account key pair
 and an admin client cert in ``system:masters``) are made with the ``openssl``
@@ -481,9 +482,10 @@ def up(st: Stack) -> dict[str, str]:
         f"--kubeconfig={kcm_cfg}",
         # deployment and replicaset: the chart's operator Deployment runs (tests/e2e: its Pod in a container).
         # endpointslice: a Service's EndpointSlices, where the real nodes' cluster DNS (node_dns.py) finds a
-        # headless Service's Pods.
+        # headless Service's Pods. disruption: PodDisruptionBudget status; without it the Eviction API refuses
+        # every Pod a budget covers.
         "--controllers=garbagecollector,namespace,persistentvolume-binder,pvc-protection,pv-protection,"
-        "deployment,replicaset,endpointslice",
+        "deployment,replicaset,endpointslice,disruption",
         "--use-service-account-credentials=false",
         "--leader-elect=false",
         "--bind-address=127.0.0.1", f"--secure-port={ports['controller_manager']}",

@@ -174,6 +174,10 @@ def test_every_option_renders_where_it_belongs(helm: Helm, tmp_path):
     spec = pod["spec"]
     assert spec["imagePullSecrets"] == [{"name": "registry-pull"}, {"name": "registry-pull-backup"}]
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert spec["schedulerName"] == "streaming-scheduler"
+    assert spec["hostAliases"] == [{"ip": "10.1.2.3", "hostnames": ["api.internal.example.com"]}]
+    assert [v["name"] for v in spec["volumes"]] == ["tmp", "kafka-ca"]
+    assert c["volumeMounts"][1:] == [{"name": "kafka-ca", "mountPath": "/etc/kafka-ca", "readOnly": True}]
     assert len(spec["tolerations"]) == 2
     assert set(spec["affinity"]) == {"nodeAffinity", "podAntiAffinity"}
     assert spec["priorityClassName"] == "system-cluster-critical"

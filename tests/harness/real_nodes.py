@@ -1,7 +1,7 @@
 """Pods for the real nodes (stack/eos_stack/node.py): ``restricted`` Pods of the project's image that ask for
 the real nodes (their scheduler and the toleration of their taint, ``node_config.placement()``), the same as a
 stream's ``job.podTemplate`` (``stream_template``), waiting for a Pod's state with its events in the failure
-message, and a Pod's processes seen through its cgroup.
+message, and a Pod's (or one container's) processes seen through its cgroup.
 """
 from __future__ import annotations
 
@@ -79,6 +79,22 @@ def pod_processes(uid: str) -> dict[int, int]:
             continue
         try:
             if f"pod{uid}" in (proc / "cgroup").read_text():
+                found[int(proc.name)] = os.getpgid(int(proc.name))
+        except (OSError, ProcessLookupError):
+            continue
+    return found
+
+
+def container_processes(container_id: str) -> dict[int, int]:
+    """pid -> process group of every process of one container (``containerStatuses[].containerID``,
+    ``containerd://<id>``): its cgroup is ``.../pod<uid>/<id>``, so the Pod's sandbox (pause) is not among them."""
+    cid = container_id.split("://", 1)[-1]
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(line.endswith(f"/{cid}") for line in (proc / "cgroup").read_text().splitlines()):
                 found[int(proc.name)] = os.getpgid(int(proc.name))
         except (OSError, ProcessLookupError):
             continue

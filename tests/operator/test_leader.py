@@ -82,6 +82,35 @@ def test_a_standby_takes_over_only_after_the_record_stood_still_for_the_duration
     assert not a.try_acquire_or_renew()       # the old leader, back, does not take it back
 
 
+def test_a_restarted_leader_waits_like_a_standby_and_the_standby_takes_over_first():
+    """The leader's container killed and restarted by its kubelet: the new process has the same identity (the
+    Pod's name) but did not acquire the Lease; it waits for the record to stand still like any standby, and the
+    replica that stood by (watching since before the kill) takes over first (issue 28's real-node test)."""
+    api, clock = FakeLeases(), Clock()
+    a, b = elector(api, "a", clock), elector(api, "b", clock)
+    assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+    clock.t += 3                                   # a SIGKILLed; the kubelet starts its container again
+    restarted = elector(api, "a", clock)
+    assert not restarted.try_acquire_or_renew(), "a new process took its predecessor's Lease as its own"
+    assert api.lease.spec.holder_identity == "a" and api.lease.spec.lease_transitions == 0
+    clock.t += 7.5                                 # 10.5 s since b first saw the record, 7.5 s for the restarted
+    assert b.try_acquire_or_renew() and not restarted.try_acquire_or_renew()
+    assert api.lease.spec.holder_identity == "b" and api.lease.spec.lease_transitions == 1
+
+
+def test_a_restarted_replica_alone_takes_its_own_stale_lease_after_the_duration():
+    api, clock = FakeLeases(), Clock()
+    assert elector(api, "a", clock).try_acquire_or_renew()
+    restarted = elector(api, "a", clock)
+    clock.t += 1
+    assert not restarted.try_acquire_or_renew()
+    clock.t += 10
+    assert restarted.try_acquire_or_renew()
+    assert api.lease.spec.holder_identity == "a" and api.lease.spec.lease_transitions == 1
+    clock.t += 1
+    assert restarted.try_acquire_or_renew() and api.lease.spec.lease_transitions == 1   # now its own: renewed
+
+
 def test_two_standbys_racing_for_an_expired_lease_one_wins():
     api, clock = FakeLeases(), Clock()
     a, b, c = (elector(api, n, clock) for n in "abc")
