@@ -1,7 +1,7 @@
 // Run by tests/stack/test_s3a_jars.py with `java -cp <PySpark's jars>:<the S3A jars> S3ARoundTrip.java ENDPOINT
 // BUCKET PREFIX REGION` (the JDK's single-file launcher; no Spark): Hadoop's S3A, as a Spark job has it, writes,
-// renames (S3A's copy goes through the SDK's transfer manager, whose async client is the SDK's Netty client on
-// PySpark's Netty), uploads a local file, reads both back and deletes them. Keys: AWS_ACCESS_KEY_ID and
+// renames, uploads a local file (the SDK's transfer manager, whose async client is the SDK's Netty client on
+// PySpark's Netty), reads both back and deletes them. Keys: AWS_ACCESS_KEY_ID and
 // AWS_SECRET_ACCESS_KEY (S3A's default chain, as the job runtime uses it).
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
