@@ -70,8 +70,8 @@ def test_lint_every_option(helm: Helm, tmp_path):
 def test_default_render_watches_every_namespace_with_a_cluster_role(helm: Helm):
     docs = helm.template(namespace="ops")
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
-                     "ServiceAccount"], kinds
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding",
+                     "Service", "ServiceAccount"], kinds
     c = container(docs)
     assert c["args"][:4] == ["python", "-m", "eos_operator", "run"]
     assert "--all-namespaces" in c["args"] and not any(a.startswith("--namespace") for a in c["args"])
@@ -232,7 +232,8 @@ def test_job_rbac_defaults_to_the_watched_namespaces(helm: Helm):
 def test_existing_service_account_and_no_rbac(helm: Helm):
     docs = helm.template("--set", "serviceAccount.create=false", "--set", "serviceAccount.name=preexisting",
                          "--set", "rbac.create=false", "--set", "service.enabled=false")
-    assert sorted(d["kind"] for d in docs) == ["Deployment"]   # no Lease Role either: you bind it
+    # no Lease Role either: you bind it; the operator's PodDisruptionBudget (two replicas) stays
+    assert sorted(d["kind"] for d in docs) == ["Deployment", "PodDisruptionBudget"]
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "preexisting"
 
 

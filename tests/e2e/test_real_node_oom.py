@@ -37,7 +37,8 @@ def java_heap(procs: dict[int, int]) -> str | None:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"java"):
+        # The driver's JVM (SparkSubmit), not the short-lived launcher JVM spark-submit runs first (-Xmx128m).
+        if argv and argv[0].endswith(b"java") and b"org.apache.spark.deploy.SparkSubmit" in argv:
             return next((a.decode()[4:] for a in argv if a.startswith(b"-Xmx")), None)
     return None
 
