@@ -23,6 +23,7 @@ from typing import Any, Callable
 import yaml
 
 from .common import poll, timed_out
+from .kube_reads import ApiReads, ReadFailed
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "crds"
@@ -44,6 +45,7 @@ class Kubectl:
     def __init__(self, env: dict[str, str]):
         self.bin = env["KUBECTL"]
         self.env = {**os.environ, "KUBECONFIG": env["KUBECONFIG"]}
+        self.reads = ApiReads(env["KUBECONFIG"])   # plain gets without a kubectl process (kube_reads.py)
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True,
             timeout: float = 120) -> subprocess.CompletedProcess:
@@ -54,7 +56,11 @@ class Kubectl:
         return proc
 
     def json(self, *args: str) -> dict[str, Any]:
-        return json.loads(self.run(*args, "-o", "json").stdout)
+        try:
+            read = self.reads.answer(args)
+        except ReadFailed as exc:
+            raise KubectlError(f"kubectl {' '.join(args)} failed: {exc}") from None
+        return read if read is not None else json.loads(self.run(*args, "-o", "json").stdout)
 
     def apply(self, doc: dict[str, Any], namespace: str, check: bool = True) -> subprocess.CompletedProcess:
         return self.run("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(doc), check=check)
