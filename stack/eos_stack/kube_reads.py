@@ -60,6 +60,16 @@ class ApiReads:
         found = self._resource(resource)
         if found is None:
             return None
+        try:
+            return self._read(found, name, namespace)
+        except ReadFailed as exc:
+            # A version no longer served (a CRD applied again with others) answers NotFound too: discover
+            # again, and read again if the resource moved.
+            if "(NotFound)" not in str(exc) or (moved := self._resource(resource, fresh=True)) in (None, found):
+                raise
+            return self._read(moved, name, namespace)
+
+    def _read(self, found: tuple[str, str, str, bool], name: str | None, namespace: str | None) -> dict[str, Any]:
         prefix, plural, kind, namespaced = found
         base = f"{prefix}/namespaces/{namespace or 'default'}/{plural}" if namespaced else f"{prefix}/{plural}"
         if name is not None:
@@ -92,18 +102,15 @@ class ApiReads:
             raise ReadFailed(f"Error from server ({reason}): {detail}")
         return json.loads(data)
 
-    def _resource(self, word: str) -> tuple[str, str, str, bool] | None:
+    def _resource(self, word: str, fresh: bool = False) -> tuple[str, str, str, bool] | None:
         word = word.lower()
-        for fresh in (False, True):      # a resource not seen yet (a CRD applied since): discover again once
+        with self._lock:
+            known = self._resources
+        if known is None or fresh or word not in known:   # a resource not seen yet (a CRD applied since)
+            known = self._discover()
             with self._lock:
-                known = self._resources
-            if known is None or fresh:
-                known = self._discover()
-                with self._lock:
-                    self._resources = known
-            if word in known:
-                return known[word]
-        return None
+                self._resources = known
+        return known.get(word)
 
     def _discover(self) -> dict[str, tuple[str, str, str, bool]]:
         found: dict[str, tuple[str, str, str, bool]] = {}
