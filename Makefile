@@ -78,8 +78,11 @@ soak: venv
 	  $(PY) -m pytest -s -m "not soak" tests/e2e/test_chaos.py tests/e2e/test_chaos_lifecycle.py tests/e2e/test_upgrade_e2e.py
 	$(PY) -m pytest -s --basetemp=$(EOS_STATE)/pytest-soak -m soak tests
 
+# The demo's driver Pods run on the real nodes: the stack, the image and the nodes first (as `make test` makes them).
 demo: venv
 	$(PY) -m eos_stack up
+	$(PY) -m eos_stack.image build
+	$(PY) -m eos_stack up node
 	$(PY) -m examples.colors.demo
 
 bench: venv

@@ -1,19 +1,21 @@
-"""`make demo`: the colors stream run by the operator on the local stack, its driver killed once.
+"""`make demo`: the colors stream run by the operator on the local stack's real nodes, its driver killed once.
 
-1. reads ``.stack/env`` (``make stack-up``), creates a namespace ``eos-demo-<id>`` and
-   applies the CRD;
-2. starts the operator (``python -m eos_operator run --namespace NS``) and a process
-   kubelet: the stack has a kube-apiserver but no node, so ``tests/harness/kubelet.py``
-   plays the node and runs the driver Pod's container command as a local process;
+1. reads ``.stack/env`` (``make demo`` made the stack, the image and the two real nodes: kubelet, containerd,
+   CNI, eos_stack.node), creates a namespace ``eos-demo-<id>`` that enforces ``restricted`` Pod Security,
+   applies the CRD and a Secret with the checkpoint bucket's keys;
+2. starts the operator (``python -m eos_operator run --namespace NS``, a process on this machine);
 3. creates unique topics, writes N color events with a known distribution and applies
-   ``examples/colors.yaml`` (bootstrap, topics and checkpoint rewritten for this run);
-4. once the stream runs and has committed a few batches, SIGKILLs the driver and
-   shows the operator's reaction: DriverFailed, Restarting, Resolved (resolution
-   fences every slot before the new driver starts), Submitted, Running;
+   ``examples/colors.yaml`` (bootstrap, topics and checkpoint rewritten for this run: Kafka and the bucket
+   through the stack's services address, which Pods and the operator both reach; the project's image from the
+   stack's registry; the real nodes' scheduler and taint in ``job.podTemplate``);
+4. once the stream runs and has committed a few batches, SIGKILLs every process of the driver's container (the
+   JVM and PySpark's Python workers, found in the container's cgroup) and shows the operator's reaction:
+   DriverFailed, Restarting, Resolved (resolution fences every slot before the new driver starts), Submitted,
+   Running, and what the kill hit (resolution's report per slot);
 5. waits until the output has caught up, suspends the stream (the driver stops at a
    clean batch boundary) and prints the counts next to the expected ones, with a
    verdict from an independent read_committed audit of the output and the ledger;
-6. cleans up (stream, operator, kubelet, namespace); exits 0 only when exactly once.
+6. cleans up (stream, operator, namespace); exits 0 only when exactly once.
 
 The job-level demo without Kubernetes is ``python -m examples.colors.demo_job``.
 """
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -32,8 +36,11 @@ from typing import Any, Callable
 import yaml
 
 from eos_job.verify import audit_counts, ledger_monotone, open_transactions
-from eos_stack.cluster import PYTHONPATH, Kubectl, OperatorProcess, condition
+from eos_stack import node_services
+from eos_stack.cluster import RESTRICTED, Kubectl, OperatorProcess, condition
 from eos_stack.common import Stack, poll, timed_out
+from tests.harness.real_nodes import (LogFollower, container_processes, keys_secret, node_image, stream_template,
+                                      what_the_kill_hit)
 
 from .generator import produce
 from .local_run import create_topics
@@ -75,11 +82,10 @@ class Demo:
         self.events_topic, self.counts_topic, self.dlq_topic = (f"demo-colors-events-{run_id}",
                                                                 f"demo-colors-counts-{run_id}",
                                                                 f"demo-colors-dlq-{run_id}")
-        self.checkpoint = work / "checkpoint"
         self.name = "colors"
         self.manifest: dict[str, Any] = {}
         self.operator: OperatorProcess | None = None
-        self.kubelet = None
+        self.logs: dict[str, LogFollower] = {}     # driver Pod -> its log as written, kept after the Pod goes
         self.namespace_created = False
         self.seen_events: set[str] = set()
 
@@ -123,31 +129,33 @@ class Demo:
         sink = self.manifest["spec"]["sink"]
         return sink.get("ledgerTopic") or f"{sink['topic']}.eos-ledger.{self.namespace}.{self.name}"
 
+    def follow(self, pod: str) -> None:
+        from kubernetes import client, config
+        if pod not in self.logs:
+            v1 = client.CoreV1Api(config.new_client_from_config(config_file=self.env["KUBECONFIG"]))
+            self.logs[pod] = LogFollower(v1, self.namespace, pod)
+            self.logs[pod].start()
+
     def driver_log(self, pod: str) -> str:
-        path = self.kubelet.log_path(self.namespace, pod)
-        return path.read_text(errors="replace") if path.exists() else ""
+        return self.logs[pod].text if pod in self.logs else ""
 
     # ------------------------------------------------------------- the demo
     def setup(self) -> None:
-        from tests.harness.kubelet import ProcessKubelet
-
-        say(f"local stack: Kafka {self.bootstrap}, kube-apiserver {self.env.get('KUBE_APISERVER', '?')}; "
-            f"work dir {self.work}")
+        nodes = [n["metadata"]["name"] for n in self.kubectl.json("get", "nodes")["items"]]
+        say(f"local stack: Kafka {self.bootstrap}, kube-apiserver {self.env.get('KUBE_APISERVER', '?')}, "
+            f"nodes {', '.join(nodes) or '(none: run `make demo`)'}; work dir {self.work}")
         self.kubectl.run("create", "namespace", self.namespace)
         self.namespace_created = True
-        say(f"namespace {self.namespace} created")
+        self.kubectl.run("label", "namespace", self.namespace, *RESTRICTED)
+        say(f"namespace {self.namespace} created (Pod Security: restricted, enforced)")
         crds = self.kubectl.apply_crds()
         say(f"CRD applied and established: {', '.join(crds)}")
+        self.kubectl.apply(keys_secret(self.env, "checkpoint-keys"), self.namespace)
+        say("Secret checkpoint-keys: the checkpoint bucket's keys (the stream names it; never in its spec)")
         self.operator = OperatorProcess(self.env["KUBECONFIG"], self.namespace, self.work / "operator.log",
                                         interval=2, resolution_timeout=60, progress_interval=2).start()
         say(f"operator started: python -m eos_operator run --namespace {self.namespace} "
             f"(pid {self.operator.proc.pid}, log {self.operator.log_path})")
-        say("there is no kubelet on this machine (the stack has an API server, no nodes): a process kubelet "
-            "(tests/harness/kubelet.py) plays the node and runs the driver Pod's command as a local process")
-        self.kubelet = ProcessKubelet(self.env["KUBECONFIG"], namespace=self.namespace, log_dir=self.work / "kubelet",
-                                      extra_env={"PYTHONPATH": PYTHONPATH,
-                                                 "SPARK_JARS": self.env.get("SPARK_JARS", "")}).start()
-        say(f"process kubelet watching {self.namespace} (driver logs in {self.kubelet.log_dir})")
 
     def apply_stream(self) -> dict[str, int]:
         create_topics(self.bootstrap, {self.events_topic: 3, self.counts_topic: 3, self.dlq_topic: 1})
@@ -157,16 +165,21 @@ class Demo:
 
         doc = copy.deepcopy(yaml.safe_load(MANIFEST.read_text()))
         spec = doc["spec"]
-        spec["source"].update(bootstrapServers=self.bootstrap, topics=[self.events_topic],
+        pods = node_services.pod_env(Stack())    # Kafka and the bucket as Pods reach them (the operator too)
+        spec["source"].update(bootstrapServers=pods["POD_KAFKA_BOOTSTRAP"], topics=[self.events_topic],
                               maxOffsetsPerTrigger=self.max_offsets)
-        spec["sink"].update(bootstrapServers=self.bootstrap, topic=self.counts_topic,
+        spec["sink"].update(bootstrapServers=pods["POD_KAFKA_BOOTSTRAP"], topic=self.counts_topic,
                             deadLetterTopic=self.dlq_topic)
-        spec["checkpoint"] = {"store": "local", "path": str(self.checkpoint)}
+        spec["checkpoint"]["path"] = f"/demo/{self.namespace}"
+        spec["checkpoint"]["s3"].update(bucket=self.env["S3_BUCKET"], endpoint=pods["POD_S3_ENDPOINT"])
+        spec["job"].update(image=node_image(), podTemplate=stream_template(), driver={"cpu": "1", "memory": "2Gi"})
         self.name = doc["metadata"]["name"]
         self.manifest = doc
         self.kubectl.apply(doc, self.namespace)
-        say(f"kubectl apply -f examples/colors.yaml (bootstrap, topics and checkpoint {self.checkpoint} rewritten; "
-            f"maxOffsetsPerTrigger {self.max_offsets}, so the backlog takes ~{-(-self.n // self.max_offsets)} batches)")
+        say(f"kubectl apply -f examples/colors.yaml (rewritten for this run: Kafka {pods['POD_KAFKA_BOOTSTRAP']}, "
+            f"topics, checkpoint s3://{self.env['S3_BUCKET']}/demo/{self.namespace} at {pods['POD_S3_ENDPOINT']}, "
+            f"image {node_image()}, the real nodes' scheduler; maxOffsetsPerTrigger {self.max_offsets}, so the "
+            f"backlog takes ~{-(-self.n // self.max_offsets)} batches)")
         return expected
 
     def run_until_kill(self) -> str:
@@ -175,19 +188,31 @@ class Demo:
         status = self.wait(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(self.status()),
                            "the stream to run", 300)
         pod = status["driverPod"]
+        self.follow(pod)
         self.get_eos()
-        say(f"driver Pod {pod} is running; waiting for {self.kill_after} committed batches "
+        say(f"driver Pod {pod} is running on {self.pod(pod)['spec'].get('nodeName')}; waiting for {self.kill_after} committed batches "
             f"(status.lastCommittedBatch, read by the operator from the stream's ledger) ...")
         status = self.wait(lambda: (lambda s: s if (s.get("lastCommittedBatch") or -1) >= self.kill_after - 1
                                     else None)(self.status()), f"{self.kill_after} committed batches", 600)
         self.get_eos()
         return status["driverPod"]
 
+    def pod(self, name: str) -> dict[str, Any]:
+        return self.kubectl.json("get", "pod", name, "-n", self.namespace)
+
     def kill_and_recover(self, pod: str) -> None:
-        say(f"kill -9 of the driver process of {pod} (process group {self.kubelet.pid(self.namespace, pod)}) "
-            f"mid-stream, at batch {self.status().get('lastCommittedBatch')}")
-        if not self.kubelet.kill9(self.namespace, pod):
-            raise DemoError(f"no running process for {pod}")
+        (container,) = self.pod(pod)["status"]["containerStatuses"]
+        procs = container_processes(container["containerID"])
+        if not procs:
+            raise DemoError(f"no running process in {pod}'s container")
+        say(f"kill -9 of every process of {pod}'s container (the JVM and PySpark's workers: {len(procs)} processes "
+            f"in {len(set(procs.values()))} process groups, from its cgroup) mid-stream, at batch "
+            f"{self.status().get('lastCommittedBatch')}")
+        for pid in procs:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         say("the operator reacts: DriverFailed -> Restarting -> Resolved -> Submitted -> Running")
         status = self.wait(lambda: (lambda s: s if s.get("driverPod") not in (None, pod)
                                     and s.get("lifecycleState") == "Running" else None)(self.status()),
@@ -195,8 +220,10 @@ class Demo:
         self.print_new_events()
         say(f"restarted as {status['driverPod']}; restartCount {status.get('restartCount')}; "
             f"lastError: {first_line(status.get('lastError'))}")
+        self.follow(status["driverPod"])
         resolution = status.get("resolution") or {}
         say(f"resolution before the restart (status.resolution.summary): {resolution.get('summary') or resolution}")
+        say(f"the kill hit {what_the_kill_hit(resolution)}")
         reasons = self.kubectl.events(self.namespace, self.name)
         after = reasons[reasons.index("DriverFailed"):] if "DriverFailed" in reasons else []
         want = ["DriverFailed", "Restarting", "Resolved", "Submitted", "Running"]
@@ -234,6 +261,8 @@ class Demo:
         self.print_new_events()
         ready = condition(self.status(), "Ready")
         say(f"suspended (Ready={ready.get('status')}, reason {ready.get('reason')}); no driver Pod left")
+        if pod in self.logs:
+            self.logs[pod].join(30)
         stopped = [line for line in self.driver_log(pod).splitlines() if GRACEFUL_DONE in line] if pod else []
         say(f"driver log: {stopped[-1].strip() if stopped else '(no clean-stop line found)'}")
         self.get_eos()
@@ -269,10 +298,8 @@ class Demo:
             say(f"(could not read the stream: {exc})")
         if self.operator is not None:
             say("operator log (tail):\n" + indent(self.operator.tail(40)))
-        if self.kubelet is not None:
-            for log in sorted(self.kubelet.log_dir.glob(f"{self.namespace}_*.log"))[-2:]:
-                lines = log.read_text(errors="replace").splitlines()[-25:]
-                say(f"{log.name} (tail):\n" + indent("\n".join(lines)))
+        for pod in list(self.logs)[-2:]:
+            say(f"driver Pod {pod}'s log (tail):\n" + indent("\n".join(self.driver_log(pod).splitlines()[-25:])))
 
     def cleanup(self) -> None:
         if self.namespace_created and self.operator is not None and self.operator.alive():
@@ -280,13 +307,10 @@ class Demo:
             r = self.kubectl.run("delete", "exactlyoncestream", "--all", "-n", self.namespace, "--timeout=120s",
                                  check=False)
             if r.returncode == 0:
-                say("stream deleted (its checkpoint stays in the work dir)")
+                say("stream deleted (its checkpoint stays in the bucket)")
         if self.operator is not None:
             self.operator.stop()
             say("operator stopped")
-        if self.kubelet is not None:
-            self.kubelet.stop()
-            say("process kubelet stopped")
         if self.namespace_created:
             for s in self.kubectl.json("get", "exactlyoncestreams", "-n", self.namespace)["items"]:
                 self.kubectl.run("patch", "exactlyoncestream", s["metadata"]["name"], "-n", self.namespace,
@@ -305,14 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     stack = Stack()
     env = stack.read_env()
-    missing = [k for k in ("KAFKA_BOOTSTRAP", "KUBECONFIG", "KUBECTL", "SPARK_JARS") if not env.get(k)]
+    missing = [k for k in ("KAFKA_BOOTSTRAP", "KUBECONFIG", "KUBECTL", "S3_BUCKET") if not env.get(k)]
     if missing:
-        print(f"{stack.env_file} has no {', '.join(missing)}: run `make stack-up` first", file=sys.stderr)
+        print(f"{stack.env_file} has no {', '.join(missing)}: run `make demo` (the stack, the image, the nodes)",
+              file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    # Under the stack's state folder, the node's disk: the driver Pod's root filesystem is read-only (the
-    # process kubelet leaves only its volumes and that folder writable), and its local checkpoint is here.
-    work = Path(tempfile.mkdtemp(prefix="eos-demo-", dir=stack.dir("demo")))
+    work = Path(tempfile.mkdtemp(prefix="eos-demo-", dir=stack.dir("demo")))    # the operator's log
     demo = Demo(env, a.events, a.max_offsets_per_trigger, a.kill_after, work)
     ok = False
     try:
@@ -333,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             demo.cleanup()
         except Exception as exc:  # noqa: BLE001
             say(f"cleanup incomplete: {exc}")
-    say(f"{'exactly once' if ok else 'FAILED'} in {time.monotonic() - t0:.0f}s; logs and checkpoint in {work}")
+    say(f"{'exactly once' if ok else 'FAILED'} in {time.monotonic() - t0:.0f}s; the operator's log in {work}")
     return 0 if ok else 1
 
 

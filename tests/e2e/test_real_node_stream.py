@@ -36,7 +36,6 @@ kubectl's resolution of the Service (its selector and named target port) is what
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import queue
@@ -62,29 +61,14 @@ from eos_stack.node_config import SCHEDULER_NAME
 from examples.colors.manifest import colors_manifest
 from tests.e2e.streams import (IDS, NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
                                assert_ids_exactly_once, wait_ids)
-from tests.harness.real_nodes import node_image, pod_processes, stream_template, wait_processes_gone
+from tests.harness.real_nodes import (LogFollower, keys_secret, node_image, pod_processes, stream_template,
+                                      wait_processes_gone, what_the_kill_hit)
 
 pytestmark = pytest.mark.timeout(1200)
 # Records a batch reads at most: batches long enough (seconds) that the kubelet's SIGKILL, which follows its
 # SIGTERM by at least 2 s even for a grace-0 deletion, can land inside one.
 BATCH = 8000
 GRACEFUL = "received SIGTERM: stopping at the next clean batch boundary"
-
-
-class LogFollower(threading.Thread):
-    """A Pod's log as it is written (``kubectl logs -f``), kept after the Pod is gone."""
-
-    def __init__(self, v1, namespace: str, pod: str):
-        super().__init__(daemon=True)
-        self.v1, self.namespace, self.pod, self.text = v1, namespace, pod, ""
-
-    def run(self) -> None:
-        try:
-            resp = self.v1.read_namespaced_pod_log(self.pod, self.namespace, follow=True, _preload_content=False)
-            for chunk in resp.stream():
-                self.text += chunk.decode(errors="replace")
-        except Exception as exc:  # noqa: BLE001 - the log ends with its Pod
-            self.text += f"\n(log follow ended: {exc})"
 
 
 def real_node_stream(topics: ColorsTopics, pod_env: dict[str, str], bucket: str, prefix: str) -> dict:
@@ -99,12 +83,6 @@ def real_node_stream(topics: ColorsTopics, pod_env: dict[str, str], bucket: str,
         "bucket": bucket, "endpoint": pod_env["POD_S3_ENDPOINT"], "pathStyleAccess": True,
         "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
     return doc
-
-
-def keys_secret(stack_env: dict[str, str]) -> dict:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
-            "data": {k: base64.b64encode(stack_env[v].encode()).decode()
-                     for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}
 
 
 def on_a_real_node(pod: dict, nodes) -> str:
@@ -126,16 +104,6 @@ def gone_or(read) -> bool:
         if exc.status == 404:
             return False
         raise
-
-
-def what_the_kill_hit(res: dict) -> str:
-    """Resolution's report (status.resolution) in words: the batch the restart replays and its slots."""
-    per_slot = res.get("lastCommittedBatchPerSlot") or {}
-    slots = ", ".join(f"slot {s}: batch {b}" for s, b in sorted(per_slot.items()))
-    replay = res.get("replayBatch")
-    where = (f"inside batch {replay} (slots that had committed it: {res.get('replaySlotsAlreadyCommitted') or []})"
-             if replay is not None else "between batches")
-    return f"{where}; {res.get('openTransactionsAborted', 0)} open transactions aborted; ledger per slot: {slots}"
 
 
 def spark_ui_through_port_forward(crs, namespace: str, kubeconfig: str) -> tuple[str, str]:

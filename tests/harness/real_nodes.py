@@ -5,7 +5,9 @@ message, and a Pod's (or one container's) processes seen through its cgroup.
 """
 from __future__ import annotations
 
+import base64
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -131,3 +133,36 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+class LogFollower(threading.Thread):
+    """A Pod's log as it is written (``kubectl logs -f``), kept after the Pod is gone."""
+
+    def __init__(self, v1, namespace: str, pod: str):
+        super().__init__(daemon=True)
+        self.v1, self.namespace, self.pod, self.text = v1, namespace, pod, ""
+
+    def run(self) -> None:
+        try:
+            resp = self.v1.read_namespaced_pod_log(self.pod, self.namespace, follow=True, _preload_content=False)
+            for chunk in resp.stream():
+                self.text += chunk.decode(errors="replace")
+        except Exception as exc:  # noqa: BLE001 - the log ends with its Pod
+            self.text += f"\n(log follow ended: {exc})"
+
+
+def keys_secret(stack_env: dict[str, str], name: str = "ckpt-keys") -> dict:
+    """The checkpoint bucket's keys as a Secret (keys ``id`` and ``secret``) for a stream's ``checkpoint.s3``."""
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",
+            "data": {k: base64.b64encode(stack_env[v].encode()).decode()
+                     for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}
+
+
+def what_the_kill_hit(res: dict) -> str:
+    """Resolution's report (status.resolution) in words: the batch the restart replays and its slots."""
+    per_slot = res.get("lastCommittedBatchPerSlot") or {}
+    slots = ", ".join(f"slot {s}: batch {b}" for s, b in sorted(per_slot.items()))
+    replay = res.get("replayBatch")
+    where = (f"inside batch {replay} (slots that had committed it: {res.get('replaySlotsAlreadyCommitted') or []})"
+             if replay is not None else "between batches")
+    return f"{where}; {res.get('openTransactionsAborted', 0)} open transactions aborted; ledger per slot: {slots}"
