@@ -176,7 +176,11 @@ def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_
         restarted = wait_until(lambda: [v for v in adoption_violations(kubectl, namespace, CONTROL, control_driver,
                                                                         control_uid) if v.startswith("new driver Pod")],
                                "the adoption check to report the control stream's restart", 180, r.diag, 1)
-        # Its new driver runs a runtime outside the policy: Degraded RuntimeVersionSkew, one event, running on.
+        # A change that needs a new driver: this build's runtime continues the previous one's checkpoint. Made
+        # now, so that its new driver starts while the control's does (one start-up's wait, not two in a row).
+        kubectl.patch_spec(namespace, NAME, {"triggerIntervalMs": 700})
+        # The control's new driver runs a runtime outside the policy: Degraded RuntimeVersionSkew, one event,
+        # running on.
         skewed = r.wait_status(lambda s: s.get("runtimeVersion") == SKEWED and s.get("lifecycleState") == "Running"
                                and condition(s, "Degraded").get("reason") == SKEW,
                                "the skewed runtime's version reported and judged", 300, name=CONTROL)
@@ -192,8 +196,6 @@ def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_
         assert len(warned) == 1 and SKEWED in warned[0], warned
         kubectl.run("delete", "exactlyoncestream", CONTROL, "-n", namespace, "--wait=false")   # its CPU back
 
-        # A change that needs a new driver: this build's runtime continues the previous one's checkpoint.
-        kubectl.patch_spec(namespace, NAME, {"triggerIntervalMs": 700})
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Running" and s.get("driverPod") not in (None, driver),
                            "the spec change's new driver", 300)
         assert st["driverPod"] not in on_old, (st["driverPod"], on_old)
