@@ -49,11 +49,10 @@ from eos_operator.version_skew import REASON as SKEW, skew_message
 from eos_stack import cluster
 from eos_stack.cluster import Kubectl, condition, holds_for, wait_until
 from tests.e2e.streams import IDS, NAME, ColorsTopics, IdFeed, colors_stream, finish_ids, rig
+from tests.previous_build import PREVIOUS_BUILD
 
 pytestmark = pytest.mark.stack
 
-# The last commit that landed (CI passed on it: stop 36 of 2026-11-28). Moves on with each release.
-PREVIOUS_BUILD = "a4d14b56fcac2045e6c37e83abf9de173e7e69d7"
 REPO = Path(__file__).resolve().parents[2]
 CONTROL = "adopt-control"   # the negative control's stream
 _MAJOR, _MINOR = (int(x) for x in eos_job.__version__.split(".")[:2])

@@ -21,6 +21,8 @@ from eos_operator.upgrades import run_affecting_changes
 from eos_operator.validation import validate_spec
 from eos_operator.version_skew import skew_message
 
+from tests.previous_build import PREVIOUS_BUILD
+
 from .fakes import base_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,11 +40,11 @@ print(json.dumps({"outputHash": cfg.spec.output_hash(), "checkpointDir": cfg.che
 """
 
 
-def older_build(dest: Path, *paths: str) -> Path:
-    """``paths`` as they were at OLDER_RUNTIME, unpacked under ``dest``; returns ``dest``."""
-    got = subprocess.run(["git", "-C", str(REPO), "archive", OLDER_RUNTIME, *paths], capture_output=True)
+def older_build(dest: Path, *paths: str, commit: str = OLDER_RUNTIME) -> Path:
+    """``paths`` as they were at ``commit``, unpacked under ``dest``; returns ``dest``."""
+    got = subprocess.run(["git", "-C", str(REPO), "archive", commit, *paths], capture_output=True)
     if got.returncode != 0:
-        pytest.fail(f"git archive {OLDER_RUNTIME} failed ({got.stderr.decode().strip()}): this test needs the "
+        pytest.fail(f"git archive {commit} failed ({got.stderr.decode().strip()}): this test needs the "
                     "repository's git history; run it in a full clone (git fetch --unshallow)")
     with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
         tar.extractall(dest, filter="data")
@@ -55,8 +57,8 @@ def older_runtime(dest: Path) -> Path:
 
 
 def run_older(dest: Path, program: str, stdin: str) -> str:
-    """``program`` run by the older build's ``jobs`` and ``operator`` (unpacked under ``dest``); its output."""
-    root = older_build(dest, "jobs", "operator")
+    """``program`` run by the previous build's ``jobs`` and ``operator`` (unpacked under ``dest``); its output."""
+    root = older_build(dest, "jobs", "operator", commit=PREVIOUS_BUILD)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
         "PYTHONPATH": f"{root / 'jobs'}:{root / 'operator'}"}
     got = subprocess.run([sys.executable, "-c", program], input=stdin, capture_output=True, text=True, env=env,
@@ -124,7 +126,7 @@ def test_unknown_runtime_version_is_not_reported():
     assert skew_message("0.3.0", None) is None
 
 
-# What the older build's operator records as status.lastReconciledSpec when it launches a driver (launch.py).
+# What the previous build's operator records as status.lastReconciledSpec when it launches a driver (launch.py).
 RECORDED_SPEC = """
 import json, sys
 from eos_operator import upgrades, validation
@@ -135,7 +137,7 @@ print(json.dumps([upgrades.spec_json(validation.validate_spec(raw)) for raw in j
 
 def test_an_upgraded_operator_sees_no_change_in_the_spec_an_older_one_recorded(tmp_path):
     """The policy's "the operator reads the status any operator of the previous minor version wrote": the spec
-    the older operator recorded for a running driver reads as no run-affecting change to this one, or the
+    the previous build's operator recorded for a running driver reads as no run-affecting change to this one, or the
     upgrade would restart every stream (as a changed default of ``job.driver.memory`` once did: the
     operator-upgrade e2e caught it, a new driver Pod of every stream). Specs that leave most fields to their
     defaults, where a changed default shows."""
