@@ -174,7 +174,7 @@ def release(root: Path, version: str, *, image: bool, day: dt.date, helm: str | 
     log("left to a person with the credentials: "
         f"`git push origin v{version}`; `helm push {chart} oci://<registry>/charts`; "
         f"`podman push {result.get('image', '<image>')}`; the GitHub release with the changelog section; "
-        f"then PREVIOUS_BUILD = \"v{version}\" in tests/e2e/test_operator_upgrade_e2e.py (later builds are "
+        f"then PREVIOUS_BUILD = \"v{version}\" in tests/previous_build.py (later builds are "
         "tested as upgrades from this release)")
     return result
 

@@ -34,7 +34,8 @@ IDS = "examples.colors.ids"   # the unique-id stream's job: every kept event pas
 PYTHONPATH = cluster.PYTHONPATH
 
 # The operator as a program, with test-only switches applied from outside its code: slow resolution,
-# die right after a Pod create, die right after a status write containing a marker.
+# die right after a Pod create, die right after a status write containing a marker, forget that a stream's
+# running driver runs its current spec (restart it instead of adopting it).
 OPERATOR_WRAPPER = r'''
 import asyncio, os, sys
 from eos_operator import adapters, cli
@@ -61,6 +62,26 @@ if marker:
             os._exit(137)
         return result
     adapters.KubernetesApi.patch_stream_status = patch_then_die
+forget = os.environ.get("EOS_TEST_FORGET_ADOPTION")
+if forget:
+    # The operator-upgrade e2e's negative control: for stream <forget>, the spec its running driver was launched
+    # with reads as another trigger interval (as an operator that misreads an older spec would), so the operator
+    # restarts the driver it should adopt. Only while the first driver it sees is the stream's: the restart's new
+    # driver is recorded with the real spec, and is left alone.
+    import json
+    from eos_operator import reconciler
+    _parse = reconciler.parse_status
+    adopted = {}
+    def parse_forgetting(raw):
+        status = _parse(raw)
+        pod = status.driver_pod or ""
+        if (pod.startswith(f"{forget}-driver-") and status.last_reconciled_spec
+                and adopted.setdefault(forget, pod) == pod):
+            spec = json.loads(status.last_reconciled_spec)
+            spec["triggerIntervalMs"] = 4321
+            status.last_reconciled_spec = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        return status
+    reconciler.parse_status = parse_forgetting
 sys.exit(cli.main(sys.argv[1:]))
 '''
 

@@ -13,7 +13,21 @@ build's operator starts), and the test checks:
   operator writes, passes the one seen at the switch);
 - a spec change that needs a new driver (``triggerIntervalMs``: a restart on the live checkpoint) starts it
   on this build's runtime, which continues the previous runtime's checkpoint and ledger;
-- every id sent is in the output exactly once (read_committed, set equality, none twice; the ledger audit).
+- every id sent is in the output exactly once (read_committed, set equality, none twice; the ledger audit);
+- the runtime versions (issue 31, amendment A3): the previous runtime reports none (``runtimeVersion`` unset, not
+  judged), this build's reports ``eos_job.__version__`` and is inside the policy.
+
+Beside it, a second stream is the negative control of the adoption check and the version-skew check: the same
+old operator and runtime start it, and the new operator is switched (``EOS_TEST_FORGET_ADOPTION``, a test-only
+patch from outside its code, ``tests/e2e/streams.py``) to read its running driver's spec as another trigger
+interval, so it restarts that driver instead of adopting it. :func:`adoption_violations`, the check the first
+stream must pass, must report the new driver Pod. The restarted driver runs a copy of this build's runtime whose
+``eos_job.__version__`` is outside the policy (newer than the operator: with this build at 0.1 no version is
+older than the policy allows; the unit tests judge those): the stream must turn Degraded ``RuntimeVersionSkew``
+with one Warning event and keep committing with the same driver. The main stream's spec-change restart is made
+while that driver starts, so the control costs one overlapped driver start-up. Not here, for ``make test``'s
+budget (a third driver start of the control, +22 s measured): the restart onto a runtime inside the policy and
+its ``RuntimeVersionInPolicy`` event (the unit tests' ``tests/operator/test_planner_version_skew.py``).
 
 Not covered here: the CRDs of the previous build. They are cluster-wide, and applying older ones would prune
 fields from every other test's objects; the CRDs' compatibility is the unit tier's
@@ -22,21 +36,27 @@ fields from every other test's objects; the CRDs' compatibility is the unit tier
 from __future__ import annotations
 
 import io
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import eos_job
+from eos_operator.version_skew import REASON as SKEW, skew_message
 from eos_stack import cluster
-from eos_stack.cluster import holds_for, wait_until
-from tests.e2e.streams import IDS, NAME, IdFeed, finish_ids, rig
+from eos_stack.cluster import Kubectl, condition, holds_for, wait_until
+from tests.e2e.streams import IDS, NAME, ColorsTopics, IdFeed, colors_stream, finish_ids, rig
+from tests.previous_build import PREVIOUS_BUILD
 
 pytestmark = pytest.mark.stack
 
-# The last commit that landed (CI passed on it: stop 36 of 2026-11-28). Moves on with each release.
-PREVIOUS_BUILD = "a4d14b56fcac2045e6c37e83abf9de173e7e69d7"
 REPO = Path(__file__).resolve().parents[2]
+CONTROL = "adopt-control"   # the negative control's stream
+_MAJOR, _MINOR = (int(x) for x in eos_job.__version__.split(".")[:2])
+SKEWED = f"{_MAJOR}.{_MINOR + 1}.0"   # a runtime newer than the operator: outside the policy
 
 
 def previous_build(dest: Path) -> str:
@@ -52,17 +72,63 @@ def previous_build(dest: Path) -> str:
     return ":".join(str(dest / p) for p in ("jobs", "operator", ""))
 
 
+def skewed_runtime(dest: Path) -> str:
+    """This build's runtime copied to ``dest`` with ``eos_job.__version__`` set to SKEWED; its PYTHONPATH."""
+    shutil.copytree(REPO / "jobs" / "eos_job", dest / "jobs" / "eos_job",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    init = dest / "jobs" / "eos_job" / "__init__.py"
+    text = init.read_text()
+    line = f'__version__ = "{eos_job.__version__}"'
+    assert line in text, text
+    init.write_text(text.replace(line, f'__version__ = "{SKEWED}"'))
+    return ":".join([str(dest / "jobs"), cluster.PYTHONPATH])
+
+
+def adoption_violations(kubectl: Kubectl, namespace: str, stream: str, driver: str, uid: str) -> list[str]:
+    """What says that ``stream``'s driver Pod ``driver`` (uid ``uid``) was not adopted: the stream not Running on
+    it, it gone or going, or any other driver Pod of the stream (a new one, of another uid). Empty: adopted."""
+    status = kubectl.status(namespace, stream)
+    found = []
+    if status.get("lifecycleState") != "Running" or status.get("driverPod") != driver:
+        found.append(f"status {status.get('lifecycleState')} on {status.get('driverPod')}, not Running on {driver}")
+    seen = False
+    for pod in kubectl.pods(namespace):
+        meta = pod["metadata"]
+        if not meta["name"].startswith(f"{stream}-driver-"):
+            continue
+        if meta["uid"] != uid:
+            found.append(f"new driver Pod {meta['name']} (uid {meta['uid']})")
+            continue
+        seen = True
+        if meta.get("deletionTimestamp"):
+            found.append(f"{driver} is being deleted")
+    if not seen:
+        found.append(f"{driver} (uid {uid}) is gone")
+    return found
+
+
+def driver_of(kubectl: Kubectl, namespace: str, status: dict[str, Any]) -> tuple[str, str]:
+    driver = status["driverPod"]
+    return driver, kubectl.json("get", "pod", driver, "-n", namespace)["metadata"]["uid"]
+
+
 def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_env, kubectl, namespace,
                                                                           tmp_path, report_result):
     old_path = previous_build(tmp_path / "previous")
+    skewed_path = skewed_runtime(tmp_path / "skewed")
     on_old: set[str] = set()
+    on_skewed: set[str] = set()
     phase = {"old": True}
 
     def env_for(pod: str) -> dict[str, str]:
-        """Pods started while the previous operator runs run the previous runtime."""
+        """Pods started while the previous operator runs run the previous runtime; the control stream's Pods
+        after that run the skewed copy of this build's."""
         if phase["old"]:
             on_old.add(pod)
             return {"PYTHONPATH": old_path}
+        if pod.startswith(f"{CONTROL}-"):
+            on_skewed.add(pod)
+            return {"PYTHONPATH": skewed_path}
         return {}
 
     with rig(stack_env, kubectl, namespace, tmp_path, env_for=env_for) as r:
@@ -73,41 +139,77 @@ def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_
         r.feeds.append(feed)
         feed.send(1000, 53, 1_000_000)
         kubectl.apply(r.stream(IDS), namespace)
+        control_topics = ColorsTopics(r.bootstrap)
+        control_feed = IdFeed(r.bootstrap, control_topics.events, chunk=20, pause=1.0)
+        r.feeds.append(control_feed)
+        control_feed.send(200, 54, 1_000_000)
+        kubectl.apply(colors_stream(CONTROL, control_topics, tmp_path / "control-checkpoint", module=IDS), namespace)
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Running" and s.get("lastCommittedBatch") is not None,
                            "the previous build's operator to run the stream and see its first batch committed", 300)
         feed.start()
-        driver = st["driverPod"]
+        driver, uid = driver_of(kubectl, namespace, st)
         assert driver in on_old, (driver, on_old)
-        uid = kubectl.json("get", "pod", driver, "-n", namespace)["metadata"]["uid"]
+        st = r.wait_status(lambda s: s.get("lifecycleState") == "Running" and s.get("lastCommittedBatch") is not None,
+                           "the control stream to run and commit", 300, name=CONTROL)
+        control_feed.start()
+        control_driver, control_uid = driver_of(kubectl, namespace, st)
+        assert control_driver in on_old, (control_driver, on_old)
         r.wait_status(lambda s: s["lastCommittedBatch"] >= 2, "the previous runtime to commit the feed's batches")
+        # The check passes on both before the switch: whatever it reports after, the switch made.
+        assert adoption_violations(kubectl, namespace, NAME, driver, uid) == []
+        assert adoption_violations(kubectl, namespace, CONTROL, control_driver, control_uid) == []
 
         # The rollout: the old operator stops, the new one starts; Pods from now on run this build's runtime.
+        # The new operator forgets that the control stream's driver runs its spec (the negative control).
         old.stop()
         at_switch = r.status()["lastCommittedBatch"]
         phase["old"] = False
-        r.start_operator(log="operator-new.log")
-
-        def same_driver() -> bool:
-            s = r.status()
-            pods = [p["metadata"]["name"] for p in kubectl.pods(namespace)
-                    if p["metadata"]["name"].startswith(f"{NAME}-driver-")]
-            live = kubectl.json("get", "pod", driver, "-n", namespace)["metadata"]["uid"]
-            return s.get("lifecycleState") == "Running" and s.get("driverPod") == driver and pods == [driver] \
-                and live == uid
+        r.start_operator(log="operator-new.log", EOS_TEST_FORGET_ADOPTION=CONTROL)
 
         wait_until(lambda: (r.status().get("lastCommittedBatch") or -1) > at_switch + 2,
                    "the new operator to report batches the adopted driver committed", 120, r.diag, 1)
-        holds_for(same_driver, "the adopted driver running on, alone and unrestarted", 15, r.diag)
-        adopted = r.status()["lastCommittedBatch"]
+        holds_for(lambda: not adoption_violations(kubectl, namespace, NAME, driver, uid),
+                  "the adopted driver running on, alone and unrestarted", 15, r.diag)
+        st = r.status()
+        adopted = st["lastCommittedBatch"]
+        # The previous runtime's records name no version: nothing reported, nothing judged.
+        assert "runtimeVersion" not in st and condition(st, "Degraded").get("reason") != SKEW, st
 
-        # A change that needs a new driver: this build's runtime continues the previous one's checkpoint.
+        # The negative control: the same check reports the restart, a new driver Pod.
+        restarted = wait_until(lambda: [v for v in adoption_violations(kubectl, namespace, CONTROL, control_driver,
+                                                                        control_uid) if v.startswith("new driver Pod")],
+                               "the adoption check to report the control stream's restart", 180, r.diag, 1)
+        # A change that needs a new driver: this build's runtime continues the previous one's checkpoint. Made
+        # now, so that its new driver starts while the control's does (one start-up's wait, not two in a row).
         kubectl.patch_spec(namespace, NAME, {"triggerIntervalMs": 700})
+        # The control's new driver runs a runtime outside the policy: Degraded RuntimeVersionSkew, one event,
+        # running on.
+        skewed = r.wait_status(lambda s: s.get("runtimeVersion") == SKEWED and s.get("lifecycleState") == "Running"
+                               and condition(s, "Degraded").get("reason") == SKEW,
+                               "the skewed runtime's version reported and judged", 300, name=CONTROL)
+        assert skewed["driverPod"] in on_skewed, (skewed["driverPod"], on_skewed)
+        assert condition(skewed, "Degraded")["message"] == skew_message(eos_job.__version__, SKEWED), skewed
+        assert condition(skewed, "Ready")["status"] == "True", skewed
+        r.wait_status(lambda s: s["lastCommittedBatch"] >= skewed["lastCommittedBatch"] + 2
+                      and s.get("driverPod") == skewed["driverPod"] and s.get("lifecycleState") == "Running"
+                      and condition(s, "Degraded").get("reason") == SKEW,
+                      "the skewed stream to keep committing with the same driver", 120, name=CONTROL)
+        warned = [e["message"] for e in kubectl.event_objects(namespace, CONTROL)
+                  if (e["type"], e["reason"]) == ("Warning", SKEW) for _ in range(int(e.get("count") or 1))]
+        assert len(warned) == 1 and SKEWED in warned[0], warned
+        kubectl.run("delete", "exactlyoncestream", CONTROL, "-n", namespace, "--wait=false")   # its CPU back
+
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Running" and s.get("driverPod") not in (None, driver),
                            "the spec change's new driver", 300)
         assert st["driverPod"] not in on_old, (st["driverPod"], on_old)
         r.wait_status(lambda s: (s.get("lastCommittedBatch") or -1) > adopted + 1,
                       "the new runtime to commit batches after the previous one's", 240)
+        st = r.wait_status(lambda s: s.get("runtimeVersion") == eos_job.__version__,
+                           "this build's runtime to report its version", 60)
+        assert condition(st, "Degraded").get("reason") != SKEW, st
         ids = finish_ids(r, feed)
         report_result(f"operator upgrade from {PREVIOUS_BUILD[:7]}: {driver} (previous runtime) adopted at batch "
-                      f"{at_switch} and ran on to batch {adopted}; {st['driverPod']} (this build's runtime) "
-                      f"continued its checkpoint; {len(ids)} ids exactly once")
+                      f"{at_switch} and ran on to batch {adopted}; {st['driverPod']} (this build's runtime "
+                      f"{st['runtimeVersion']}) continued its checkpoint; {len(ids)} ids exactly once. Negative "
+                      f"control, adoption forgotten: {restarted[0]}; its runtime {SKEWED}: Degraded {SKEW}, "
+                      f"one event, kept committing")

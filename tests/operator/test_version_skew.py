@@ -12,12 +12,16 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from eos_job.spec import ExactlyOnceStreamSpec, RunConfig
 from eos_operator import children
 from eos_operator.children import StreamRef
+from eos_operator.upgrades import run_affecting_changes
 from eos_operator.validation import validate_spec
 from eos_operator.version_skew import skew_message
+
+from tests.previous_build import PREVIOUS_BUILD
 
 from .fakes import base_spec
 
@@ -36,15 +40,31 @@ print(json.dumps({"outputHash": cfg.spec.output_hash(), "checkpointDir": cfg.che
 """
 
 
-def older_runtime(dest: Path) -> Path:
-    """``jobs/eos_job`` as it was at OLDER_RUNTIME, unpacked under ``dest``; its import root."""
-    got = subprocess.run(["git", "-C", str(REPO), "archive", OLDER_RUNTIME, "jobs/eos_job"], capture_output=True)
+def older_build(dest: Path, *paths: str, commit: str = OLDER_RUNTIME) -> Path:
+    """``paths`` as they were at ``commit``, unpacked under ``dest``; returns ``dest``."""
+    got = subprocess.run(["git", "-C", str(REPO), "archive", commit, *paths], capture_output=True)
     if got.returncode != 0:
-        pytest.fail(f"git archive {OLDER_RUNTIME} failed ({got.stderr.decode().strip()}): this test needs the "
+        pytest.fail(f"git archive {commit} failed ({got.stderr.decode().strip()}): this test needs the "
                     "repository's git history; run it in a full clone (git fetch --unshallow)")
     with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
         tar.extractall(dest, filter="data")
-    return dest / "jobs"
+    return dest
+
+
+def older_runtime(dest: Path) -> Path:
+    """``jobs/eos_job`` as it was at OLDER_RUNTIME, unpacked under ``dest``; its import root."""
+    return older_build(dest, "jobs/eos_job") / "jobs"
+
+
+def run_older(dest: Path, program: str, stdin: str) -> str:
+    """``program`` run by the previous build's ``jobs`` and ``operator`` (unpacked under ``dest``); its output."""
+    root = older_build(dest, "jobs", "operator", commit=PREVIOUS_BUILD)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "PYTHONPATH": f"{root / 'jobs'}:{root / 'operator'}"}
+    got = subprocess.run([sys.executable, "-c", program], input=stdin, capture_output=True, text=True, env=env,
+                         cwd=dest, timeout=50)
+    assert got.returncode == 0, f"the older build failed:\n{got.stderr[-2000:]}"
+    return got.stdout
 
 
 def test_a_runtime_one_version_older_runs_the_run_config_this_operator_writes(tmp_path):
@@ -104,3 +124,29 @@ def test_the_skew_policy(operator, runtime, expected):
 def test_unknown_runtime_version_is_not_reported():
     """A driver that reported nothing yet (no batch committed) is not skew."""
     assert skew_message("0.3.0", None) is None
+
+
+# What the previous build's operator records as status.lastReconciledSpec when it launches a driver (launch.py).
+RECORDED_SPEC = """
+import json, sys
+from eos_operator import upgrades, validation
+validation.allow_local_store()
+print(json.dumps([upgrades.spec_json(validation.validate_spec(raw)) for raw in json.loads(sys.stdin.read())]))
+"""
+
+
+def test_an_upgraded_operator_sees_no_change_in_the_spec_an_older_one_recorded(tmp_path):
+    """The policy's "the operator reads the status any operator of the previous minor version wrote": the spec
+    the previous build's operator recorded for a running driver reads as no run-affecting change to this one, or the
+    upgrade would restart every stream (as a changed default of ``job.driver.memory`` once did: the
+    operator-upgrade e2e caught it, a new driver Pod of every stream). Specs that leave most fields to their
+    defaults, where a changed default shows."""
+    raws = [base_spec(), yaml.safe_load((REPO / "examples" / "colors.yaml").read_text())["spec"]]
+    recorded = json.loads(run_older(tmp_path / "old", RECORDED_SPEC, json.dumps(raws)))
+    specs = [validate_spec(raw) for raw in raws]
+    assert all(isinstance(spec, ExactlyOnceStreamSpec) for spec in specs), specs
+    assert [run_affecting_changes(old, spec) for old, spec in zip(recorded, specs)] == [[], []]
+    # The same check on a recorded spec whose driver memory was another default reports it: it can fail.
+    changed = json.loads(recorded[0])
+    changed["job"]["driver"]["memory"] = "2Gi"
+    assert run_affecting_changes(json.dumps(changed), specs[0]) == ["job.driver.memory"]
