@@ -165,6 +165,16 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def http_ok(url: str, timeout: float = 3) -> bool:
+    """``GET url`` answers 200 (a health or readiness endpoint); False while it refuses, fails or is not up."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
 def poll(check, timeout: float, *, interval: float = 0.5, before=None):
     """Call ``check()`` until it returns a truthy value or ``timeout`` seconds pass.
 

@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import go_build, kube, node_dns, node_services, registry
-from .common import Stack, StackError, free_port, log, port_open, wait_for
+from .common import Stack, StackError, free_port, http_ok, log, port_open, wait_for
 from .node_config import (SCHEDULER_NAME, TAINT, NodeLayout, cni_conflist, containerd_toml, kubelet_argv,
                           kubelet_config, layouts, resolv_conf, scheduler_config)
 from .node_host import ensure_bridge, ensure_cgroups, remove_cgroups, remove_kubelet_chains, unmount_under
@@ -201,12 +201,7 @@ def start_kubelet(st: Stack, n: NodeLayout, p: dict[str, int]) -> bool:
 
 
 def healthz(port: int) -> bool:
-    import urllib.request
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3) as r:
-            return r.status == 200
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
+    return http_ok(f"http://127.0.0.1:{port}/healthz")
 
 
 def node_ready(st: Stack, name: str, since: float = 0.0) -> bool:

@@ -23,12 +23,11 @@ import hashlib
 import json
 import os
 import shutil
-import urllib.request
 from pathlib import Path
 from typing import Callable
 
 from . import go_build, kube
-from .common import REPO, Stack, StackError, log, port_open, wait_for
+from .common import REPO, Stack, StackError, http_ok, log, port_open, wait_for
 from .node_config import CLUSTER_DOMAIN, services_ip
 
 COREDNS_VERSION = "v1.15.0"             # pinned in stack/coredns-build/go.mod
@@ -128,14 +127,6 @@ def ensure_binary(st: Stack) -> None:
 
 
 # -- the daemon -----------------------------------------------------------------------------------------------
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=3) as r:
-            return r.status == 200
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
-
-
 def up(st: Stack, ports: dict[str, int], apply: Callable[[dict], None]) -> str:
     """Start CoreDNS unless it runs with this Corefile (one written by older code is restarted); wait until its
     kubernetes plugin has synced (``/ready``) and it answers on port 53. Returns the address Pods ask."""
@@ -155,7 +146,7 @@ def up(st: Stack, ports: dict[str, int], apply: Callable[[dict], None]) -> str:
     cfg.write_text(text)
     if st.running_pid(DAEMON) is None:
         st.start_daemon(DAEMON, [str(binary(st)), "-conf", str(cfg)], marker=str(cfg))
-    wait_for(lambda: _alive(st) and _ready(ports["coredns-ready"]) and port_open(53, ip),
+    wait_for(lambda: _alive(st) and http_ok(f"http://127.0.0.1:{ports['coredns-ready']}/ready") and port_open(53, ip),
              f"CoreDNS on {ip}:53 ready", 60, on_fail=lambda: st.log_tail(DAEMON))
     return ip
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .common import REPO, Stack, StackError, free_port, log
+from .common import REPO, Stack, StackError, free_port, http_ok, log
 from .go_build import build_once, go_env, require_go, run_logged_build
 
 MODULE = "github.com/prometheus/prometheus"
@@ -272,11 +272,7 @@ def start(target: str, directory: str | os.PathLike, *, rules: list[str | os.Pat
 
 
 def _ready(server: Server) -> bool:
-    try:
-        with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+    return http_ok(f"{server.url}/-/ready", timeout=2)
 
 
 def stop(server: Server, grace: float = STOP_GRACE) -> int | None:
