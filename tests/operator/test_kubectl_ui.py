@@ -19,6 +19,17 @@ from eos_operator.kubectl_ui import NoUi, port_forward, ui, ui_service, ui_targe
 UID = "0f6c2a1e-1111-2222-3333-444455556666"
 
 
+@pytest.fixture
+def fake_kubectl(tmp_path, monkeypatch):
+    """``fake_kubectl(script)``: a stand-in ``kubectl`` running the shell ``script``, first on PATH."""
+    def install(script: str) -> None:
+        fake = tmp_path / "kubectl"
+        fake.write_text("#!/bin/sh\n" + script)
+        fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+        monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return install
+
+
 def stream(metrics: dict | None, state: str = "Running", pod: str | None = "colors-driver-3") -> dict:
     job = {"module": "m", **({"metrics": metrics} if metrics is not None else {})}
     return {"metadata": {"name": "colors", "namespace": "team-a", "uid": UID}, "spec": {"job": job},
@@ -41,13 +52,10 @@ def test_no_ui_says_which_field_turns_it_on():
         ui_target(stream({"enabled": True}, pod=None))
 
 
-def test_the_port_forward_it_runs(tmp_path, monkeypatch):
+def test_the_port_forward_it_runs(fake_kubectl, tmp_path):
     record = tmp_path / "argv"
-    fake = tmp_path / "kubectl"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" > {record}\necho 'Forwarding from 127.0.0.1:41234 -> 4321'\n"
-                    "echo 'Forwarding from [::1]:41234 -> 4321'\nsleep 30\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    fake_kubectl(f"echo \"$@\" > {record}\necho 'Forwarding from 127.0.0.1:41234 -> 4321'\n"
+                 "echo 'Forwarding from [::1]:41234 -> 4321'\nsleep 30\n")
     args = argparse.Namespace(port=0, kubeconfig="/k/config", context="prod")
     proc, url = port_forward(args, "team-a", "colors-driver-3", 4321)
     try:
@@ -60,17 +68,14 @@ def test_the_port_forward_it_runs(tmp_path, monkeypatch):
         proc.wait()
 
 
-def test_a_forward_with_many_errors_is_not_blocked_by_them(tmp_path, monkeypatch, capfd):
+def test_a_forward_with_many_errors_is_not_blocked_by_them(fake_kubectl, tmp_path, capfd):
     # kubectl writes an error line per failed connection; 200 KB of them would fill an undrained pipe (64 KB)
     # and block it in its write: the marker file after them is written only if they were read.
     done = tmp_path / "done"
-    fake = tmp_path / "kubectl"
-    fake.write_text("#!/bin/sh\necho 'Forwarding from 127.0.0.1:41234 -> 4040'\n"
-                    "i=0; while [ $i -lt 2000 ]; do echo \"E1128 error copying from local connection $i "
-                    "to remote stream: an error line long enough to fill the pipe quickly....\" >&2; "
-                    f"i=$((i+1)); done\ntouch {done}\nsleep 30\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    fake_kubectl("echo 'Forwarding from 127.0.0.1:41234 -> 4040'\n"
+                 "i=0; while [ $i -lt 2000 ]; do echo \"E1128 error copying from local connection $i "
+                 "to remote stream: an error line long enough to fill the pipe quickly....\" >&2; "
+                 f"i=$((i+1)); done\ntouch {done}\nsleep 30\n")
     proc, _ = port_forward(argparse.Namespace(port=0), "team-a", "colors-driver-3", 4040)
     try:
         deadline = time.monotonic() + 30
@@ -83,11 +88,8 @@ def test_a_forward_with_many_errors_is_not_blocked_by_them(tmp_path, monkeypatch
     assert "kubectl port-forward: E1128 error copying from local connection 1999" in capfd.readouterr().err
 
 
-def test_a_forward_that_fails_says_why(tmp_path, monkeypatch):
-    fake = tmp_path / "kubectl"
-    fake.write_text("#!/bin/sh\necho 'error: unable to forward port because pod is not running' >&2\nexit 1\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+def test_a_forward_that_fails_says_why(fake_kubectl, tmp_path):
+    fake_kubectl("echo 'error: unable to forward port because pod is not running' >&2\nexit 1\n")
     with pytest.raises(NoUi, match="ended \\(exit 1\\): error: unable to forward port"):
         port_forward(argparse.Namespace(port=8080), "team-a", "colors-driver-3", 4040)
 
@@ -128,22 +130,17 @@ def test_the_service_is_preferred_when_the_stream_owns_one():
         ui_target(stream({"enabled": False}), svc)
 
 
-def test_through_the_service_a_forward_that_ends_is_made_again_on_the_same_local_port(tmp_path, monkeypatch,
-                                                                                      capsys):
+def test_through_the_service_a_forward_that_ends_is_made_again_on_the_same_local_port(fake_kubectl, tmp_path, capsys):
     # The stand-in kubectl: its first forward ends at once (the driver Pod went), the second records its
     # arguments and ends with 0, the third cannot forward (no driver runs): ui() gives up and returns.
     count, record = tmp_path / "count", tmp_path / "argv"
-    fake = tmp_path / "kubectl"
-    fake.write_text(f"""#!/bin/sh
-n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}
+    fake_kubectl(f"""n=$(cat {count} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {count}
 case $n in
   1) echo 'Forwarding from 127.0.0.1:41234 -> 4321'; exit 1 ;;
   2) echo "$@" > {record}; echo 'Forwarding from 127.0.0.1:41234 -> 4321'; exit 0 ;;
   *) echo 'error: timed out waiting for a running pod' >&2; exit 1 ;;
 esac
 """)
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     args = argparse.Namespace(port=0, name="colors", kubeconfig=None, context=None)
     s = stream({"enabled": True, "port": 4321, "uiService": True})
     assert ui(args, "team-a", s, the_service(), again_for=0, sleep=lambda _s: None) == 0
@@ -154,14 +151,11 @@ esac
     assert count.read_text().strip() == "3"
 
 
-def test_to_a_pod_a_forward_that_ends_is_not_made_again(tmp_path, monkeypatch):
+def test_to_a_pod_a_forward_that_ends_is_not_made_again(fake_kubectl, tmp_path):
     # Negative control of the one above: without the Service the forward is the Pod's, and ends with it.
     count = tmp_path / "count"
-    fake = tmp_path / "kubectl"
-    fake.write_text(f"#!/bin/sh\nn=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}\n"
-                    "echo 'Forwarding from 127.0.0.1:41234 -> 4321'; exit 1\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    fake_kubectl(f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}\n"
+                 "echo 'Forwarding from 127.0.0.1:41234 -> 4321'; exit 1\n")
     args = argparse.Namespace(port=0, name="colors", kubeconfig=None, context=None)
     assert ui(args, "team-a", stream({"enabled": True, "port": 4321}), None, again_for=0,
               sleep=lambda _s: None) == 1
