@@ -16,6 +16,7 @@ from typing import Any
 from eos_job.driver_metrics import PORT_NAME as METRICS_PORT_NAME
 from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity, stream_uid
 from eos_job.kafka_security import env_name, secret_refs
+from eos_job.memory import DRIVER_HEAP_ENV, driver_split_of
 from eos_job.log_format import ATTEMPT_ENV, FORMAT_ENV, current_format
 from eos_job.spec_rules import POD_TEMPLATE_FILE_CONF, sets_runtime_env
 
@@ -203,6 +204,7 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.executor.instances": str(job.executor.instances),
         "spark.executor.memory": _spark_memory(job.executor.memory),
+        "spark.driver.memory": driver_split_of(spec).spark_heap,    # the container's split (eos_job.memory)
         "spark.kubernetes.executor.request.cores": job.executor.cpu,
         "spark.kubernetes.executor.limit.cores": job.executor.cpu,
         "spark.sql.shuffle.partitions": str(job.parallelism),
@@ -274,6 +276,10 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
         # binds every address of the Pod instead, its IP (Prometheus) and loopback (kubectl port-forward, which
         # the container runtime dials at localhost: `kubectl eos ui`); RPC stays on loopback.
         env.append({"name": UI_BIND_ENV, "value": UI_BIND_ALL})
+    if spec.job.deploy_mode == "local":
+        # The JVM heap sized for the container's limit, beside the JVM's other memory and Python (eos_job.memory);
+        # in cluster mode spark-submit's spark.driver.memory says it.
+        env.append({"name": DRIVER_HEAP_ENV, "value": driver_split_of(spec).spark_heap})
     resources = {"cpu": spec.job.driver.cpu, "memory": spec.job.driver.memory}
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,

@@ -60,7 +60,9 @@ def test_driver_pod_runs_the_real_runtime_command():
     assert c["command"] == ["python", "-m", "eos_job", "run", "--config-env", "EOS_RUN_CONFIG"]
     env = {e["name"]: e for e in c["env"]}
     assert env["EOS_RUN_CONFIG"]["valueFrom"] == {"configMapKeyRef": {"name": "colors-run", "key": "run.json"}}
-    assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert c["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
+    # 2Gi, one CPU, local mode: 320 MiB for Python (the runtime and one worker), the rest heap and overhead.
+    assert env["EOS_DRIVER_HEAP"]["value"] == "1344m"
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert podspec["volumes"] == [SCRATCH]           # store=local: the path as it is; only the scratch volume
     assert c["volumeMounts"] == [SCRATCH_MOUNT] and c["securityContext"]["readOnlyRootFilesystem"] is True

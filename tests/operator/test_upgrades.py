@@ -421,7 +421,7 @@ def test_a_field_a_newer_operator_adds_with_its_default_is_no_change():
     del old["job"]["podTemplate"]["securityContext"]
     del old["job"]["driver"]["startTimeoutSeconds"]
     assert run_affecting_changes(json.dumps(old), s) == []
-    old["job"]["driver"]["memory"] = "2Gi"
+    old["job"]["driver"]["memory"] = "3Gi"
     assert run_affecting_changes(json.dumps(old), s) == ["job.driver.memory"]
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from eos_job.memory import driver_split_of
 from eos_job.spec import ExactlyOnceStreamSpec
 from eos_job.status import ExactlyOnceStreamStatus
 
@@ -196,6 +197,9 @@ def _driver_ended(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
         return driver_evicted(step, pod.name)
     # Kept for its log; in cluster deploy mode not: its executor Pods are owned by it and would stay too.
     hint = keep_failed_driver(step, pod.name) if spec.job.deploy_mode != "cluster" else ""
+    if pod.reason == "OOMKilled":
+        hint = (f". The container passed its memory limit, job.driver.memory {spec.job.driver.memory} "
+                f"({driver_split_of(spec).describe()}): raise job.driver.memory{hint}")
     if pod.summary_reason in REFUSALS:
         return batch_refused(step, pod.failure_text(), pod.summary_reason)
     if pod.phase == "Failed":
