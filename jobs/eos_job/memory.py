@@ -16,6 +16,15 @@ driver under load is killed as its heap grows. Here the heap is what is left:
 
 The operator computes the split from the spec and passes the heap to the runtime (``DRIVER_HEAP_ENV``), which
 sets ``spark.driver.memory`` from it before the JVM starts (eos_job.session).
+
+Executor Pods (cluster deploy mode) are sized by Spark itself: their memory request and limit are
+``spark.executor.memory`` (the heap) plus ``spark.executor.memoryOverhead``. The operator splits
+``job.executor.memory`` the same way (no runtime process there, one PySpark worker per task slot,
+``spark.executor.cores``) and passes the heap and the rest as the overhead, so the Pod's limit is the spec's
+``job.executor.memory`` itself, not the heap plus Spark's own overhead on top.
+
+The split is derived, never stored: the spec's fields (and so the operator's restart decision, which compares
+specs) are the same whichever split an operator version computes for them.
 """
 from __future__ import annotations
 
@@ -71,9 +80,17 @@ class MemorySplit:
 
 def driver_split(memory: str, cpu: str, *, local_mode: bool) -> MemorySplit:
     """The split of a driver container of ``memory`` and ``cpu`` (the spec's quantities)."""
-    total = int(quantity(memory) // _MIB)
     workers = max(1, math.ceil(quantity(cpu) - 1e-9)) if local_mode else 0
-    python = PYTHON_BASE_MIB + PYTHON_WORKER_MIB * workers
+    return _split(int(quantity(memory) // _MIB), PYTHON_BASE_MIB + PYTHON_WORKER_MIB * workers)
+
+
+def executor_split(memory: str, task_slots: int) -> MemorySplit:
+    """The split of an executor container of ``memory`` running ``task_slots`` tasks at once (one PySpark
+    worker each; no runtime process)."""
+    return _split(int(quantity(memory) // _MIB), PYTHON_WORKER_MIB * max(1, task_slots))
+
+
+def _split(total: int, python: int) -> MemorySplit:
     room = total - python
     heap = min(room - OVERHEAD_MIN_MIB, room * 10 // 11)     # heap + 10 % of it = room
     heap = max(0, heap // _ROUND_MIB * _ROUND_MIB)
@@ -87,13 +104,50 @@ def driver_split_of(spec) -> MemorySplit:
     return driver_split(driver.memory, driver.cpu, local_mode=spec.job.deploy_mode == "local")
 
 
+def executor_task_slots(spec) -> int:
+    """Tasks an executor runs at once: ``spark.executor.cores`` of ``job.sparkConf``, else Spark's default 1."""
+    value = spec.job.spark_conf.get("spark.executor.cores", "1")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+def executor_split_of(spec) -> MemorySplit:
+    """The split of ``spec``'s executor containers (cluster deploy mode)."""
+    return executor_split(spec.job.executor.memory, executor_task_slots(spec))
+
+
+EXECUTOR_MEMORY_CONF = ("spark.executor.memory", "spark.executor.memoryOverhead")
+
+
+def executor_spark_conf(spec) -> dict[str, str]:
+    """``spark.executor.memory`` and ``spark.executor.memoryOverhead`` (MiB) for ``spec``'s executors: together
+    exactly ``job.executor.memory``, the executor Pod's limit that Spark computes from them. None when
+    ``job.sparkConf`` sets either: then the sizes are the user's (Spark's defaults for the one not set)."""
+    if any(key in spec.job.spark_conf for key in EXECUTOR_MEMORY_CONF):
+        return {}
+    split = executor_split_of(spec)
+    heap = max(split.heap_mib, MIN_HEAP_MIB)
+    return {"spark.executor.memory": f"{heap}m",
+            "spark.executor.memoryOverhead": f"{max(split.total_mib - heap, OVERHEAD_MIN_MIB)}m"}
+
+
 def driver_memory_errors(spec) -> list[str]:
-    """``job.driver.memory`` too small for a driver: the message names the minimum for this spec's CPUs and mode."""
+    """``job.driver.memory`` (and in cluster mode ``job.executor.memory``) too small for a driver (an executor):
+    the message names the minimum for this spec's CPUs and mode."""
+    errors = []
     split = driver_split_of(spec)
-    if split.fits:
-        return []
-    mode = "local" if spec.job.deploy_mode == "local" else "cluster"
-    return [f"job.driver.memory: {spec.job.driver.memory} cannot hold a driver ({mode} deploy mode, "
+    if not split.fits:
+        mode = "local" if spec.job.deploy_mode == "local" else "cluster"
+        errors.append(
+            f"job.driver.memory: {spec.job.driver.memory} cannot hold a driver ({mode} deploy mode, "
             f"job.driver.cpu {spec.job.driver.cpu}): it needs at least {split.minimum_total_mib()}Mi "
             f"({MIN_HEAP_MIB} MiB of JVM heap, {OVERHEAD_MIN_MIB} MiB of JVM overhead, {split.python_mib} MiB "
-            f"for Python); set job.driver.memory to {split.minimum_total_mib()}Mi or more (2Gi is the default)"]
+            f"for Python); set job.driver.memory to {split.minimum_total_mib()}Mi or more")
+    executor = executor_split_of(spec)
+    user_sized = any(key in spec.job.spark_conf for key in EXECUTOR_MEMORY_CONF)
+    if spec.job.deploy_mode == "cluster" and not user_sized and not executor.fits:
+        errors.append(
+            f"job.executor.memory: {spec.job.executor.memory} cannot hold an executor running "
+            f"{executor_task_slots(spec)} task(s) at once: it needs at least {executor.minimum_total_mib()}Mi "
+            f"({MIN_HEAP_MIB} MiB of JVM heap, {OVERHEAD_MIN_MIB} MiB of JVM overhead, {executor.python_mib} MiB "
+            f"for Python workers); set job.executor.memory to {executor.minimum_total_mib()}Mi or more")
+    return errors

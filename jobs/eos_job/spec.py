@@ -49,7 +49,9 @@ class Resources(Model):
 
 
 class DriverSpec(Resources):
-    memory: str = Field("2Gi", max_length=32, pattern=QUANTITY_PATTERN, description=(
+    # The default stays 1Gi: a CRD default applies to stored objects as they are read, so a new one would be a
+    # change of every stream that left the field unset, and an operator upgrade would restart their drivers.
+    memory: str = Field("1Gi", max_length=32, pattern=QUANTITY_PATTERN, description=(
         "Memory request and limit, e.g. 2Gi: split between the JVM heap, the JVM's other memory and Python "
         "(eos_job.memory; docs/operations.md#driver-memory)."))
     start_timeout_seconds: int = Field(300, ge=10, le=3600, description=(
@@ -357,8 +359,6 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
             errors.append(f"sink.producerConfig.{key}: credentials must come from sink.credentials "
                           "(a Secret reference), not producerConfig")
     return errors
-
-
 
 
 # ---------------------------------------------------------------- the job config

@@ -37,8 +37,11 @@ def java_heap(procs: dict[int, int]) -> str | None:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        # The driver's JVM (SparkSubmit), not the short-lived launcher JVM spark-submit runs first (-Xmx128m).
-        if argv and argv[0].endswith(b"java") and b"org.apache.spark.deploy.SparkSubmit" in argv:
+        # The driver's JVM (SparkSubmit), not the short-lived launcher JVM spark-submit runs first to work out
+        # the driver's command line (``-Xmx128m ... org.apache.spark.launcher.Main
+        # org.apache.spark.deploy.SparkSubmit ...``: SparkSubmit is in its arguments too).
+        if (argv and argv[0].endswith(b"java") and b"org.apache.spark.deploy.SparkSubmit" in argv
+                and b"org.apache.spark.launcher.Main" not in argv):
             return next((a.decode()[4:] for a in argv if a.startswith(b"-Xmx")), None)
     return None
 

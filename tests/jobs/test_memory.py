@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eos_job.memory import MIN_HEAP_MIB, MemorySplit, driver_split, quantity
+from eos_job.memory import (MIN_HEAP_MIB, MemorySplit, driver_split, executor_spark_conf, executor_split,
+                            quantity)
 from eos_job.spec import ExactlyOnceStreamSpec, semantic_errors
 from tests.operator.fakes import base_spec
 
@@ -19,8 +20,8 @@ def test_quantities_in_the_specs_forms():
 
 
 @pytest.mark.parametrize("memory, cpu, local, heap, python", [
-    ("2Gi", "1", True, 1344, 320),      # the default: 192 for the runtime, 128 for one worker
-    ("1Gi", "1", True, 320, 320),       # the old default still fits, with a small heap
+    ("1Gi", "1", True, 320, 320),       # the default: 192 for the runtime, 128 for one worker; a small heap
+    ("2Gi", "1", True, 1344, 320),
     ("1Gi", "500m", True, 320, 320),    # half a CPU: still one worker
     ("8Gi", "2", True, 7040, 448),      # large: the overhead is 10 % of the heap
     ("1Gi", "1", False, 448, 192),      # cluster mode: the tasks run on executors, no worker here
@@ -54,7 +55,65 @@ def test_a_container_too_small_for_a_driver_is_refused_naming_the_field_and_the_
     raw = base_spec()
     raw["job"]["driver"] = {"memory": "512Mi", "cpu": "1"}
     (error,) = semantic_errors(ExactlyOnceStreamSpec.model_validate(raw))
+    assert "set job.driver.memory to 960Mi or more" in error
     assert error.startswith("job.driver.memory: 512Mi cannot hold a driver (local deploy mode, job.driver.cpu 1)")
     assert f"at least {MIN_HEAP_MIB + 384 + 320}Mi" in error and "set job.driver.memory to 960Mi or more" in error
     raw["job"]["driver"] = {"memory": "960Mi", "cpu": "1"}
+    assert semantic_errors(ExactlyOnceStreamSpec.model_validate(raw)) == []
+
+
+def _cluster(executor: dict, spark_conf: dict | None = None) -> ExactlyOnceStreamSpec:
+    raw = base_spec()
+    raw["job"].update({"deployMode": "cluster", "executor": executor, "sparkConf": spark_conf or {}})
+    return ExactlyOnceStreamSpec.model_validate(raw)
+
+
+@pytest.mark.parametrize("memory, slots, heap", [
+    ("1Gi", 1, 512),      # the default executor: 128 MiB for its one worker, 384 of JVM overhead
+    ("4Gi", 1, 3584),
+    ("4Gi", 4, 3200),     # spark.executor.cores 4: four workers at once
+    ("768Mi", 1, 256),    # the smallest that fits
+])
+def test_an_executor_s_heap_and_overhead_add_up_to_its_container(memory, slots, heap):
+    """Spark sizes an executor Pod's memory request and limit as spark.executor.memory plus
+    spark.executor.memoryOverhead: the operator's pair adds up to job.executor.memory, the heap leaving room
+    for the JVM's overhead and the Python workers."""
+    split = executor_split(memory, slots)
+    assert split.fits and split.heap_mib == heap and split.python_mib == 128 * slots
+    conf = executor_spark_conf(_cluster({"memory": memory}, {"spark.executor.cores": str(slots)}))
+    assert conf["spark.executor.memory"] == f"{heap}m"
+    overhead = int(conf["spark.executor.memoryOverhead"].removesuffix("m"))
+    assert heap + overhead == split.total_mib == quantity(memory) // 2**20
+    assert overhead >= split.overhead_mib + split.python_mib
+
+
+def test_every_executor_size_that_fits_is_exactly_its_limit():
+    for total in range(768, 16384, 32):
+        for slots in ("1", "2", "4"):
+            spec = _cluster({"memory": f"{total}Mi"}, {"spark.executor.cores": slots})
+            split = executor_split(f"{total}Mi", int(slots))
+            if not split.fits:
+                assert total < split.minimum_total_mib() and semantic_errors(spec)
+                continue
+            conf = executor_spark_conf(spec)
+            assert sum(int(conf[k].removesuffix("m")) for k in conf) == total, (total, slots, conf)
+
+
+def test_an_executor_sized_by_the_user_s_spark_conf_is_left_as_the_user_set_it():
+    """spark.executor.memory or spark.executor.memoryOverhead in job.sparkConf: the operator sets neither, and
+    does not refuse a job.executor.memory it no longer uses."""
+    assert executor_spark_conf(_cluster({"memory": "1Gi"}, {"spark.executor.memory": "3g"})) == {}
+    assert executor_spark_conf(_cluster({"memory": "1Gi"}, {"spark.executor.memoryOverhead": "1g"})) == {}
+    assert semantic_errors(_cluster({"memory": "512Mi"}, {"spark.executor.memory": "3g"})) == []
+
+
+def test_an_executor_too_small_is_refused_in_cluster_mode_naming_the_field_and_the_minimum():
+    (error,) = semantic_errors(_cluster({"memory": "512Mi"}))
+    assert error.startswith("job.executor.memory: 512Mi cannot hold an executor running 1 task(s) at once")
+    assert "set job.executor.memory to 768Mi or more" in error
+    (error,) = semantic_errors(_cluster({"memory": "1Gi"}, {"spark.executor.cores": "4"}))
+    assert "set job.executor.memory to 1152Mi or more" in error
+    # Local deploy mode runs no executor Pod: its executor fields are not used, so not refused.
+    raw = base_spec()
+    raw["job"]["executor"] = {"memory": "512Mi"}
     assert semantic_errors(ExactlyOnceStreamSpec.model_validate(raw)) == []

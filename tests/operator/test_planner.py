@@ -287,9 +287,16 @@ def test_an_oom_killed_driver_is_a_failure_whose_message_says_which_field_to_rai
     p = plan(s, running_status(s), observed(killed, at=30))
     assert p.status.restart_count == 1 and reasons(p) == ["DriverFailed", "Restarting"]
     (failed,) = [e for e in p.events if e.reason == "DriverFailed"]
-    assert "OOMKilled" in failed.message and "job.driver.memory 2Gi" in failed.message
-    assert "JVM heap 1344 MiB" in failed.message and "raise job.driver.memory" in failed.message
+    assert "OOMKilled" in failed.message and "job.driver.memory 1Gi" in failed.message
+    assert "JVM heap 320 MiB" in failed.message and "raise job.driver.memory" in failed.message
     assert "kubectl logs -n default colors-driver-0" in failed.message
+    # Status says it too, with the fix, before the log's tail (which a long log cuts, not the advice).
+    assert p.status.last_error.startswith("driver Pod colors-driver-0 failed (exit code 137, OOMKilled): the "
+                                          "container passed its memory limit, job.driver.memory 1Gi (")
+    assert "raise job.driver.memory" in p.status.last_error
+    long_log = plan(s, running_status(s), observed(pod("colors-driver-0", "Failed", exit_code=137, reason="OOMKilled",
+                                                       message="x" * 5000), at=30))
+    assert "raise job.driver.memory. Log: xxx" in long_log.status.last_error
     # Another failure gets no memory advice.
     other = plan(s, running_status(s), observed(pod("colors-driver-0", "Failed", exit_code=137), at=30))
     assert not [e for e in other.events if "raise job.driver.memory" in e.message]
