@@ -9,8 +9,11 @@ until the container's cgroup limit is passed. What is checked:
   ``OOMKilled``, the limit being the spec's 1Gi;
 - the JVM was started with the heap the split gives (``-Xmx320m`` in the JVM's command line, read from
   ``/proc`` of the container's processes through its cgroup) rather than Spark's fixed 1g;
-- the operator counts it as a failure (``restartCount`` at least 1, a ``DriverFailed`` event) whose message names the
-  field to raise and the split (``job.driver.memory 1Gi (...JVM heap 320 MiB...): raise job.driver.memory``).
+- the operator counts it as a failure by the restart strategy, which says whether it runs again: here
+  ``fixed-delay`` with no attempts, so the stream is ``Failed`` (no second driver Pod, the container not
+  restarted in place: ``restartPolicy: Never``) rather than a driver killed again and again; its
+  ``status.lastError`` and the ``DriverFailed`` event say ``OOMKilled``, the split and the field to raise
+  (``job.driver.memory 1Gi (...JVM heap 320 MiB...): raise job.driver.memory``).
 """
 from __future__ import annotations
 
@@ -72,6 +75,7 @@ def test_a_driver_past_its_memory_limit_is_oom_killed_and_the_operator_names_the
     doc = real_node_stream(topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-oom/{namespace}")
     doc["spec"]["job"].update({"module": HOG, "driver": {"cpu": "1", "memory": "1Gi"},
                                "args": {"growMiB": "16", "growEverySeconds": "0.25"}})
+    doc["spec"]["restartStrategy"] = {"type": "fixed-delay", "fixedDelay": {"attempts": 0, "delaySeconds": 1}}
     doc["spec"]["job"].pop("metrics", None)
     first = f"{NAME}-driver-0"
     try:
@@ -95,17 +99,26 @@ def test_a_driver_past_its_memory_limit_is_oom_killed_and_the_operator_names_the
         # The kernel kills the largest process of the cgroup (the JVM or the hog); the container runtime saw the
         # cgroup's OOM event either way and says OOMKilled, whatever the exit code the main process then had.
         assert term.reason == "OOMKilled", term
-        after = wait_until(lambda: (lambda s: s if (s.get("restartCount") or 0) >= 1 else None)(status()),
-                           "the operator to count the failure", 120, diagnose, 0.5)
-        assert "OOMKilled" in after["lastError"], after
-        failed = [e for e in kubectl.json("get", "events", "-n", namespace)["items"]
-                  if e.get("reason") == "DriverFailed"]
-        assert failed, "no DriverFailed event"
+        after = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Failed" else None)(status()),
+                           "the operator to count the failure and stop (no restart attempts)", 120, diagnose, 0.5)
+        error = after["lastError"]
+        assert "OOMKilled" in error and "job.driver.memory 1Gi" in error and "JVM heap 320 MiB" in error, after
+        assert "raise job.driver.memory" in error, after
+        events = kubectl.json("get", "events", "-n", namespace)["items"]
+        failed = [e for e in events if e.get("reason") == "DriverFailed"]
+        assert len(failed) == 1 and failed[0].get("count", 1) == 1, failed
         message = failed[0]["message"]
-        assert "job.driver.memory 1Gi" in message and "JVM heap 320 MiB" in message, message
-        assert "raise job.driver.memory" in message, message
+        assert "raise job.driver.memory" in message and "JVM heap 320 MiB" in message, message
+        assert [e for e in events if e.get("reason") == "RestartsExhausted"], "no RestartsExhausted event"
+        # No restart in a loop: no second driver Pod, and the kernel's kill did not restart the container.
+        drivers = sorted(p.metadata.name for p in v1.list_namespaced_pod(namespace).items
+                         if p.metadata.name.startswith(f"{NAME}-driver-"))
+        assert drivers == [first], drivers
+        kept = driver(first)     # kept for its log (local deploy mode)
+        assert kept is not None and [c.restart_count for c in kept.status.container_statuses] == [0], kept
         report_result(f"real node {node}: {first} (job.driver.memory 1Gi, -Xmx{heap}) OOMKilled by the kernel "
-                      f"(exit {term.exit_code}); the operator counted it (restartCount {after['restartCount']}) and said: {message[:240]}")
+                      f"(exit {term.exit_code}); the stream Failed with no restart (attempts 0), lastError: "
+                      f"{after['lastError'][:240]}")
     finally:
         try:
             crs.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
