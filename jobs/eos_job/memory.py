@@ -10,9 +10,16 @@ driver under load is killed as its heap grows. Here the heap is what is left:
 - Python: ``PYTHON_BASE_MIB`` for the runtime's own process, and ``PYTHON_WORKER_MIB`` for each worker (local
   mode: as many as the container's CPUs, rounded up; cluster mode: none, the tasks run on executors);
 - JVM overhead: ``max(OVERHEAD_MIN_MIB, OVERHEAD_FRACTION x heap)``, the rule Spark itself uses for the
-  overhead it adds to an executor's heap on Kubernetes;
-- heap: the rest, rounded down to a multiple of 32 MiB, and never below ``MIN_HEAP_MIB`` (a smaller heap cannot
-  hold Spark's driver; the split then says it does not fit, and the operator says so in the stream's events).
+  overhead it adds to an executor's heap on Kubernetes, with a floor of 320 MiB rather than Spark's 384 so that
+  the default container (1Gi, one CPU) holds the smallest heap Spark starts with;
+- heap: the rest, rounded down to a multiple of 32 MiB, and never below ``MIN_HEAP_MIB``: Spark refuses to start
+  when the JVM's usable heap (``Runtime.maxMemory``, about 29/30 of ``-Xmx`` with the serial collector a
+  one-CPU container gets) is under 450 MiB (``INVALID_DRIVER_MEMORY``: seen on a real node with ``-Xmx320m``,
+  309 MiB usable); a container too small for it is refused, naming the minimum.
+
+The Python shares are estimates of what those processes hold (the runtime with PySpark, pyarrow and the Kafka
+client imported; a worker forked from PySpark's daemon), not measurements; the heap is a ceiling the JVM grows
+to, so the sum stays under the limit when it does.
 
 The operator computes the split from the spec and passes the heap to the runtime (``DRIVER_HEAP_ENV``), which
 sets ``spark.driver.memory`` from it before the JVM starts (eos_job.session).
@@ -33,11 +40,11 @@ import re
 from dataclasses import dataclass
 
 DRIVER_HEAP_ENV = "EOS_DRIVER_HEAP"
-PYTHON_BASE_MIB = 192
-PYTHON_WORKER_MIB = 128
-OVERHEAD_MIN_MIB = 384
+PYTHON_BASE_MIB = 160
+PYTHON_WORKER_MIB = 64
+OVERHEAD_MIN_MIB = 320
 OVERHEAD_FRACTION = 0.10
-MIN_HEAP_MIB = 256
+MIN_HEAP_MIB = 480
 _ROUND_MIB = 32
 _MIB = 1024 * 1024
 _FACTORS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,

@@ -1,19 +1,19 @@
 """A driver that passes its memory limit on a real node: the kernel kills it, and the operator says so.
 
 The stand-in node has no cgroups, so no memory limit was ever enforced there. Here the stream's driver runs on
-a real node with ``job.driver.memory: 1Gi`` (the operator splits it: 320 MiB of JVM heap, 384 of JVM overhead,
-320 for Python, ``eos_job.memory``) and the job ``examples.colors.hog``, whose driver grows its Python memory
+a real node with ``job.driver.memory: 1Gi`` (the operator splits it: 480 MiB of JVM heap, 320 of JVM overhead,
+224 for Python, ``eos_job.memory``) and the job ``examples.colors.hog``, whose driver grows its Python memory
 until the container's cgroup limit is passed. What is checked:
 
 - the kernel's OOM kill, as the kubelet reports it: the driver Pod's container terminated with reason
   ``OOMKilled``, the limit being the spec's 1Gi;
-- the JVM was started with the heap the split gives (``-Xmx320m`` in the JVM's command line, read from
+- the JVM was started with the heap the split gives (``-Xmx480m`` in the JVM's command line, read from
   ``/proc`` of the container's processes through its cgroup) rather than Spark's fixed 1g;
 - the operator counts it as a failure by the restart strategy, which says whether it runs again: here
   ``fixed-delay`` with no attempts, so the stream is ``Failed`` (no second driver Pod, the container not
   restarted in place: ``restartPolicy: Never``) rather than a driver killed again and again; its
   ``status.lastError`` and the ``DriverFailed`` event say ``OOMKilled``, the split and the field to raise
-  (``job.driver.memory 1Gi (...JVM heap 320 MiB...): raise job.driver.memory``).
+  (``job.driver.memory 1Gi (...JVM heap 480 MiB...): raise job.driver.memory``).
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_a_driver_past_its_memory_limit_is_oom_killed_and_the_operator_names_the
         node = on_a_real_node(client.ApiClient().sanitize_for_serialization(running), nodes)
         heap = wait_until(lambda: java_heap(pod_processes(running.metadata.uid)), "the driver's JVM", 120,
                           diagnose, 0.5)
-        assert heap == "320m", f"the driver JVM's -Xmx is {heap}, not the split's 320m for a 1Gi container"
+        assert heap == "480m", f"the driver JVM's -Xmx is {heap}, not the split's 480m for a 1Gi container"
 
         def oom_killed():
             pod = driver(first)
@@ -98,17 +98,17 @@ def test_a_driver_past_its_memory_limit_is_oom_killed_and_the_operator_names_the
         term = wait_until(oom_killed, "the kernel to kill the driver at its 1Gi limit", 240, diagnose, 0.5)
         # The kernel kills the largest process of the cgroup (the JVM or the hog); the container runtime saw the
         # cgroup's OOM event either way and says OOMKilled, whatever the exit code the main process then had.
-        assert term.reason == "OOMKilled", term
+        assert term.reason == "OOMKilled", f"{term.reason} (exit {term.exit_code}): {term.message}"
         after = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Failed" else None)(status()),
                            "the operator to count the failure and stop (no restart attempts)", 120, diagnose, 0.5)
         error = after["lastError"]
-        assert "OOMKilled" in error and "job.driver.memory 1Gi" in error and "JVM heap 320 MiB" in error, after
+        assert "OOMKilled" in error and "job.driver.memory 1Gi" in error and "JVM heap 480 MiB" in error, after
         assert "raise job.driver.memory" in error, after
         events = kubectl.json("get", "events", "-n", namespace)["items"]
         failed = [e for e in events if e.get("reason") == "DriverFailed"]
         assert len(failed) == 1 and failed[0].get("count", 1) == 1, failed
         message = failed[0]["message"]
-        assert "raise job.driver.memory" in message and "JVM heap 320 MiB" in message, message
+        assert "raise job.driver.memory" in message and "JVM heap 480 MiB" in message, message
         assert [e for e in events if e.get("reason") == "RestartsExhausted"], "no RestartsExhausted event"
         # No restart in a loop: no second driver Pod, and the kernel's kill did not restart the container.
         drivers = sorted(p.metadata.name for p in v1.list_namespaced_pod(namespace).items

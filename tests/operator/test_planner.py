@@ -288,7 +288,7 @@ def test_an_oom_killed_driver_is_a_failure_whose_message_says_which_field_to_rai
     assert p.status.restart_count == 1 and reasons(p) == ["DriverFailed", "Restarting"]
     (failed,) = [e for e in p.events if e.reason == "DriverFailed"]
     assert "OOMKilled" in failed.message and "job.driver.memory 1Gi" in failed.message
-    assert "JVM heap 320 MiB" in failed.message and "raise job.driver.memory" in failed.message
+    assert "JVM heap 480 MiB" in failed.message and "raise job.driver.memory" in failed.message
     assert "kubectl logs -n default colors-driver-0" in failed.message
     # Status says it too, with the fix, before the log's tail (which a long log cuts, not the advice).
     assert p.status.last_error.startswith("driver Pod colors-driver-0 failed (exit code 137, OOMKilled): the "

@@ -455,7 +455,7 @@ def test_a_stored_stream_keeps_its_driver_when_an_upgraded_operator_sizes_its_me
     assert before[1:] == ([], ("Running", False, [], []))
 
     monkeypatch.setattr(eos_job.memory, "PYTHON_BASE_MIB", eos_job.memory.PYTHON_BASE_MIB - 64)   # a new split
-    assert (heap_before, heap()) == ("320m", "384m"), "the split must change the Pod, or this test shows nothing"
+    assert (heap_before, heap()) == ("480m", "544m"), "the split must change the Pod, or this test shows nothing"
     after = (stored.spec_hash(), run_affecting_changes(recorded.last_reconciled_spec, stored),
              _decision(plan(stored, recorded, running_driver)))
     assert after == before
