@@ -27,6 +27,7 @@ from collections import Counter
 import pytest
 import yaml
 
+from eos_job.memory import quantity
 from eos_job.verify import audit_counts
 
 from eos_stack import s3 as s3_server
@@ -180,7 +181,9 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, privat
         assert pod["status"]["containerStatuses"][0]["containerID"].startswith("podman://"), pod["status"]
     for pod in first:
         resources = pod["spec"]["containers"][0]["resources"]
-        assert resources["limits"]["memory"] == resources["requests"]["memory"] == "1024Mi", resources
+        # As the API server spells it (1024Mi, Spark's sum in MiB, reads back as 1Gi): compared as quantities.
+        assert quantity(resources["limits"]["memory"]) == quantity(resources["requests"]["memory"]) \
+            == quantity(EXECUTOR_MEMORY), resources
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Pod", driver0["metadata"]["uid"]), owner
     wait_until(lambda: committed(kubectl, namespace) >= 1, "batches committed with executors", 240, diag, 1)
