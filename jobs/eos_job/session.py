@@ -110,9 +110,9 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
       Cluster deploy mode (``EOS_SPARK_MASTER=k8s``): ``kubernetes_master()``, and the
       loopback and memory settings below are left to spark-submit's arguments; only
       ``spark.driver.host`` is set, to the Pod's IP (``EOS_POD_IP``).
-    * ``spark.driver.memory=1g``: modest, leaves room for the broker and the
-      API server on a small machine (honoured because it is set before the JVM
-      starts; it does nothing for an already running session).
+    * ``spark.driver.memory``: ``EOS_DRIVER_HEAP``, the heap the operator sized for the driver container
+      (``eos_job.memory``), else ``1g``: modest, leaves room for the broker and the API server on a small
+      machine (honoured because it is set before the JVM starts; it does nothing for an already running session).
     * ``spark.driver.host/bindAddress=127.0.0.1``: everything is on loopback; avoids
       hostname lookups that fail or are slow in containers.
     * ``spark.sql.session.timeZone=UTC``: timestamps mean the same on every machine.
@@ -143,7 +143,10 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     }
     if k8s is None:   # local mode: everything on loopback
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no hostname lookup, no warning about it
-        settings.update({"spark.driver.memory": "1g", "spark.driver.host": "127.0.0.1",
+        # The heap the operator sized for the container (eos_job.memory.DRIVER_HEAP_ENV; named here, as this
+        # module imports nothing else of the project), else 1g.
+        settings.update({"spark.driver.memory": os.environ.get("EOS_DRIVER_HEAP") or "1g",
+                         "spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1"})
     elif os.environ.get("EOS_POD_IP"):
         # Cluster mode: spark-submit's arguments (the operator's) stand; only the address executors dial

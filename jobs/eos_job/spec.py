@@ -16,14 +16,15 @@ from pydantic.alias_generators import to_camel
 from .driver_metrics import DriverMetrics, metrics_errors
 from .event_log import EventLog, event_log_errors
 from .model import Model
+from .memory import driver_memory_errors
 from .kafka_security import KafkaCredentials, KafkaTls, SecretKeyRef, end_errors
 from .pod_template import PodTemplate
 from .spec_rules import (BOOTSTRAP_PATTERN, CHECKPOINT_PATH_PATTERN, DNS_SUBDOMAIN, EXPONENTIAL_DELAY_RULES,
                          IMAGE_PATTERN, MAX_ENTRIES, MAX_IMAGE, MAX_LOCATION, MAX_NAME, MAX_PATH, MAX_SERVERS,
                          MAX_VALUE, RESTORE_FROM_PATTERN, S3_CREDENTIAL_RULES, SINK_RULES, SOURCE_OPTION_RULES,
-                         SOURCE_RESERVED, SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES, TOPIC_PATTERN,
-                         default_ledger_topic, restore_errors, s3_credential_errors, slots_errors, spark_env_errors,
-                         topic_errors)
+                         PRODUCER_RESERVED, SOURCE_RESERVED, SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES,
+                         TOPIC_PATTERN, default_ledger_topic, restore_errors, s3_credential_errors, slots_errors,
+                         spark_env_errors, topic_errors)
 
 API_GROUP = "streaming.eos.dev"
 API_VERSION = "v1beta1"   # served and stored; older versions served: eos_operator.crd.OLDER_VERSIONS
@@ -48,6 +49,11 @@ class Resources(Model):
 
 
 class DriverSpec(Resources):
+    # The default stays 1Gi: a CRD default applies to stored objects as they are read, so a new one would be a
+    # change of every stream that left the field unset, and an operator upgrade would restart their drivers.
+    memory: str = Field("1Gi", max_length=32, pattern=QUANTITY_PATTERN, description=(
+        "Memory request and limit, e.g. 2Gi: split between the JVM heap, the JVM's other memory and Python "
+        "(eos_job.memory; docs/operations.md#driver-memory)."))
     start_timeout_seconds: int = Field(300, ge=10, le=3600, description=(
         "A driver Pod that is not running within this time of its creation (an image that cannot be pulled, "
         "a missing Secret or ConfigMap, no node that fits, an unbound claim) fails, saying why; the restart "
@@ -339,6 +345,7 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
             errors.append(f"source.options.{key}: set by the runtime for exactly-once"
                           f"{f' (from {via})' if via else ''}; remove it")
     errors += slots_errors(spec)
+    errors += driver_memory_errors(spec)
     for key in spec.job.spark_conf:
         if key in SPARK_RESERVED:
             via = SPARK_RESERVED[key]
@@ -352,13 +359,6 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
             errors.append(f"sink.producerConfig.{key}: credentials must come from sink.credentials "
                           "(a Secret reference), not producerConfig")
     return errors
-
-
-# The exactly-once protocol owns these producer settings.
-PRODUCER_RESERVED = frozenset({
-    "transactional.id", "enable.idempotence", "acks", "partitioner", "transaction.timeout.ms",
-    "bootstrap.servers", "isolation.level"})
-# SOURCE_RESERVED and SPARK_RESERVED (the source options and Spark settings the runtime owns): spec_rules.
 
 
 # ---------------------------------------------------------------- the job config

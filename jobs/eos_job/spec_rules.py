@@ -88,6 +88,10 @@ def explain(error: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------- reserved settings
+# The exactly-once protocol owns these producer settings.
+PRODUCER_RESERVED = frozenset({
+    "transactional.id", "enable.idempotence", "acks", "partitioner", "transaction.timeout.ms",
+    "bootstrap.servers", "isolation.level"})
 # Spark Kafka source options the runtime sets (with the spec field that sets them, if any): a batch's input
 # must be the offset ranges of the offset log, read only from committed transactions, never silently short.
 SOURCE_RESERVED = {

@@ -16,6 +16,7 @@ from typing import Any
 from eos_job.driver_metrics import PORT_NAME as METRICS_PORT_NAME
 from eos_job.spec import API_GROUP, API_VERSION, KIND, ExactlyOnceStreamSpec, RunConfig, StreamIdentity, stream_uid
 from eos_job.kafka_security import env_name, secret_refs
+from eos_job.memory import DRIVER_HEAP_ENV, driver_split_of, executor_spark_conf
 from eos_job.log_format import ATTEMPT_ENV, FORMAT_ENV, current_format
 from eos_job.spec_rules import POD_TEMPLATE_FILE_CONF, sets_runtime_env
 
@@ -202,7 +203,10 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.executor.instances": str(job.executor.instances),
-        "spark.executor.memory": _spark_memory(job.executor.memory),
+        # The containers' splits (eos_job.memory): the executor Pod's limit, heap plus overhead, is
+        # job.executor.memory; the driver's heap leaves room in job.driver.memory for the rest.
+        **executor_spark_conf(spec),
+        "spark.driver.memory": driver_split_of(spec).spark_heap,
         "spark.kubernetes.executor.request.cores": job.executor.cpu,
         "spark.kubernetes.executor.limit.cores": job.executor.cpu,
         "spark.sql.shuffle.partitions": str(job.parallelism),
@@ -233,14 +237,6 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
     return args
-
-
-def _spark_memory(quantity: str) -> str:
-    """Kubernetes quantity -> Spark size ('2Gi' -> '2g', '512Mi' -> '512m')."""
-    for suffix, spark in (("Gi", "g"), ("Mi", "m"), ("Ki", "k"), ("G", "g"), ("M", "m"), ("k", "k")):
-        if quantity.endswith(suffix):
-            return quantity[: -len(suffix)] + spark
-    return quantity
 
 
 def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_generation: int,
@@ -274,6 +270,10 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
         # binds every address of the Pod instead, its IP (Prometheus) and loopback (kubectl port-forward, which
         # the container runtime dials at localhost: `kubectl eos ui`); RPC stays on loopback.
         env.append({"name": UI_BIND_ENV, "value": UI_BIND_ALL})
+    if spec.job.deploy_mode == "local":
+        # The JVM heap sized for the container's limit, beside the JVM's other memory and Python (eos_job.memory);
+        # in cluster mode spark-submit's spark.driver.memory says it.
+        env.append({"name": DRIVER_HEAP_ENV, "value": driver_split_of(spec).spark_heap})
     resources = {"cpu": spec.job.driver.cpu, "memory": spec.job.driver.memory}
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,

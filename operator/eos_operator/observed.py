@@ -57,7 +57,8 @@ class PodView:
             return None
         return doc.get("reason") if isinstance(doc, dict) else None
 
-    def failure_text(self) -> str:
+    def failure_text(self, advice: str = "") -> str:
+        """What ended the Pod; ``advice`` (what to change) goes before the log's tail, which is cut first."""
         parts = [f"driver Pod {self.name} {self.phase.lower()}"]
         detail = []
         if self.exit_code is not None:
@@ -66,9 +67,10 @@ class PodView:
             detail.append(self.reason)
         if detail:
             parts.append(f"({', '.join(detail)})")
-        text = " ".join(parts)
+        text = " ".join(parts) + (f": {advice}" if advice else "")
         if self.message:
-            text += f": {_readable(self.message[-MAX_MESSAGE:])}"   # a log tail ends with what matters
+            # A log tail ends with what matters.
+            text += f"{'. Log' if advice else ''}: {_readable(self.message[-MAX_MESSAGE:])}"
         return text[:MAX_MESSAGE]
 
 

@@ -27,6 +27,7 @@ from collections import Counter
 import pytest
 import yaml
 
+from eos_job.memory import quantity
 from eos_job.verify import audit_counts
 
 from eos_stack import s3 as s3_server
@@ -37,6 +38,9 @@ from tests.e2e.streams import (REPO, ColorsTopics, Diagnostics, assert_ids_exact
                                wait_ids)
 
 NAME = "colors"
+# Split by the operator into spark.executor.memory and memoryOverhead adding up to it (eos_job.memory): the
+# executor Pods Spark makes have it as their memory request and limit.
+EXECUTOR_MEMORY = "1Gi"
 OUTAGE_S = 15.0   # the S3 server away for dozens of triggers
 SA = "spark-eos-driver"
 
@@ -81,7 +85,7 @@ def in_cluster_mode_on_s3(manifest: dict, s3_env, kubectl, namespace: str, templ
     kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
                    "data": {k: base64.b64encode(s3_env[v].encode()).decode()
                             for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
-    executor = {"instances": 2, "cpu": "1", "memory": "768Mi", "startTimeoutSeconds": 15}
+    executor = {"instances": 2, "cpu": "1", "memory": EXECUTOR_MEMORY, "startTimeoutSeconds": 15}
     manifest["spec"]["job"].update({"deployMode": "cluster", "serviceAccountName": SA,
                                     "executor": {**executor, **({"podTemplate": template} if template else {})},
                                     **({"podTemplate": template} if template else {})})
@@ -176,6 +180,10 @@ def test_cluster_mode_on_s3_survives_executor_and_driver_kills(stack_env, privat
         # A container of the image (its entrypoint's `executor` branch for the executors), not a process.
         assert pod["status"]["containerStatuses"][0]["containerID"].startswith("podman://"), pod["status"]
     for pod in first:
+        resources = pod["spec"]["containers"][0]["resources"]
+        # As the API server spells it (1024Mi, Spark's sum in MiB, reads back as 1Gi): compared as quantities.
+        assert quantity(resources["limits"]["memory"]) == quantity(resources["requests"]["memory"]) \
+            == quantity(EXECUTOR_MEMORY), resources
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Pod", driver0["metadata"]["uid"]), owner
     wait_until(lambda: committed(kubectl, namespace) >= 1, "batches committed with executors", 240, diag, 1)

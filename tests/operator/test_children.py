@@ -61,6 +61,9 @@ def test_driver_pod_runs_the_real_runtime_command():
     env = {e["name"]: e for e in c["env"]}
     assert env["EOS_RUN_CONFIG"]["valueFrom"] == {"configMapKeyRef": {"name": "colors-run", "key": "run.json"}}
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    # 1Gi (the default), one CPU, local mode: 224 MiB for Python (the runtime and one worker), 320 MiB of JVM
+    # overhead, the rest heap: 480 MiB, the smallest Spark starts with.
+    assert env["EOS_DRIVER_HEAP"]["value"] == "480m"
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert podspec["volumes"] == [SCRATCH]           # store=local: the path as it is; only the scratch volume
     assert c["volumeMounts"] == [SCRATCH_MOUNT] and c["securityContext"]["readOnlyRootFilesystem"] is True
@@ -102,7 +105,13 @@ def test_cluster_mode_spark_submit_arguments():
     assert conf["spark.kubernetes.driver.pod.name"] == "colors-driver-2"     # pinned, not the user's value
     assert "spark.driver.host" not in conf and "--master" not in args   # known only in the Pod: the session
     assert conf["spark.driver.port"] == "7078" and conf["spark.driver.blockManager.port"] == "7079"
-    assert conf["spark.executor.instances"] == "3" and conf["spark.executor.memory"] == "4g"
+    # 4Gi, one task slot (spark.executor.cores unset): 64 MiB for its Python worker, 10 % of the heap for the
+    # JVM's overhead, the heap 3,648 MiB; spark.executor.memoryOverhead, which Spark adds to the heap for the
+    # Pod's limit, the rest (448): heap + overhead = job.executor.memory, the limit the spec asked for.
+    assert conf["spark.executor.instances"] == "3" and conf["spark.executor.memory"] == "3648m"
+    assert conf["spark.executor.memoryOverhead"] == "448m"
+    # The driver of a cluster-mode stream runs no Python worker: 1Gi leaves 544 MiB of heap.
+    assert conf["spark.driver.memory"] == "544m"
     assert conf["spark.kubernetes.executor.request.cores"] == "2"
     assert conf["spark.sql.shuffle.partitions"] == "4"
     assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "spark"

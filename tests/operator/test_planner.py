@@ -281,6 +281,27 @@ def test_failed_pod_restarts_after_the_strategy_delay():
     assert [type(a) for a in go.actions] == [Resolve]
 
 
+def test_an_oom_killed_driver_is_a_failure_whose_message_says_which_field_to_raise():
+    s = spec()
+    killed = pod("colors-driver-0", "Failed", exit_code=137, reason="OOMKilled")
+    p = plan(s, running_status(s), observed(killed, at=30))
+    assert p.status.restart_count == 1 and reasons(p) == ["DriverFailed", "Restarting"]
+    (failed,) = [e for e in p.events if e.reason == "DriverFailed"]
+    assert "OOMKilled" in failed.message and "job.driver.memory 1Gi" in failed.message
+    assert "JVM heap 480 MiB" in failed.message and "raise job.driver.memory" in failed.message
+    assert "kubectl logs -n default colors-driver-0" in failed.message
+    # Status says it too, with the fix, before the log's tail (which a long log cuts, not the advice).
+    assert p.status.last_error.startswith("driver Pod colors-driver-0 failed (exit code 137, OOMKilled): the "
+                                          "container passed its memory limit, job.driver.memory 1Gi (")
+    assert "raise job.driver.memory" in p.status.last_error
+    long_log = plan(s, running_status(s), observed(pod("colors-driver-0", "Failed", exit_code=137, reason="OOMKilled",
+                                                       message="x" * 5000), at=30))
+    assert "raise job.driver.memory. Log: xxx" in long_log.status.last_error
+    # Another failure gets no memory advice.
+    other = plan(s, running_status(s), observed(pod("colors-driver-0", "Failed", exit_code=137), at=30))
+    assert not [e for e in other.events if "raise job.driver.memory" in e.message]
+
+
 def test_a_sub_second_restart_delay_is_kept_to_the_millisecond_and_so_is_the_wait():
     """Whole seconds rounded up would add up to a second to every recovery."""
     s = spec(restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 2, "delaySeconds": 0.3}})

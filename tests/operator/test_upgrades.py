@@ -421,8 +421,51 @@ def test_a_field_a_newer_operator_adds_with_its_default_is_no_change():
     del old["job"]["podTemplate"]["securityContext"]
     del old["job"]["driver"]["startTimeoutSeconds"]
     assert run_affecting_changes(json.dumps(old), s) == []
-    old["job"]["driver"]["memory"] = "2Gi"
+    old["job"]["driver"]["memory"] = "3Gi"
     assert run_affecting_changes(json.dumps(old), s) == ["job.driver.memory"]
+
+
+def _decision(p) -> tuple:
+    """What a pass decided for a running stream: a restart is written as intent first (a pending launch, the
+    state Upgrading), then acted on."""
+    return (p.status.lifecycle_state, p.status.pending_launch is not None, [type(a).__name__ for a in p.actions],
+            [e.reason for e in p.events])
+
+
+def test_a_stored_stream_keeps_its_driver_when_an_upgraded_operator_sizes_its_memory_anew(monkeypatch):
+    """The memory split (eos_job.memory) is derived from the spec, never recorded: an operator that computes
+    another heap for a stored stream sees the same spec (hash, recorded form, restart decision) and restarts
+    nothing, though a driver Pod it made now would differ. And job.driver.memory's default is the one earlier
+    operators recorded (1Gi): the API server fills a stored stream's unset field with the CRD's default as it
+    is read, so a new default would be a spec change."""
+    import eos_job.memory
+    raw = base_spec()
+    raw["job"].pop("driver", None)                       # the field left unset, as most streams do
+    stored = ExactlyOnceStreamSpec.model_validate(raw)   # read with the CRD's (the model's) default
+    recorded = running_status(stored)                    # an earlier operator's status: memory 1Gi
+    assert json.loads(recorded.last_reconciled_spec)["job"]["driver"]["memory"] == "1Gi"
+    running_driver = observed(pod("colors-driver-0"))
+    def heap() -> str:
+        env = children.driver_pod(REF, stored, attempt=0, tx_generation=0)["spec"]["containers"][0]["env"]
+        return next(e["value"] for e in env if e["name"] == "EOS_DRIVER_HEAP")
+
+    heap_before = heap()
+    before = (stored.spec_hash(), run_affecting_changes(recorded.last_reconciled_spec, stored),
+              _decision(plan(stored, recorded, running_driver)))
+    assert before[1:] == ([], ("Running", False, [], []))
+
+    monkeypatch.setattr(eos_job.memory, "PYTHON_BASE_MIB", eos_job.memory.PYTHON_BASE_MIB - 64)   # a new split
+    assert (heap_before, heap()) == ("480m", "544m"), "the split must change the Pod, or this test shows nothing"
+    after = (stored.spec_hash(), run_affecting_changes(recorded.last_reconciled_spec, stored),
+             _decision(plan(stored, recorded, running_driver)))
+    assert after == before
+
+    # Control: the reverted 2Gi default (the same stored stream read as 2Gi) is a change, and the driver restarts.
+    raw["job"]["driver"] = {"memory": "2Gi"}
+    moved = ExactlyOnceStreamSpec.model_validate(raw)
+    assert run_affecting_changes(recorded.last_reconciled_spec, moved) == ["job.driver.memory"]
+    assert moved.spec_hash() != stored.spec_hash()
+    assert _decision(plan(moved, recorded, running_driver)) == ("Upgrading", True, [], ["Upgrading"])
 
 
 def test_on_a_pvc_a_check_pod_verifies_the_snapshot_and_reads_the_checkpoint_state():

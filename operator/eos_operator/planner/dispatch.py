@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from eos_job.memory import driver_split_of
 from eos_job.spec import ExactlyOnceStreamSpec
 from eos_job.status import ExactlyOnceStreamStatus
 
@@ -196,11 +197,14 @@ def _driver_ended(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
         return driver_evicted(step, pod.name)
     # Kept for its log; in cluster deploy mode not: its executor Pods are owned by it and would stay too.
     hint = keep_failed_driver(step, pod.name) if spec.job.deploy_mode != "cluster" else ""
+    # Killed by the kernel at its limit: the field to raise, in status (lastError) as in the event.
+    advice = (f"the container passed its memory limit, job.driver.memory {spec.job.driver.memory} "
+              f"({driver_split_of(spec).describe()}): raise job.driver.memory") if pod.reason == "OOMKilled" else ""
     if pod.summary_reason in REFUSALS:
         return batch_refused(step, pod.failure_text(), pod.summary_reason)
     if pod.phase == "Failed":
-        return driver_failed(step, spec, pod.failure_text(), hint)
-    return driver_failed(step, spec, pod.failure_text() + " while job.state is running", hint)
+        return driver_failed(step, spec, pod.failure_text(advice), hint)
+    return driver_failed(step, spec, pod.failure_text(advice) + " while job.state is running", hint)
 
 
 def _driver_terminating(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
