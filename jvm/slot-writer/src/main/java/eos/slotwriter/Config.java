@@ -30,7 +30,8 @@ public final class Config implements java.io.Serializable {
     final boolean audit;
     final List<Integer> slotMap = new ArrayList<>();
     final Set<String> unsafe = new HashSet<>();
-    final int faultCommitReturnedSlot;
+    final int faultCommitReturnedSlot;   // test-only fault points (eos_job.jvm_writer), -1: none
+    final int faultFailSlot;
 
     Config(JsonNode d) {
         bootstrap = d.get("bootstrap").asText();
@@ -56,6 +57,7 @@ public final class Config implements java.io.Serializable {
         d.path("slot_map").forEach(n -> slotMap.add(n.asInt()));
         d.path("unsafe").forEach(n -> unsafe.add(n.asText()));
         faultCommitReturnedSlot = d.path("fault_commit_returned_slot").asInt(-1);
+        faultFailSlot = d.path("fault_fail_slot").asInt(-1);
     }
 
     public static Config parse(String json) {

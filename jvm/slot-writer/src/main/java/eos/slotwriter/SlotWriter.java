@@ -144,6 +144,9 @@ public final class SlotWriter {
 
     /** Write one slot of one batch exactly once; the commit row as JSON. Throws when the outcome is not certain. */
     public static String writeSlot(Config cfg, int slot, int attempt, Iterator<Rec> source) {
+        if (cfg.faultFailSlot == slot) {
+            throw new IllegalStateException("fault: slot " + slot + "'s task failed before it wrote (fail_slot)");
+        }
         Rows rows = new Rows(source);
         Commit c = new Commit();
         c.inc("tasks");
