@@ -146,6 +146,9 @@ SOURCE_OPTION_RULES = [_reserved_rule("source.options", SOURCE_RESERVED,
 
 
 # ----------------------------------------------------------------- CEL rules
+WRITER_DOC = (
+    "The slot writer: python (the reference, in the Python workers) or jvm (experimental: Kafka's Java producer in "
+    "the executor JVMs, the same protocol; no deadLetterTopic, producerConfig, credentials or tls yet).")
 # What the JVM slot writer (sink.writer jvm, experimental: issue 29 part 2) does not do yet: (CEL condition that
 # holds, field, message naming the field and the fix). semantic_errors says the same without Kubernetes.
 JVM_WRITER_LIMITS = [
@@ -159,6 +162,17 @@ JVM_WRITER_LIMITS = [
      "spec.sink.writer jvm does not connect with spec.sink.credentials or spec.sink.tls yet: use sink.writer "
      "python for a secured sink cluster"),
 ]
+
+
+def jvm_writer_errors(sink) -> list[str]:
+    """JVM_WRITER_LIMITS checked on the model (``semantic_errors``: a job run without Kubernetes)."""
+    if sink.writer != "jvm":
+        return []
+    broken = {"deadLetterTopic": sink.dead_letter_topic is not None, "producerConfig": bool(sink.producer_config),
+              "writer": sink.credentials is not None or sink.tls is not None}
+    return [f"sink.{field}: {msg}" for _, field, msg in JVM_WRITER_LIMITS if broken[field]]
+
+
 SINK_RULES = [
     {"rule": "!has(self.deadLetterTopic) || self.deadLetterTopic != self.topic", "fieldPath": ".deadLetterTopic",
      "message": "spec.sink.deadLetterTopic must differ from spec.sink.topic (poison records would be mixed into "
