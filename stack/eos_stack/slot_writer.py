@@ -75,4 +75,9 @@ def ensure_jar(st: Stack, kafka_jars: list[Path]) -> Path:
     tmp.replace(jar)
     shutil.rmtree(build, ignore_errors=True)
     log(f"JVM slot writer built in {time.monotonic() - t0:.1f}s: {jar}")
+    # Each source change makes another (about 40 KiB): keep the newest three, as the class-data archives.
+    builds = sorted((p for p in jar.parent.parent.iterdir() if (p / JAR).is_file()),
+                    key=lambda p: (p / JAR).stat().st_mtime, reverse=True)
+    for old in builds[3:]:
+        shutil.rmtree(old, ignore_errors=True)
     return jar

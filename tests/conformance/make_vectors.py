@@ -1,6 +1,6 @@
 """Regenerate tests/conformance/vectors.json from the Python reference writer (``python -m
 tests.conformance.make_vectors``): the golden vectors both slot writers are checked against, the Python one by
-tests/conformance/test_vectors.py, the JVM one by jvm/slot-writer's VectorsTest (run by its Maven build).
+tests/jobs/test_conformance_vectors.py, the JVM one by jvm/slot-writer's VectorsTest (run by its Maven build).
 
 What they pin: transactional ids, ledger keys and partitions, the audit headers, the slot ledger record's JSON
 bytes (and its decoding), the digest of given record hashes and ``decide_slot``'s table."""
