@@ -28,6 +28,11 @@ import java.util.concurrent.ConcurrentHashMap;
  * transactional id in the executor JVM; a held one clean since its last commit, of the same ledger key and
  * driver epoch, skips the fence and the read (amendment A2). Any Kafka failure discards it and fences again.
  *
+ * A task checks its slot's producer out of the pool and back in when it ends well: the executor's task threads
+ * share the pool, and two attempts of one slot at once (a speculative or retried task beside a zombie) must never
+ * share a producer, as two Python workers never do. The second attempt makes its own producer, whose fence
+ * fails the first one's transaction.
+ *
  * Not in this first landing (the driver refuses {@code sink.writer: jvm} where they matter): dead-letter
  * routing of poison records, the held-back check's negative control, the fault points of faults.py other than
  * {@code commit-returned}.
@@ -122,24 +127,18 @@ public final class SlotWriter {
         }
     }
 
-    static Held clients(Config cfg, int slot, boolean fresh) {
+    /** The slot's producer, checked out of the pool (a new, fenced one if none is held or {@code old} is stale). */
+    static Held checkout(Config cfg, int slot, Held old) {
         String txid = Protocol.transactionalId(cfg.txPrefix, cfg.generation, slot);
-        Held held = POOL.get(txid);
-        if (held != null && fresh) {
-            held.close();
-            POOL.remove(txid);
-            held = null;
-        }
-        if (held == null) {
-            held = new Held(cfg, txid);
-            POOL.put(txid, held);
-        }
-        return held;
+        if (old != null) old.close();
+        Held held = old == null ? POOL.remove(txid) : null;
+        return held != null ? held : new Held(cfg, txid);
     }
 
-    static void discard(Config cfg, int slot) {
-        Held held = POOL.remove(Protocol.transactionalId(cfg.txPrefix, cfg.generation, slot));
-        if (held != null) held.close();
+    /** Back to the pool for the slot's next task; a producer a concurrent attempt put there since stays. */
+    static String checkin(Config cfg, int slot, Held held, String row) {
+        if (POOL.putIfAbsent(Protocol.transactionalId(cfg.txPrefix, cfg.generation, slot), held) != null) held.close();
+        return row;
     }
 
     /** Write one slot of one batch exactly once; the commit row as JSON. Throws when the outcome is not certain. */
@@ -159,11 +158,11 @@ public final class SlotWriter {
         String scope = cfg.ledgerTopic + "\u0000" + key + "\u0000" + cfg.epoch;
         RuntimeException last = null;
         for (int round = 0; round < MAX_FENCE_ROUNDS; round++) {
-            Held held = clients(cfg, slot, false);
+            Held held = checkout(cfg, slot, null);
             boolean trusted = !held.fresh && held.clean && scope.equals(held.lastScope);
             if (!trusted && !held.fresh) {
                 c.inc("stale_producers");
-                held = clients(cfg, slot, true);
+                held = checkout(cfg, slot, held);
             }
             if (held.fresh) {
                 c.inc("new_producers");
@@ -207,27 +206,29 @@ public final class SlotWriter {
                             || recorded.outputHash().equals(cfg.outputHash);
                     boolean nondet = recorded.batch() == cfg.batch && sameSpec
                             && (recorded.count() != rows.count || recorded.digest() != rows.digest);
-                    return c.done(slot, cfg.batch, recorded.count(), recorded.digest(), true,
-                            recorded.deadLetters(), nondet, attempt).json();
+                    return checkin(cfg, slot, held, c.done(slot, cfg.batch, recorded.count(), recorded.digest(), true,
+                            recorded.deadLetters(), nondet, attempt).json());
                 }
-                if (!rows.anyRows()) return c.done(slot, cfg.batch, 0, 0, false, 0, false, attempt).json();
+                if (!rows.anyRows()) {
+                    return checkin(cfg, slot, held, c.done(slot, cfg.batch, 0, 0, false, 0, false, attempt).json());
+                }
                 transaction(cfg, held, slot, key, rows);
                 c.ms("commit_ms", held.commitMs);
                 if (cfg.faultCommitReturnedSlot == slot) {
                     // Test-only (eos_job.jvm_writer's faults): the commit landed, its answer is lost.
-                    discard(cfg, slot);
                     throw new IllegalStateException("fault: the answer to slot " + slot + "'s commit of batch "
                             + cfg.batch + " was lost (commit-returned)");
                 }
-                return c.done(slot, cfg.batch, rows.count, rows.digest, false, 0, false, attempt).json();
+                return checkin(cfg, slot, held, c.done(slot, cfg.batch, rows.count, rows.digest, false, 0, false,
+                        attempt).json());
             } catch (KafkaException e) {
                 last = e;
                 if (trusted) c.inc("trusted_fallbacks");
                 try { held.producer.abortTransaction(); } catch (RuntimeException ignored) { /* fenced, fatal */ }
-                discard(cfg, slot);
+                held.close();
                 sleep(Math.min(200L << round, 5000L));
             } catch (RuntimeException e) {
-                discard(cfg, slot);
+                held.close();
                 throw e;
             }
         }
