@@ -54,6 +54,7 @@ class BatchWriter:
         spec = config.spec
         self.slots = spec.job.parallelism
         self.slots_from = spec.job.slots_from
+        self.sink_writer = spec.sink.writer   # python, or jvm: the JVM slot writer (jvm_writer)
         self.lock = threading.Lock()
         self.stopping = False
         self.summary = RunSummary(reason="Running")
@@ -263,7 +264,7 @@ class BatchWriter:
         are those of the batch's RDD that ``_slot_map`` read (a foreachBatch DataFrame scans that RDD).
         ``sink.writer: jvm``: the same tasks on the JVM slot writer (``jvm_writer``)."""
         ran = list(range(self.slots)) if self.slots_from == "key" else sorted(set(cfg.slot_map))
-        if self.config.spec.sink.writer == "jvm":
+        if self.sink_writer == "jvm":
             from . import jvm_writer
             return ran, jvm_writer.run_slots(df, cfg)
         if self.slots_from == "key":
