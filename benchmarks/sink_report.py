@@ -131,7 +131,8 @@ def _throughput_table(s: dict, shape: dict, t: dict) -> list[str]:
             if f["builtin"] is not None or f["ours"] is not None:
                 lines.append(f"| {label} | {_cell(f['builtin'])} | {_cell(f['ours'])} | "
                              f"{_cell(f['ratio'], ratio=True) if with_ratio else ''} |")
-        lines.append(f"| all runs' wall time, s, in order | | {', '.join(str(r['wall_s']) for r in runs['jvm'])} | |")
+        walls = ", ".join(f"{r['wall_s']:.1f}" for r in runs["jvm"])
+        lines.append(f"| all runs' wall time, s, in order | | {walls} | |")
     return lines
 
 
