@@ -50,3 +50,16 @@ def test_what_the_jvm_writer_does_not_do_yet_is_refused_naming_the_field(sink_ex
     doc["sink"]["writer"] = "jvm"
     errors = semantic_errors(ExactlyOnceStreamSpec.model_validate(doc))
     assert len(errors) == 1 and errors[0].startswith(field), errors
+
+
+def test_a_driver_without_the_writers_jar_is_told_what_to_do():
+    """py4j answers a class it cannot find with a package, which is not callable: said as such, not as a TypeError."""
+    from types import SimpleNamespace
+
+    class Package:   # what py4j's JVM view gives for a name that is no class on the class path
+        def __getattr__(self, name):
+            return Package()
+
+    df = SimpleNamespace(sparkSession=SimpleNamespace(_jvm=Package()), _jdf=None)
+    with pytest.raises(RuntimeError, match="EOS_SLOT_WRITER_JAR"):
+        jvm_writer.run_slots(df, cfg())

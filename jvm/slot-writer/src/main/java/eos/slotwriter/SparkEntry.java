@@ -36,8 +36,9 @@ public final class SparkEntry {
             this.configJson = configJson;
             List<String> names = List.of(schema.fieldNames());
             if (names.contains("error")) {
-                throw new IllegalArgumentException("sink.writer jvm does not route records with an error column to "
-                        + "dead letters yet: use sink.writer python for this transformation");
+                // "SpecRefused: " makes the driver stop for good with this reason (runtime._final), not retry.
+                throw new IllegalArgumentException("SpecRefused: sink.writer jvm does not route records with an "
+                        + "error column to dead letters yet: use sink.writer python for this transformation");
             }
             key = names.indexOf("key");
             value = names.indexOf("value");
