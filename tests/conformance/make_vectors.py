@@ -41,11 +41,13 @@ def vectors() -> dict:
         digests.append({"hashes": hashes,
                         "digest": f"{protocol.digest_of_hashes(np.array(hashes, dtype=np.int64)):016x}"})
     decisions = []
+    # Recorded: none, or batch 4/5/6 (before, the same, after), with or without input and output hash, of an older
+    # or a newer epoch; asked: the same or another input or output, with or without epochs, a newer stream epoch.
     recorded = [None] + [protocol.SlotLedgerRecord(b, 10, 1, 0, "s", i, o, e)
-                         for b, i, o, e in itertools.product([4, 5, 6], ["in-a", ""], ["out-a", ""], [0, 2, 3])]
+                         for b, (i, o), e in itertools.product([4, 5, 6], [("in-a", "out-a"), ("", "")], [0, 3])]
     for rec, (inp, out), (ep, sep), slots in itertools.product(
             recorded, [("in-a", "out-a"), ("in-b", "out-a"), ("in-a", "out-b"), ("", "")],
-            [(0, 0), (2, 0), (2, 3), (3, 2)], [False, True]):
+            [(0, 0), (2, 0), (2, 3)], [False, True]):
         d = protocol.decide_slot(5, rec, input=inp, output_hash=out, epoch=ep, stream_epoch=sep, input_slots=slots)
         decisions.append({"batch": 5, "recorded": _record(rec), "input": inp, "output_hash": out, "epoch": ep,
                           "stream_epoch": sep, "input_slots": slots, "action": d.action.value})
@@ -54,7 +56,12 @@ def vectors() -> dict:
 
 
 def render() -> str:
-    return json.dumps(vectors(), indent=1, sort_keys=True) + "\n"
+    """Indented, but one case of the decision table a line."""
+    doc = vectors()
+    cases = doc.pop("decisions")
+    head = json.dumps(doc, indent=1, sort_keys=True)
+    rows = ",\n".join("  " + json.dumps(c, sort_keys=True) for c in cases)
+    return head[:-2] + ',\n "decisions": [\n' + rows + "\n ]\n}\n"
 
 
 if __name__ == "__main__":

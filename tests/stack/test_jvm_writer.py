@@ -156,3 +156,18 @@ def test_a_batch_the_jvm_writer_left_partial_is_finished_by_the_python_writer(sp
     assert open_transactions(bootstrap, [out, ledger]) == set()
     verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)
     assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+
+
+def test_source_partition_slots_follow_the_drivers_slot_map(spark, topics):
+    """job.slotsFrom sourcePartitions: no repartition; task i writes slot slot_map[i] (eos_job.source_slots)."""
+    bootstrap, out, ledger, run = topics
+    ids = range(300)
+    df = batch_df(spark, ids).repartition(SLOTS)   # the batch's own tasks, as a map-only plan has them
+    per_task = [len(p) for p in df.rdd.glom().collect()]
+    slot_map = (2, 0, 1)
+    commits = by_slot(jvm_writer.run_slots(df, config(bootstrap, out, ledger, run, 0, slot_map=slot_map)))
+    assert {slot_map[t]: n for t, n in enumerate(per_task)} == {s: c["count"] for s, c in commits.items()}
+    audit = audit_ids(bootstrap, out, set(ids), TIMEOUT)
+    assert audit.violations() == [] and audit.records == len(ids), audit.violations()
+    verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)
+    assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
