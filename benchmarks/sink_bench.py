@@ -36,6 +36,9 @@ def stack_env() -> tuple[str, str]:
         sys.exit("KAFKA_BOOTSTRAP/SPARK_JARS unknown: start the stack with "
                  "`PYTHONPATH=stack .venv/bin/python -m eos_stack up kafka spark` (or `make bench`)")
     os.environ["SPARK_JARS"] = jars
+    writer_jar = os.environ.get("EOS_SLOT_WRITER_JAR") or env.get("EOS_SLOT_WRITER_JAR")
+    if writer_jar:   # the JVM slot writer (the "jvm" sink): on spark.jars (eos_job.session.writer_jars)
+        os.environ["EOS_SLOT_WRITER_JAR"] = writer_jar
     return bootstrap, jars
 
 
@@ -58,7 +61,7 @@ class Bench:
         self.cpu = CpuMeter(broker_pid)
 
     # configs ---------------------------------------------------------------
-    def config(self, shape, producer: str, in_topic: str, out_topic: str):
+    def config(self, shape, producer: str, in_topic: str, out_topic: str, writer: str = "python"):
         from eos_job.spec import load_run_config
         self.n_ckpt += 1
         root = self.work / f"run{self.n_ckpt:03d}"
@@ -72,7 +75,9 @@ class Bench:
             # a slot's producer by transactional id whatever its settings, so another setting needs another
             # identity.
             # How slots are derived is part of the identity too: a generation keeps its derivation.
-            "metadata": {"name": f"bench-{self.run_id}-{producer}{'-src' if slots_from != 'key' else ''}",
+            # The JVM writer ("jvm" sink) too: its executor JVM and the Python workers would fence each other.
+            "metadata": {"name": f"bench-{self.run_id}-{producer}{'-src' if slots_from != 'key' else ''}"
+                                 f"{'-jvm' if writer == 'jvm' else ''}",
                          "namespace": "bench"},
             "spec": {
                 "job": {"module": shape.module, "args": dict(shape.args), "parallelism": slots,
@@ -81,7 +86,7 @@ class Bench:
                            "startingOffsets": "earliest", "maxOffsetsPerTrigger": self.args.max_offsets},
                 "sink": {"bootstrapServers": self.bootstrap, "topic": out_topic,
                          "producerConfig": dict(self.producers[producer]["ours"]),
-                         "auditHeaders": not self.args.no_audit_headers},
+                         "auditHeaders": not self.args.no_audit_headers, "writer": writer},
                 "checkpoint": {"store": "local", "path": str(root)},
                 "triggerIntervalMs": self.args.trigger_ms,
             },
@@ -177,10 +182,11 @@ class Bench:
                 "cpu_us_per_record": {k: round(v / n * 1e6, 2) for k, v in cpu.items()}}
 
     def throughput_run(self, shape, producer: str, sink: str, in_topic: str, n: int, label: str) -> dict:
-        """One run of ``builtin`` or ``ours`` over all of ``in_topic`` into a fresh output topic."""
+        """One run of ``builtin``, ``ours`` or ``jvm`` (ours with sink.writer jvm) over all of ``in_topic`` into a
+        fresh output topic."""
         out = f"bench-out-{shape.name}-{sink}-{self.run_id}-{self.n_ckpt + 1:03d}"
         self.topics.create({out: self.args.parallelism})
-        config = self.config(shape, producer, in_topic, out)
+        config = self.config(shape, producer, in_topic, out, writer="jvm" if sink == "jvm" else "python")
         dsw, writer = (self.builtin_writer(config, producer), None) if sink == "builtin" else self.ours_writer(config)
         before = self.tee.snapshot()
         res = self.run_available_now(dsw, n, label)

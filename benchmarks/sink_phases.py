@@ -24,7 +24,7 @@ from benchmarks.report import say
 from benchmarks.sink_report import summarize
 from benchmarks.sink_shapes import INPUT_PARTITIONS
 
-SINKS = ("builtin", "ours")
+SINKS = ("builtin", "ours")   # the default of --sinks; "jvm": ours with sink.writer jvm
 SIZE_MARGIN = 1.2   # a long run's batches may go faster than a short run's (JIT, caches)
 
 
@@ -38,7 +38,7 @@ def phase_shape(bench, shape) -> dict:
     shape.produce(bench.bootstrap, warm_topic, warm_n)
     warm: dict = {}
     for producer in a.producer:
-        for sink in SINKS:
+        for sink in a.sinks:
             say(f"{shape.name}: warm-up of the {sink} sink ({producer} producers) on {warm_n:,} records")
             r = bench.throughput_run(shape, producer, sink, warm_topic, warm_n, f"warm-up {sink} {producer}")
             warm.setdefault(producer, {})[sink] = r
@@ -85,10 +85,11 @@ def table(bench, shape, producer: str, in_topic: str, n: int) -> dict:
     a = bench.args
     say(f"== {shape.title}, {producer} producers: {a.repeats} repeats of each sink over {n:,} records")
     load_before = list(os.getloadavg())
-    runs: dict[str, list[dict]] = {s: [] for s in SINKS}
+    sinks = tuple(a.sinks)
+    runs: dict[str, list[dict]] = {s: [] for s in sinks}
     order = []
     for rep in range(a.repeats):
-        for sink in (SINKS if rep % 2 == 0 else SINKS[::-1]):
+        for sink in (sinks if rep % 2 == 0 else sinks[::-1]):
             order.append(sink)
             label = f"{shape.name} {producer} {sink} #{rep + 1}"
             say(f"repeat {rep + 1}/{a.repeats}: {shape.name}, {producer} producers, {sink} sink, {n:,} records")
@@ -113,6 +114,10 @@ def table(bench, shape, producer: str, in_topic: str, n: int) -> dict:
     say(f"== {shape.name}, {producer}: built-in {th['builtin']['median']:,.0f} rec/s, ours "
         f"{th['ours']['median']:,.0f} rec/s; ratio median {th['ratio']['median']:.3f} "
         f"(min {th['ratio']['min']:.3f}, max {th['ratio']['max']:.3f})")
+    if "jvm" in runs:
+        tj = summarize({"builtin": runs["builtin"], "ours": runs["jvm"]})["records_per_s"]
+        say(f"== {shape.name}, {producer}: jvm writer {tj['ours']['median']:,.0f} rec/s; ratio to built-in median "
+            f"{tj['ratio']['median']:.3f} (min {tj['ratio']['min']:.3f}, max {tj['ratio']['max']:.3f})")
     return {"producer": producer, "records": n, "order": order, "load_avg_before": load_before,
             "load_avg_after": list(os.getloadavg()), "runs": runs, "summary": summary}
 

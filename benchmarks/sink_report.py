@@ -101,7 +101,8 @@ def _throughput_table(s: dict, shape: dict, t: dict) -> list[str]:
     qual = sum(1 for k in runs for r in runs[k] if r.get("qualifies", True))
     lines = [f"### {shape['title']}", "",
              f"{t['records']:,} records per run, {n_rep} repeats of each sink, alternating which runs first "
-             f"(order: {', '.join('b' if x == 'builtin' else 'o' for x in t['order'])}); {qual} of {2 * n_rep} runs "
+             f"(order: {', '.join({'builtin': 'b', 'jvm': 'j'}.get(x, 'o') for x in t['order'])}); {qual} of "
+             f"{len(runs) * n_rep} runs "
              f"met ≥ {s['records']:,} records or ≥ {s['min_seconds']:.0f} s; "
              f"{_load(t['load_avg_before'], t['load_avg_after'])}.", "",
              "| measure: median (min–max) | built-in (at-least-once) | exactly-once (ours) "
@@ -120,6 +121,18 @@ def _throughput_table(s: dict, shape: dict, t: dict) -> list[str]:
     for k in ("builtin", "ours"):
         t[f"_w_{k}"] = ", ".join(f"{r['wall_s']:.1f}" for r in runs[k])
     lines.append(f"| all runs' wall time, s, in order | {t.pop('_w_builtin')} | {t.pop('_w_ours')} | |")
+    if runs.get("jvm"):
+        lines += ["", "The JVM slot writer (`sink.writer: jvm`), measured in the same repeats:", "",
+                  "| measure: median (min–max) | built-in (at-least-once) | exactly-once, JVM writer "
+                  "| jvm / built-in, per repeat |", "| --- | ---: | ---: | ---: |"]
+        summ = summarize({"builtin": runs["builtin"], "ours": runs["jvm"]})
+        for key, label, _get, with_ratio in FIGURES:
+            f = summ[key]
+            if f["builtin"] is not None or f["ours"] is not None:
+                lines.append(f"| {label} | {_cell(f['builtin'])} | {_cell(f['ours'])} | "
+                             f"{_cell(f['ratio'], ratio=True) if with_ratio else ''} |")
+        walls = ", ".join(f"{r['wall_s']:.1f}" for r in runs["jvm"])
+        lines.append(f"| all runs' wall time, s, in order | | {walls} | |")
     return lines
 
 
@@ -134,6 +147,11 @@ def _summary(s: dict, th: dict) -> list[str]:
             lines.append(f"| {s['shapes'][name]['title']} | {p} | {_cell(f['records_per_s']['builtin'])} | "
                          f"{_cell(f['records_per_s']['ours'])} | {_cell(f['records_per_s']['ratio'], True)} | "
                          f"{_cell(f['cpu_spark_broker']['ratio'], True)} |")
+            if t["runs"].get("jvm"):
+                j = summarize({"builtin": t["runs"]["builtin"], "ours": t["runs"]["jvm"]})
+                lines.append(f"| {s['shapes'][name]['title']} | {p}, **jvm writer** | "
+                             f"{_cell(j['records_per_s']['builtin'])} | {_cell(j['records_per_s']['ours'])} | "
+                             f"{_cell(j['records_per_s']['ratio'], True)} | {_cell(j['cpu_spark_broker']['ratio'], True)} |")
     return lines
 
 

@@ -83,7 +83,7 @@ class MapShape:
         """What is wrong with an output: ours must hold every kept key once, the built-in sink at least once."""
         if au["missing"] or au["unexpected"]:
             return f"{au['missing']} kept keys missing, {au['unexpected']} unexpected records"
-        if sink == "ours" and (au["duplicates"] or au["records"] != au["expected"]):
+        if sink != "builtin" and (au["duplicates"] or au["records"] != au["expected"]):
             return f"{au['duplicates']} duplicates ({au['records']:,} records for {au['expected']:,} keys)"
         return None
 
@@ -143,7 +143,7 @@ class StatefulShape:
         sink: the last counts equal the input's (an update written twice is at-least-once)."""
         if not au["counts_equal"]:
             return f"final counts {au['final']} != expected {au['expected']}"
-        if sink == "ours" and (au["duplicates"] or au["regressions"]):
+        if sink != "builtin" and (au["duplicates"] or au["regressions"]):
             return f"{au['duplicates']} updates written twice, {au['regressions']} going back"
         return None
 

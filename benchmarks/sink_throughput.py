@@ -108,8 +108,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "slot per input partition and no shuffle (what a map-only stream sets), or key")
     ap.add_argument("--no-audit-headers", action="store_true",
                     help="the exactly-once sink without its per-record audit headers (sink.auditHeaders: false)")
+    ap.add_argument("--sinks", type=_csv(str, ("builtin", "ours", "jvm")), default=["builtin", "ours"],
+                    help="sinks measured, alternating: builtin,ours[,jvm] (jvm: ours with sink.writer jvm, the JVM "
+                         "slot writer; it takes no producerConfig, so only with --producer default)")
     report.add_results_args(ap, "sink-fair")
     a = ap.parse_args(argv)
+    if "jvm" in a.sinks and "tuned" in a.producer:
+        ap.error("--sinks jvm needs --producer default: sink.writer jvm takes no sink.producerConfig")
+    if a.sinks[:2] != ["builtin", "ours"]:
+        ap.error("--sinks starts with builtin,ours (the ratios are to the built-in sink)")
     if a.quick:
         given = {x.split("=")[0].lstrip("-").replace("-", "_") for x in (argv if argv is not None else sys.argv[1:])}
         for k, v in QUICK.items():
@@ -125,7 +132,7 @@ def settings(a, prods: dict) -> dict:
             "trigger_ms": a.trigger_ms, "rates": a.rates, "seconds": a.seconds, "latency_warmup_s": a.latency_warmup,
             "linger_ms": a.linger_ms, "batch_bytes": a.batch_bytes, "compression": a.compression,
             "producers": {p: prods[p] for p in a.producer}, "producer_defaults": DEFAULTS, "quick": a.quick,
-            "audit_headers": not a.no_audit_headers, "map_slots": a.map_slots,
+            "audit_headers": not a.no_audit_headers, "map_slots": a.map_slots, "sinks": a.sinks,
             "shapes": {n: {"title": SHAPES[n].title, "describe": SHAPES[n].describe,
                            "record_bytes": SHAPES[n].record_bytes} for n in a.shapes},
             "spark_master": "?"}

@@ -42,6 +42,7 @@ class ColorsRun:
     extra_env: dict | None = None
     transaction_timeout_ms: int = 60000
     module: str = "examples.colors.job"   # examples.colors.ids: the unique-id stream
+    writer: str = "python"   # sink.writer; jvm writes no dead letters yet, so its stream has no dead-letter topic
 
     def __post_init__(self):
         self.run_id = self.run_id or uuid.uuid4().hex[:8]
@@ -56,10 +57,12 @@ class ColorsRun:
 
     def manifest(self) -> dict:
         return colors_manifest(f"colors-{self.run_id}", self.bootstrap, self.events, self.counts, self.workdir,
-                               dlq=self.dlq, parallelism=self.parallelism, namespace="local",
+                               dlq=self.dlq if self.writer == "python" else None, parallelism=self.parallelism,
+                               namespace="local",
                                max_offsets_per_trigger=self.max_offsets_per_trigger,
                                trigger_interval_ms=self.trigger_interval_ms, job={"module": self.module},
-                               sink={"transactionTimeoutMs": self.transaction_timeout_ms})
+                               sink={"transactionTimeoutMs": self.transaction_timeout_ms,
+                                     **({"writer": self.writer} if self.writer != "python" else {})})
 
     def setup(self, event_partitions: int = 3, count_partitions: int = 3, replication: int = 1) -> None:
         create_topics(self.bootstrap, {self.events: event_partitions, self.counts: count_partitions, self.dlq: 1},

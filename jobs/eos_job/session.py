@@ -26,6 +26,13 @@ def jar_list(key: str, env=os.environ) -> list[str]:
     return sorted(str(p) for p in Path(folder).glob("*.jar")) if folder else []
 
 
+def writer_jars(env=os.environ) -> list[str]:
+    """The JVM slot writer's jar (``sink.writer: jvm``; ``EOS_SLOT_WRITER_JAR``, which ``eos_stack up spark``
+    builds), when there is one: on ``spark.jars`` of every job, so the driver can call it (``jvm_writer``)."""
+    jar = env.get("EOS_SLOT_WRITER_JAR", "")
+    return [jar] if jar and Path(jar).is_file() else []
+
+
 def shared_archive_options(env=os.environ) -> str:
     """The driver JVM options that map the class-data archive, or "" when there is none."""
     archive = env.get(ARCHIVE_ENV, "")
@@ -46,7 +53,7 @@ def s3a_conf(s3) -> dict[str, str]:
       straight to its name and aborts the upload on failure; an object store has no atomic rename, and
       the default manager's write-then-rename is a copy there.
     """
-    listed = [*jar_list("SPARK_JARS"), *jar_list("SPARK_S3_JARS")]
+    listed = [*jar_list("SPARK_JARS"), *writer_jars(), *jar_list("SPARK_S3_JARS")]
     if not jar_list("SPARK_S3_JARS"):
         raise RuntimeError("checkpoint.store is s3 but SPARK_S3_JARS (or EOS_S3_JARS_DIR) names no jars: the image "
                            "(or `make stack-up`) "
@@ -133,7 +140,7 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     k8s = kubernetes_master()
     if jars is None:
-        jars = jar_list("SPARK_JARS")
+        jars = [*jar_list("SPARK_JARS"), *writer_jars()]
     settings = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",

@@ -23,8 +23,8 @@ from .spec_rules import (BOOTSTRAP_PATTERN, CHECKPOINT_PATH_PATTERN, DNS_SUBDOMA
                          IMAGE_PATTERN, MAX_ENTRIES, MAX_IMAGE, MAX_LOCATION, MAX_NAME, MAX_PATH, MAX_SERVERS,
                          MAX_VALUE, RESTORE_FROM_PATTERN, S3_CREDENTIAL_RULES, SINK_RULES, SOURCE_OPTION_RULES,
                          PRODUCER_RESERVED, SOURCE_RESERVED, SPARK_CONF_RULES, SPARK_RESERVED, STREAM_RULES,
-                         TOPIC_PATTERN, default_ledger_topic, restore_errors, s3_credential_errors, slots_errors,
-                         spark_env_errors, topic_errors)
+                         TOPIC_PATTERN, WRITER_DOC, default_ledger_topic, jvm_writer_errors, restore_errors,
+                         s3_credential_errors, slots_errors, spark_env_errors, topic_errors)
 
 API_GROUP = "streaming.eos.dev"
 API_VERSION = "v1beta1"   # served and stored; older versions served: eos_operator.crd.OLDER_VERSIONS
@@ -153,13 +153,13 @@ class SinkSpec(Model):
         "Kafka transaction.timeout.ms of the slot producers (at most the broker's transaction.max.timeout.ms)."))
     producer_config: Settings = Field(default_factory=dict, description=(
         "Extra librdkafka producer settings. Credentials go in credentials, never here."))
-    credentials: KafkaCredentials | None = Field(None, description=(
-        "SASL credentials of the sink cluster, by Secret reference."))
+    credentials: KafkaCredentials | None = Field(None, description="SASL credentials of the sink cluster, by Secret reference.")
     tls: KafkaTls | None = Field(None, description="TLS to the sink cluster: a private CA, a client certificate.")
     audit_headers: bool = Field(True, description=(
         "Label every output record with headers naming its batch and slot (eos.batch, eos.slot), so that "
         "`kubectl eos verify` can check each committed slot against the ledger. They cost about 1.3 us of CPU "
         "per record in the slot task; false writes records without them, and verify then cannot run."))
+    writer: Literal["python", "jvm"] = Field("python", description=WRITER_DOC)
 
 
 class S3Store(Model):
@@ -331,7 +331,7 @@ def semantic_errors(spec: ExactlyOnceStreamSpec, namespace: str | None = None, n
         errors.append("checkpoint.claimName: required when checkpoint.store is pvc")
     errors += spec.job.pod_template.errors("job.podTemplate")
     errors += end_errors("source", spec.source.credentials, spec.source.tls)
-    errors += end_errors("sink", spec.sink.credentials, spec.sink.tls)
+    errors += end_errors("sink", spec.sink.credentials, spec.sink.tls) + jvm_writer_errors(spec.sink)
     errors += [f"source.options.{k}: credentials and TLS material come from source.credentials and source.tls "
                "(Secret references), never options" for k in spec.source.options
                if k.lower().startswith(("kafka.sasl.", "kafka.ssl.", "kafka.security."))]

@@ -150,6 +150,33 @@ SOURCE_OPTION_RULES = [_reserved_rule("source.options", SOURCE_RESERVED,
 
 
 # ----------------------------------------------------------------- CEL rules
+WRITER_DOC = (
+    "The slot writer: python (the reference, in the Python workers) or jvm (experimental: Kafka's Java producer in "
+    "the executor JVMs, the same protocol; no deadLetterTopic, producerConfig, credentials or tls yet).")
+# What the JVM slot writer (sink.writer jvm, experimental: issue 29 part 2) does not do yet: (CEL condition that
+# holds, field, message naming the field and the fix). semantic_errors says the same without Kubernetes.
+JVM_WRITER_LIMITS = [
+    ("!has(self.deadLetterTopic)", "deadLetterTopic",
+     "spec.sink.writer jvm does not route poison records to spec.sink.deadLetterTopic yet: use sink.writer python "
+     "(the default) with a dead-letter topic, or leave deadLetterTopic unset"),
+    ("!has(self.producerConfig) || size(self.producerConfig) == 0", "producerConfig",
+     "spec.sink.producerConfig holds librdkafka settings, which sink.writer jvm (Kafka's Java producer) does not "
+     "take: use sink.writer python, or leave producerConfig empty"),
+    ("!has(self.credentials) && !has(self.tls)", "writer",
+     "spec.sink.writer jvm does not connect with spec.sink.credentials or spec.sink.tls yet: use sink.writer "
+     "python for a secured sink cluster"),
+]
+
+
+def jvm_writer_errors(sink) -> list[str]:
+    """JVM_WRITER_LIMITS checked on the model (``semantic_errors``: a job run without Kubernetes)."""
+    if sink.writer != "jvm":
+        return []
+    broken = {"deadLetterTopic": sink.dead_letter_topic is not None, "producerConfig": bool(sink.producer_config),
+              "writer": sink.credentials is not None or sink.tls is not None}
+    return [f"sink.{field}: {msg}" for _, field, msg in JVM_WRITER_LIMITS if broken[field]]
+
+
 SINK_RULES = [
     {"rule": "!has(self.deadLetterTopic) || self.deadLetterTopic != self.topic", "fieldPath": ".deadLetterTopic",
      "message": "spec.sink.deadLetterTopic must differ from spec.sink.topic (poison records would be mixed into "
@@ -161,6 +188,8 @@ SINK_RULES = [
      "fieldPath": ".ledgerTopic",
      "message": "spec.sink.ledgerTopic must differ from spec.sink.deadLetterTopic: choose another topic, or leave "
                 "it unset"},
+    *({"rule": f"!has(self.writer) || self.writer != 'jvm' || {cond}", "fieldPath": f".{field}", "message": msg}
+      for cond, field, msg in JVM_WRITER_LIMITS),
 ]
 EXPONENTIAL_DELAY_RULES = [
     {"rule": "self.initialDelaySeconds <= self.maxDelaySeconds", "fieldPath": ".initialDelaySeconds",

@@ -54,6 +54,7 @@ class BatchWriter:
         spec = config.spec
         self.slots = spec.job.parallelism
         self.slots_from = spec.job.slots_from
+        self.sink_writer = spec.sink.writer   # python, or jvm: the JVM slot writer (jvm_writer)
         self.lock = threading.Lock()
         self.stopping = False
         self.summary = RunSummary(reason="Running")
@@ -247,7 +248,7 @@ class BatchWriter:
 
     def _commits(self, rows: list) -> tuple[list[protocol.SlotCommit], slot_stats.SlotStats]:
         """The slots' commit rows: their commits, and their counters summed (also into the run's)."""
-        split = [slot_stats.split_row(r.asDict()) for r in rows]
+        split = [slot_stats.split_row(r if isinstance(r, dict) else r.asDict()) for r in rows]
         total = slot_stats.batch_total([s for _, s in split])
         self.slot_stats.add(total)
         return [protocol.SlotCommit.from_row(c) for c, _ in split], total
@@ -260,11 +261,15 @@ class BatchWriter:
 
     def _run_slots(self, df, cfg: SlotWriterConfig) -> tuple[list[int], list]:
         """Run the batch's slot tasks; the slots that ran and their commit rows. With source slots the tasks
-        are those of the batch's RDD that ``_slot_map`` read (a foreachBatch DataFrame scans that RDD)."""
+        are those of the batch's RDD that ``_slot_map`` read (a foreachBatch DataFrame scans that RDD).
+        ``sink.writer: jvm``: the same tasks on the JVM slot writer (``jvm_writer``)."""
+        ran = list(range(self.slots)) if self.slots_from == "key" else sorted(set(cfg.slot_map))
+        if self.sink_writer == "jvm":
+            from . import jvm_writer
+            return ran, jvm_writer.run_slots(df, cfg)
         if self.slots_from == "key":
-            return list(range(self.slots)), df.repartition(self.slots, "key").mapInArrow(
-                slot_task(cfg), COMMIT_SCHEMA).collect()
-        return sorted(set(cfg.slot_map)), df.mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
+            return ran, df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
+        return ran, df.mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
 
     def _done(self, batch_id: int, count: int, skipped: int, dead: int, nondet: int, nondet_total: int) -> None:
         s = self.summary

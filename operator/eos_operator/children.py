@@ -174,6 +174,9 @@ def run_config_map(ref: StreamRef, config: RunConfig, name: str | None = None) -
     # job.metrics.uiService is the operator's alone (eos_operator.spark_ui): left out, so an older runtime runs it too.
     wire = config.wire()
     (wire["spec"]["job"].get("metrics") or {}).pop("uiService", None)
+    # sink.writer python is what a runtime before the field runs anyway: left out unless jvm.
+    if wire["spec"]["sink"].get("writer") == "python":
+        del wire["spec"]["sink"]["writer"]
     data = {RUN_CONFIG_KEY: json.dumps(wire)}
     if config.spec.job.deploy_mode == "cluster":
         template = config.spec.job.executor.pod_template.executor_template()

@@ -73,6 +73,7 @@ RESTART_ONLY_FIELDS = (
     "source.bootstrapServers", "source.maxOffsetsPerTrigger", "source.options", "source.startingOffsets",
     "source.acceptDataLoss",
     "sink.producerConfig", "sink.credentials", "sink.transactionTimeoutMs", "sink.auditHeaders",
+    "sink.writer",   # the same protocol, ids and ledger either way: either writer finishes the other's batch
     "checkpoint.s3.credentials",   # whose identity reads the bucket, not where it is (the keys' Secret is upgrade)
 )
 

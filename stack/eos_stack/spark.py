@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import spark_s3
+from . import slot_writer, spark_s3
 from .pyspark_install import bundled_jar, pyspark_jars_dir, pyspark_version
 from .common import REPO, Stack, StackError, log
 from .maven import maven_copy_dependencies
@@ -133,13 +133,14 @@ def up(st: Stack) -> dict[str, str]:
     s3a = spark_s3.ensure_jars(st)
     return {"SPARK_JARS": ",".join(str(j) for j in jars), "SPARK_KAFKA_VERSION": connector_version(),
             "SPARK_S3_JARS": ",".join(str(j) for j in s3a),
+            slot_writer.ENV: str(slot_writer.ensure_jar(st, jars)),
             "EOS_SPARK_CDS_ARCHIVE": str(ensure_cds_archive(st, jars))}
 
 
 def down(st: Stack, purge: bool = False) -> None:
     # Nothing runs; the jars and the class-data archive are a cache (kept even with purge, like Kafka's jars).
     if purge:
-        st.drop_env(["SPARK_JARS", "SPARK_KAFKA_VERSION", "SPARK_S3_JARS", "EOS_SPARK_CDS_ARCHIVE"])
+        st.drop_env(["SPARK_JARS", "SPARK_KAFKA_VERSION", "SPARK_S3_JARS", "EOS_SPARK_CDS_ARCHIVE", slot_writer.ENV])
 
 
 def status(st: Stack) -> tuple[str, str]:

@@ -96,11 +96,13 @@ def test_restore_of_an_older_snapshot_re_runs_the_ledgers_batches_not_new_ones(c
         assert not audit.duplicates and not audit.unexpected
 
 
+@pytest.mark.parametrize("writer", ["python", "jvm"])
 @pytest.mark.parametrize("safety", ["on", "off"], ids=["ledger-skip", "negative-control-without-it"])
-def test_a_batch_replayed_after_it_reached_the_sink_is_skipped_not_written_again(colors_run, safety):
+def test_a_batch_replayed_after_it_reached_the_sink_is_skipped_not_written_again(colors_run, safety, writer):
     """The driver dies after every slot of batch 0 committed, before Spark's commit log: the restart replays
-    batch 0. With the ledger's skip every id is written once; without it the verifier sees duplicates."""
-    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None,
+    batch 0. With the ledger's skip every id is written once; without it the verifier sees duplicates. With
+    ``sink.writer: jvm`` the JVM slot writer wrote the ledger that resolution and the sink audit read."""
+    run = colors_run(module="examples.colors.ids", max_offsets_per_trigger=None, writer=writer,
                      extra_env={"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"})
     run.setup()
     produce(run.bootstrap, run.events, 600, seed=5)

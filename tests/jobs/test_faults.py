@@ -231,7 +231,7 @@ def test_the_driver_calls_batch_in_sink_after_the_batch_complete_record(monkeypa
         (tmp_path / "offsets").mkdir(exist_ok=True)
         (tmp_path / "offsets" / str(n)).write_text(f'v1\n{{"batchTimestampMs":1}}\n{{"t":{{"0":{n * 10}}}}}\n')
     writer = runtime.BatchWriter.__new__(runtime.BatchWriter)
-    writer.__dict__.update(slots=2, slots_from="key", lock=threading.Lock(), stopping=False, summary=runtime.RunSummary("Running"),
+    writer.__dict__.update(slots=2, slots_from="key", sink_writer="python", lock=threading.Lock(), stopping=False, summary=runtime.RunSummary("Running"),
                            last_done=None, _ckpt_id="c", _producer=object(), _nondet_total=0, _watch=None,
                            config=SimpleNamespace(checkpoint_dir=str(tmp_path)), base=dict(BASE, epoch=3), history={},
                            output_hash="h", checked=True, input_slots=False, slot_stats=slot_stats.SlotStats())

@@ -26,3 +26,12 @@ def test_without_the_variable_every_jar_of_the_image_folder(tmp_path):
 def test_neither_gives_no_jars():
     assert jar_list("SPARK_JARS", {}) == []
     assert jar_list("SPARK_S3_JARS", {"SPARK_JARS": "/a.jar"}) == []
+
+
+def test_the_jvm_slot_writers_jar_goes_on_spark_jars_only_when_it_exists(tmp_path):
+    from eos_job.session import writer_jars
+    jar = tmp_path / "eos-slot-writer.jar"
+    assert writer_jars({"EOS_SLOT_WRITER_JAR": str(jar)}) == []      # named but absent: not listed
+    jar.write_bytes(b"PK")
+    assert writer_jars({"EOS_SLOT_WRITER_JAR": str(jar)}) == [str(jar)]
+    assert writer_jars({}) == []

@@ -1,0 +1,48 @@
+"""``sink.writer: jvm`` (experimental, issue 29 part 2): the batch's slot tasks run the JVM slot writer
+(``jvm/slot-writer``, Kafka's Java producer in the executor JVMs) instead of ``sink.slot_task`` in Python
+workers. The driver's protocol stays here: ``writer.BatchWriter`` checks and records the batch as ever, and
+hands the JVM the same ``sink.SlotWriterConfig`` (as JSON) that the Python slot tasks get; the JVM returns the
+same commit rows (``sink.COMMIT_SCHEMA``). Both writers cut a batch into the same slots (``repartition(slots,
+key)``) and keep the same ledger, so either one finishes a batch the other began (tests/stack/test_jvm_writer.py).
+The protocol pieces both implement are pinned by tests/conformance/vectors.json.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from .sink import SlotWriterConfig
+
+ENTRY = "eos.slotwriter.SparkEntry"
+# Producer settings the JVM writer takes from the Python writer's: those with the same name and meaning in
+# Kafka's Java producer (request_limits' batch.size). sink.producerConfig itself is refused with jvm (spec_rules).
+SHARED_PRODUCER_SETTINGS = ("batch.size",)
+
+
+def config_json(cfg: SlotWriterConfig, faults: dict[str, int] | None = None) -> str:
+    """What the JVM slot tasks read (eos.slotwriter.Config): the config's fields by name; the producer settings
+    only as far as the Java producer shares them. ``faults``: test-only fault points: ``commit_returned_slot`` (the slot's commit
+    lands, its answer is lost), ``fail_slot`` (the slot's task fails on every attempt before it writes)."""
+    doc = asdict(cfg)
+    doc["producer_config"] = {k: v for k, v in cfg.producer_config.items() if k in SHARED_PRODUCER_SETTINGS}
+    doc["unsafe"] = sorted(cfg.unsafe)
+    doc["slot_map"] = list(cfg.slot_map)
+    for point in ("commit_returned_slot", "fail_slot"):
+        if faults and point in faults:
+            doc[f"fault_{point}"] = int(faults[point])
+    return json.dumps(doc)
+
+
+def run_slots(df, cfg: SlotWriterConfig, faults: dict[str, int] | None = None) -> list[dict]:
+    """Run the batch's slot tasks on the JVM writer; their commit rows, as dicts."""
+    if cfg.dead_letter_topic:
+        raise RuntimeError("sink.writer jvm does not route poison records to sink.deadLetterTopic yet: use "
+                           "sink.writer python, or leave deadLetterTopic unset")
+    jvm = df.sparkSession._jvm
+    try:
+        entry = getattr(jvm, ENTRY)
+        rows = entry.run(df._jdf, config_json(cfg, faults), cfg.slots)
+    except TypeError as exc:   # py4j: the class is not on the class path (a JavaPackage, not a JavaClass)
+        raise RuntimeError("sink.writer jvm: the JVM slot writer's jar is not on spark.jars (EOS_SLOT_WRITER_JAR, "
+                           "which `eos_stack up spark` builds): use sink.writer python, or provide the jar") from exc
+    return [json.loads(r) for r in rows]

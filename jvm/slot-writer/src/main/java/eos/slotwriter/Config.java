@@ -1,0 +1,83 @@
+package eos.slotwriter;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+
+/** sink.SlotWriterConfig as the driver sends it (eos_job.jvm_writer): JSON, snake_case, one per batch. */
+public final class Config implements java.io.Serializable {
+    final String bootstrap;
+    final Map<String, String> producerConfig;   // Java client settings only (security.*, sasl.*, ssl.*)
+    final String topic;
+    final String ledgerTopic;
+    final String txPrefix;
+    final int generation;
+    final String streamUid;
+    final String checkpointId;
+    final String specHash;
+    final int transactionTimeoutMs;
+    final long batch;
+    final String input;
+    final String outputHash;
+    final long epoch;
+    final boolean skipAll;
+    final boolean audit;
+    final List<Integer> slotMap = new ArrayList<>();
+    final Set<String> unsafe = new HashSet<>();
+    final int faultCommitReturnedSlot;   // test-only fault points (eos_job.jvm_writer), -1: none
+    final int faultFailSlot;
+
+    Config(JsonNode d) {
+        bootstrap = d.get("bootstrap").asText();
+        producerConfig = new java.util.TreeMap<>();
+        for (Iterator<Map.Entry<String, JsonNode>> it = d.path("producer_config").fields(); it.hasNext(); ) {
+            Map.Entry<String, JsonNode> e = it.next();
+            producerConfig.put(e.getKey(), e.getValue().asText());
+        }
+        topic = d.get("topic").asText();
+        ledgerTopic = d.get("ledger_topic").asText();
+        txPrefix = d.get("tx_prefix").asText();
+        generation = d.get("generation").asInt();
+        streamUid = d.get("stream_uid").asText();
+        checkpointId = d.get("checkpoint_id").asText();
+        specHash = d.path("spec_hash").asText("");
+        transactionTimeoutMs = d.get("transaction_timeout_ms").asInt();
+        batch = d.get("batch").asLong();
+        input = d.path("input").asText("");
+        outputHash = d.path("output_hash").asText("");
+        epoch = d.path("epoch").asLong(0);
+        skipAll = d.path("skip_all").asBoolean(false);
+        audit = d.path("audit").asBoolean(true);
+        d.path("slot_map").forEach(n -> slotMap.add(n.asInt()));
+        d.path("unsafe").forEach(n -> unsafe.add(n.asText()));
+        faultCommitReturnedSlot = d.path("fault_commit_returned_slot").asInt(-1);
+        faultFailSlot = d.path("fault_fail_slot").asInt(-1);
+    }
+
+    public static Config parse(String json) {
+        try {
+            return new Config(Protocol.JSON.readTree(json));
+        } catch (java.io.IOException e) {
+            throw new IllegalArgumentException("the slot writer's configuration is not JSON: " + e.getMessage(), e);
+        }
+    }
+
+    /** The clients' common settings: the brokers and the sink's security settings. */
+    Properties clientProps() {
+        Properties p = new Properties();
+        p.putAll(producerConfig);
+        p.put("bootstrap.servers", bootstrap);
+        return p;
+    }
+
+    @Override
+    public String toString() {   // never the producer settings: they may carry credentials
+        return "Config(" + txPrefix + "-" + generation + ", batch " + batch + ")";
+    }
+}

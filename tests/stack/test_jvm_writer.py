@@ -1,0 +1,173 @@
+"""The JVM slot writer (``sink.writer: jvm``, jvm/slot-writer) on the real broker, in a real local Spark: the
+batch's slot tasks run in the executor JVM, called from the PySpark driver through py4j (``eos_job.jvm_writer``),
+exactly as ``writer.BatchWriter`` calls it.
+
+* the unique-id stream written by the JVM writer over two batches, the second with the answer to one slot's
+  commit lost (the ``commit-returned`` fault: Spark retries the task, which fences, reads its own commit and
+  skips), then the second replayed whole: read_committed, the set of ids equals the input with no duplicate,
+  nothing left open, and ``kubectl eos verify``'s audit (``verify.audit_sink``) of the JVM's ledger exact;
+* cross-writer, Python → JVM: a batch of which the Python reference committed one slot (and died), finished by
+  the JVM writer, which skips that slot with the Python writer's count and digest; its negative control, the JVM
+  writer with its ledger skip switched off, writes that slot again and the same id audit reports exactly that
+  slot's ids twice;
+* cross-writer, JVM → Python: a batch the JVM writer left partial (one slot's task failing on every attempt),
+  finished by the Python writer's slot tasks, which skip what the JVM committed.
+"""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from eos_job import jvm_writer, protocol, sink
+from eos_job.ledger_topic import Durability, ensure_ledger_topic
+from eos_job.verify import audit_ids, audit_sink, open_transactions
+
+pytestmark = pytest.mark.stack
+
+SLOTS = 3
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def spark(stack_env):
+    from eos_job.session import build_spark_session
+    jar = stack_env.get("EOS_SLOT_WRITER_JAR", "")
+    assert jar and Path(jar).is_file(), f"the stack built no JVM slot writer jar (EOS_SLOT_WRITER_JAR={jar!r})"
+    return build_spark_session("test-jvm-writer", jars=[*stack_env["SPARK_JARS"].split(","), jar])
+
+
+@pytest.fixture
+def topics(stack_env):
+    bootstrap = stack_env["KAFKA_BOOTSTRAP"]
+    run = uuid.uuid4().hex[:8]
+    out, ledger = f"test-jvm-out-{run}", f"test-jvm-ledger-{run}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(out, num_partitions=2, replication_factor=1)],
+                                   operation_timeout=30).values():
+        fut.result(timeout=TIMEOUT)
+    ensure_ledger_topic(admin, ledger, SLOTS, Durability(1, 1), timeout_s=TIMEOUT)
+    yield bootstrap, out, ledger, run
+    for fut in admin.delete_topics([out, ledger], operation_timeout=30).values():
+        fut.result(timeout=TIMEOUT)
+
+
+def config(bootstrap: str, out: str, ledger: str, run: str, batch: int, **kw) -> sink.SlotWriterConfig:
+    return sink.SlotWriterConfig(
+        bootstrap=bootstrap, producer_config={}, topic=out, dead_letter_topic=None, ledger_topic=ledger,
+        tx_prefix=f"eos-test-jvm-{run}", generation=0, stream_uid=f"uid-{run}", checkpoint_id=f"ckpt-{run}",
+        spec_hash="h", transaction_timeout_ms=60000, batch=batch, slots=SLOTS, input=f"in-{batch}",
+        output_hash="o", **kw)
+
+
+def batch_df(spark, ids):
+    """The runtime's output shape (eos_job.contract): key, value and the record hash, xxhash64(key, value)."""
+    from pyspark.sql import functions as F
+    df = spark.createDataFrame([(str(i).encode(), str(i).encode()) for i in ids], "key binary, value binary")
+    return df.withColumn(protocol.HASH_COL, F.xxhash64("key", "value"))
+
+
+def slot_of(spark, ids, slot: int) -> pa.RecordBatch:
+    """The rows of ``slot``: Spark's repartition(SLOTS, key) puts a row in pmod(murmur3 hash(key), SLOTS)."""
+    rows = batch_df(spark, ids).where(f"pmod(hash(key), {SLOTS}) = {slot}").collect()
+    return pa.RecordBatch.from_pydict({"key": [r.key for r in rows], "value": [r.value for r in rows],
+                                       protocol.HASH_COL: [r[protocol.HASH_COL] for r in rows]})
+
+
+def by_slot(commits: list[dict]) -> dict[int, dict]:
+    assert sorted(c["slot"] for c in commits) == list(range(SLOTS)), commits
+    return {c["slot"]: c for c in commits}
+
+
+def test_the_unique_id_stream_written_by_the_jvm_writer_is_exact(spark, topics):
+    bootstrap, out, ledger, run = topics
+    first = by_slot(jvm_writer.run_slots(batch_df(spark, range(300)), config(bootstrap, out, ledger, run, 0)))
+    assert not any(c["skipped"] for c in first.values()) and sum(c["count"] for c in first.values()) == 300
+    assert sum(c["fences"] for c in first.values()) == SLOTS     # each slot's producer fenced once
+
+    df1 = batch_df(spark, range(300, 600))
+    # The answer to slot 1's commit is lost: Spark retries its task, which must find its own commit and skip.
+    second = by_slot(jvm_writer.run_slots(df1, config(bootstrap, out, ledger, run, 1), {"commit_returned_slot": 1}))
+    assert second[1]["attempt"] >= 1 and second[1]["skipped"] and second[1]["count"] > 0, second[1]
+    assert sum(c["count"] for c in second.values()) == 300
+    # A2: the slots whose producer stayed clean decided on their last commit, with no fence and no read.
+    assert second[0]["trusted"] == second[2]["trusted"] == 1 and second[0]["fences"] == 0, second
+
+    replay = by_slot(jvm_writer.run_slots(df1, config(bootstrap, out, ledger, run, 1)))
+    assert all(c["skipped"] and not c["nondeterministic"] for c in replay.values()), replay
+    assert {s: (c["count"], c["digest"]) for s, c in replay.items()} == \
+           {s: (c["count"], c["digest"]) for s, c in second.items()}
+
+    ids = audit_ids(bootstrap, out, set(range(600)), TIMEOUT)
+    assert ids.violations() == [] and ids.records == 600, ids.violations()
+    assert open_transactions(bootstrap, [out, ledger]) == set()
+    verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)   # kubectl eos verify's audit
+    assert verified.exact and verified.slots_checked == 2 * SLOTS and verified.digests_checked == 2 * SLOTS, \
+        verified.summary()
+
+
+@pytest.mark.parametrize("safety", ["on", "off"], ids=["ledger-skip", "negative-control-without-it"])
+def test_a_batch_the_python_writer_began_is_finished_by_the_jvm_writer(spark, topics, safety):
+    bootstrap, out, ledger, run = topics
+    ids = range(400)
+    cfg = config(bootstrap, out, ledger, run, 0)
+    part = slot_of(spark, ids, 0)
+    try:
+        py = sink.write_slot(cfg, 0, 0, iter([part]))    # the Python reference commits slot 0, then "dies"
+    finally:
+        sink._discard(cfg, 0)
+    assert not py.skipped and py.count == part.num_rows > 0
+
+    unsafe = frozenset() if safety == "on" else frozenset({"ledger-skip"})
+    commits = by_slot(jvm_writer.run_slots(batch_df(spark, ids), config(bootstrap, out, ledger, run, 0, unsafe=unsafe)))
+    audit = audit_ids(bootstrap, out, set(ids), TIMEOUT)
+    assert open_transactions(bootstrap, [out, ledger]) == set()
+    if safety == "on":
+        # The JVM skipped the Python writer's slot, agreeing on its count and digest (not non-deterministic).
+        assert commits[0]["skipped"] and not commits[0]["nondeterministic"], commits[0]
+        assert (commits[0]["count"], commits[0]["digest"]) == (py.count, f"{py.digest:016x}")
+        assert not commits[1]["skipped"] and not commits[2]["skipped"]
+        assert audit.violations() == [] and audit.records == len(ids), audit.violations()
+    else:
+        slot0 = sorted(int(k) for k in part.column("key").to_pylist())
+        assert not commits[0]["skipped"]
+        assert not audit.missing and sorted(audit.duplicates) == slot0, audit.violations()
+
+
+def test_a_batch_the_jvm_writer_left_partial_is_finished_by_the_python_writer(spark, topics):
+    from eos_job.sink import COMMIT_SCHEMA, slot_task
+    bootstrap, out, ledger, run = topics
+    ids = range(400)
+    df = batch_df(spark, ids)
+    cfg = config(bootstrap, out, ledger, run, 0)
+    # Slot 2's task fails on every attempt before it writes: the batch fails, partly committed by the JVM.
+    with pytest.raises(Exception, match="fault: slot 2"):
+        jvm_writer.run_slots(df, cfg, {"fail_slot": 2})
+    rows = df.repartition(SLOTS, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
+    commits = by_slot([r.asDict() for r in rows])
+    jvm_done = [s for s in (0, 1) if commits[s]["skipped"]]
+    assert jvm_done, f"the JVM writer committed no slot before the batch failed: {commits}"
+    assert not commits[2]["skipped"] and not any(c["nondeterministic"] for c in commits.values()), commits
+    audit = audit_ids(bootstrap, out, set(ids), TIMEOUT)
+    assert audit.violations() == [] and audit.records == len(ids), audit.violations()
+    assert open_transactions(bootstrap, [out, ledger]) == set()
+    verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)
+    assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+
+
+def test_source_partition_slots_follow_the_drivers_slot_map(spark, topics):
+    """job.slotsFrom sourcePartitions: no repartition; task i writes slot slot_map[i] (eos_job.source_slots)."""
+    bootstrap, out, ledger, run = topics
+    ids = range(300)
+    df = batch_df(spark, ids).repartition(SLOTS)   # the batch's own tasks, as a map-only plan has them
+    per_task = [len(p) for p in df.rdd.glom().collect()]
+    slot_map = (2, 0, 1)
+    commits = by_slot(jvm_writer.run_slots(df, config(bootstrap, out, ledger, run, 0, slot_map=slot_map)))
+    assert {slot_map[t]: n for t, n in enumerate(per_task)} == {s: c["count"] for s, c in commits.items()}
+    audit = audit_ids(bootstrap, out, set(ids), TIMEOUT)
+    assert audit.violations() == [] and audit.records == len(ids), audit.violations()
+    verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)
+    assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
