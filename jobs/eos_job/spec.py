@@ -159,7 +159,7 @@ class SinkSpec(Model):
         "Label every output record with headers naming its batch and slot (eos.batch, eos.slot), so that "
         "`kubectl eos verify` can check each committed slot against the ledger. They cost about 1.3 us of CPU "
         "per record in the slot task; false writes records without them, and verify then cannot run."))
-    writer: Literal["python", "jvm"] = Field("python", description=WRITER_DOC)
+    writer: Literal["python", "jvm"] | None = Field(None, description=WRITER_DOC)
 
 
 class S3Store(Model):

@@ -150,9 +150,12 @@ SOURCE_OPTION_RULES = [_reserved_rule("source.options", SOURCE_RESERVED,
 
 
 # ----------------------------------------------------------------- CEL rules
+# sink.writer has no CRD default (unset is python): a default would be stored in every stream, and the previous
+# release's operator, still running while the CRDs are upgraded, refuses a field it does not know.
 WRITER_DOC = (
     "The slot writer: python (the reference, in the Python workers) or jvm (experimental: Kafka's Java producer in "
-    "the executor JVMs, the same protocol; no deadLetterTopic, producerConfig, credentials or tls yet).")
+    "the executor JVMs, the same protocol; no deadLetterTopic, producerConfig, credentials or tls yet). Unset: "
+    "python.")
 # What the JVM slot writer (sink.writer jvm, experimental: issue 29 part 2) does not do yet: (CEL condition that
 # holds, field, message naming the field and the fix). semantic_errors says the same without Kubernetes.
 JVM_WRITER_LIMITS = [
