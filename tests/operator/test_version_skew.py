@@ -150,3 +150,28 @@ def test_an_upgraded_operator_sees_no_change_in_the_spec_an_older_one_recorded(t
     changed = json.loads(recorded[0])
     changed["job"]["driver"]["memory"] = "2Gi"
     assert run_affecting_changes(json.dumps(changed), specs[0]) == ["job.driver.memory"]
+
+
+VALIDATES = """
+import json, sys
+from eos_operator import validation
+validation.allow_local_store()
+found = [validation.validate_spec(raw) for raw in json.loads(sys.stdin.read())]
+print(json.dumps([s.message if isinstance(s, validation.InvalidSpec) else None for s in found]))
+"""
+
+
+def test_the_previous_operator_accepts_the_defaults_this_crd_stores(tmp_path):
+    """The CRDs are upgraded before the operator's Deployment, and the API server stores the CRD's defaults into
+    every stream: the previous build's operator, still running, reads them. A default on a field it does not know
+    makes it refuse every stream (``sink.writer``'s default once did: the operator-upgrade e2e caught it). The
+    CRD's defaults are the model's (eos_operator.crd), so a stream with every default filled in must validate there."""
+    raws = [base_spec(), yaml.safe_load((REPO / "examples" / "colors.yaml").read_text())["spec"]]
+    filled = [ExactlyOnceStreamSpec.model_validate(raw).model_dump(by_alias=True, exclude_none=True, mode="json")
+              for raw in raws]
+    # The control: the same streams with one field only this build knows, defaulted, are refused there.
+    control = json.loads(json.dumps(filled[0]))
+    control["sink"]["writer"] = "python"
+    refused = json.loads(run_older(tmp_path / "old", VALIDATES, json.dumps([*filled, control])))
+    assert refused[:2] == [None, None], refused
+    assert refused[2] == "spec.sink.writer: Extra inputs are not permitted", refused
