@@ -165,6 +165,16 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def keep_newest(paths, keep: int = 3, mtime=lambda p: p.stat().st_mtime) -> None:
+    """Delete all but the ``keep`` newest (by ``mtime``) of ``paths``, files or folders: builds the cache holds
+    one of per input (another clone, another source change) and keeps only a few of."""
+    for old in sorted(paths, key=mtime, reverse=True)[keep:]:
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
 def http_ok(url: str, timeout: float = 3) -> bool:
     """``GET url`` answers 200 (a health or readiness endpoint); False while it refuses, fails or is not up."""
     import urllib.request

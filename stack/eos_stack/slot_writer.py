@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .common import REPO, Stack, StackError, log, require_tool, run
+from .common import REPO, Stack, StackError, keep_newest, log, require_tool, run
 from .maven import JAVA_HINT, MVN_HINT
 from .pyspark_install import pyspark_jars_dir, pyspark_version
 
@@ -76,8 +76,6 @@ def ensure_jar(st: Stack, kafka_jars: list[Path]) -> Path:
     shutil.rmtree(build, ignore_errors=True)
     log(f"JVM slot writer built in {time.monotonic() - t0:.1f}s: {jar}")
     # Each source change makes another (about 40 KiB): keep the newest three, as the class-data archives.
-    builds = sorted((p for p in jar.parent.parent.iterdir() if (p / JAR).is_file()),
-                    key=lambda p: (p / JAR).stat().st_mtime, reverse=True)
-    for old in builds[3:]:
-        shutil.rmtree(old, ignore_errors=True)
+    keep_newest([p for p in jar.parent.parent.iterdir() if (p / JAR).is_file()],
+                mtime=lambda p: (p / JAR).stat().st_mtime)
     return jar

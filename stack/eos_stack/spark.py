@@ -34,7 +34,7 @@ from pathlib import Path
 
 from . import slot_writer, spark_s3
 from .pyspark_install import bundled_jar, pyspark_jars_dir, pyspark_version
-from .common import REPO, Stack, StackError, log
+from .common import REPO, Stack, StackError, keep_newest, log
 from .maven import maven_copy_dependencies
 
 POM = REPO / "stack" / "spark" / "pom.xml"
@@ -123,8 +123,7 @@ def ensure_cds_archive(st: Stack, jars: list[Path]) -> Path:
                          f"see {out}")
     log(f"class-data archive ready in {time.monotonic() - started:.0f}s ({archive.stat().st_size >> 20} MiB)")
     # Each is ~150 MiB and another PySpark path (another clone) makes another: keep the newest three.
-    for old in sorted(archive.parent.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)[3:]:
-        old.unlink(missing_ok=True)
+    keep_newest(archive.parent.glob("*.jsa"))
     return archive
 
 

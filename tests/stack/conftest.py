@@ -64,18 +64,18 @@ def restricted_ns(api, nodes):
     yield from fresh_namespace(api, "node", RESTRICTED_LABELS)
 
 
-def sink_and_ledger(bootstrap: str, kind: str):
-    """A two-partition sink topic and a two-partition ledger of a run of its own (``test-<kind>-out-<run>``), the
-    stream's uid and transactional prefix; both topics deleted after the fixture that yields from this."""
+def sink_and_ledger(bootstrap: str, kind: str, slots: int = 2):
+    """A two-partition sink topic and a ledger for ``slots`` slots of a run of its own (``test-<kind>-out-<run>``),
+    the run, the stream's uid and transactional prefix; both topics deleted after the fixture that yields from this."""
     from eos_job.ledger_topic import Durability, ensure_ledger_topic
     run = uuid.uuid4().hex[:10]
-    names = {"out": f"test-{kind}-out-{run}", "ledger": f"test-{kind}-ledger-{run}", "uid": uuid.uuid4().hex,
+    names = {"run": run, "out": f"test-{kind}-out-{run}", "ledger": f"test-{kind}-ledger-{run}", "uid": uuid.uuid4().hex,
              "prefix": f"eos-test-{kind}-{run}"}
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.create_topics([NewTopic(names["out"], num_partitions=2, replication_factor=1)],
                                    operation_timeout=30).values():
         fut.result(timeout=60)
-    ensure_ledger_topic(admin, names["ledger"], 2, Durability(1, 1), timeout_s=60)
+    ensure_ledger_topic(admin, names["ledger"], slots, Durability(1, 1), timeout_s=60)
     yield names
     for fut in admin.delete_topics([names["out"], names["ledger"]], operation_timeout=30).values():
         fut.result(timeout=60)

@@ -15,16 +15,14 @@ exactly as ``writer.BatchWriter`` calls it.
 """
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from eos_job import jvm_writer, protocol, sink
-from eos_job.ledger_topic import Durability, ensure_ledger_topic
 from eos_job.verify import audit_ids, audit_sink, open_transactions
+from tests.stack.conftest import sink_and_ledger
 
 pytestmark = pytest.mark.stack
 
@@ -43,16 +41,8 @@ def spark(stack_env):
 @pytest.fixture
 def topics(stack_env):
     bootstrap = stack_env["KAFKA_BOOTSTRAP"]
-    run = uuid.uuid4().hex[:8]
-    out, ledger = f"test-jvm-out-{run}", f"test-jvm-ledger-{run}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(out, num_partitions=2, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
-    ensure_ledger_topic(admin, ledger, SLOTS, Durability(1, 1), timeout_s=TIMEOUT)
-    yield bootstrap, out, ledger, run
-    for fut in admin.delete_topics([out, ledger], operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
+    for names in sink_and_ledger(bootstrap, "jvm", SLOTS):   # the topics go when the loop ends
+        yield bootstrap, names["out"], names["ledger"], names["run"]
 
 
 def config(bootstrap: str, out: str, ledger: str, run: str, batch: int, **kw) -> sink.SlotWriterConfig:
