@@ -246,6 +246,6 @@ q.awaitTermination()
 print("COUNTS", sorted(tuple(r) for r in spark.table("counts").collect()))
 print("STORE", any(k.startswith("rocksdb") for k in q.lastProgress["stateOperators"][0]["customMetrics"]))
 """
-    out = img.ok("python", "-c", script, env=SCRATCH_ENV, read_only=True, opts=scratch_opts(), timeout=240)
+    out = img.ok("python", "-c", script, env=SCRATCH_ENV, opts=scratch_opts(), timeout=240)
     assert "COUNTS [(0, 10), (1, 10), (2, 10)]" in out, out[-3000:]
     assert "STORE True" in out, f"the aggregation did not run on the RocksDB state store\n{out[-3000:]}"
