@@ -33,4 +33,6 @@ def test_the_sbom_lists_debian_python_and_java_parts_of_the_image(tmp_path):
     assert any(name.startswith("spark-core") for name in jars), sorted(jars)[:40]
     assert not [name for name in jars if name.startswith("hive-")], "pruned Hive jars are in the SBOM"
     doc = json.loads(spdx.read_text())
-    assert doc["spdxVersion"].startswith("SPDX-") and len(doc["packages"]) >= len(components) // 2
+    assert doc["spdxVersion"].startswith("SPDX-"), doc.get("spdxVersion")
+    spdx_names = {p["name"] for p in doc["packages"]}
+    assert {"tini", "pyspark", "kafka-clients"} <= spdx_names, sorted(spdx_names)[:40]
