@@ -26,6 +26,24 @@ RUN --mount=type=bind,source=docker,target=/mnt/docker \
     else mvn -q -B -f s3a/pom.xml dependency:copy-dependencies -DoutputDirectory=/s3jars; fi \
  && ls /s3jars
 
+# --- stage 1b: the Java runtime, only the modules Spark and the clients use -----------------
+# jlink of the build JDK (Maven's base has one; its jmods come with it), instead of Debian's whole JRE and the
+# desktop, sound and printing libraries it pulls in: 65 MB instead of about 280. java.se (the standard API:
+# java.desktop for java.beans, java.sql, java.management, SASL, JNDI...) and what Spark, Hadoop and the Kafka
+# client reach beyond it: jdk.unsupported (sun.misc.Unsafe), jdk.incubator.vector (Spark adds the module on its
+# command line), jdk.management (com.sun.management, Spark's executor metrics), the crypto providers (TLS,
+# PKCS#11), JAAS and Kerberos (SASL), DNS for JNDI, zip file systems, every charset and locale, and for a
+# platform team's debugging JFR, JMX and jcmd. Java debug attributes are stripped; native symbols are left
+# (stripping them needs binutils' objcopy). The JDK's base class-data archive is made (the image's archive of
+# Spark's classes, below, extends it). tests/stack/test_image.py runs a stateful stream on it.
+FROM maven:3.9.9-eclipse-temurin-17 AS jre
+RUN jlink --add-modules java.se,jdk.unsupported,jdk.incubator.vector,jdk.management,jdk.management.agent,\
+jdk.crypto.ec,jdk.crypto.cryptoki,jdk.security.auth,jdk.security.jgss,jdk.naming.dns,jdk.zipfs,jdk.charsets,\
+jdk.localedata,jdk.net,jdk.jfr,jdk.jcmd,jdk.attach \
+      --strip-java-debug-attributes --no-man-pages --no-header-files --compress=2 --generate-cds-archive \
+      --output /jre \
+ && /jre/bin/java -version
+
 # --- stage 2: the Python environment: the dependencies alone -------------------------------
 # The project's own code is installed last, in the final stage, as a wheel (stage 3), so a code change rebuilds
 # neither this 2 GB environment nor the layers and the class-data archive made from it.
@@ -33,13 +51,20 @@ FROM python:3.11.11-slim-bookworm AS deps
 ARG OFFLINE
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml ./
-# OFFLINE: pip takes the wheels of docker/offline/wheels and no index.
+COPY pyproject.toml docker/prune.py ./
+# OFFLINE: pip takes the wheels of docker/offline/wheels and no index. prune.py then removes, in the same layer,
+# what no Pod of the project loads (Hive, MLlib, Spark Connect, other systems' natives, Arrow Flight, the
+# Kubernetes client's asyncio copy: the list and why in docker/prune.py), and pip and setuptools leave the
+# environment (pip, kept aside in /opt/pip, installs the project's wheel in the final stage without a copy).
 RUN --mount=type=bind,source=docker,target=/mnt/docker \
     if [ -n "$OFFLINE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/mnt/docker/offline/wheels; fi \
  && python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
       > requirements.txt \
- && python -m venv /opt/eos && /opt/eos/bin/pip install -r requirements.txt
+ && python -m venv /opt/eos && /opt/eos/bin/pip install -r requirements.txt \
+ && /opt/eos/bin/python prune.py /opt/eos/lib/python3.11/site-packages \
+ && site=/opt/eos/lib/python3.11/site-packages && mkdir /opt/pip && mv "$site"/pip "$site"/pip-*.dist-info /opt/pip/ \
+ && rm -rf /opt/eos/bin/pip* "$site"/setuptools* "$site"/pkg_resources "$site"/_distutils_hack \
+      "$site"/distutils-precedence.pth
 
 # --- stage 3: the project's wheel --------------------------------------------------------------
 FROM python:3.11.11-slim-bookworm AS build
@@ -62,25 +87,22 @@ LABEL org.opencontainers.image.title="spark-eos-operator" \
       org.opencontainers.image.source="https://github.com/spark-eos/spark-eos-operator"
 # The base image is pinned; Debian packages follow bookworm's security updates, so they are
 # not pinned to versions that the archive drops (hadolint DL3008).
-# The JDK's folder name carries the architecture: /usr/lib/jvm/java-17 is the same on every one.
-# The slim base has no /usr/share/man/man1 and the JRE's postinst links its man page there (debuerreotype issue 10).
 # OFFLINE: the packages and their dependencies as .deb files (docker/offline/debs), no package lists.
 ARG OFFLINE
 # hadolint ignore=DL3008
 RUN --mount=type=bind,source=docker,target=/mnt/docker \
-    mkdir -p /usr/share/man/man1 \
- && if [ -n "$OFFLINE" ]; then apt-get install -y --no-install-recommends /mnt/docker/offline/debs/*.deb; \
-    else apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini; fi \
+    if [ -n "$OFFLINE" ]; then apt-get install -y --no-install-recommends /mnt/docker/offline/debs/*.deb; \
+    else apt-get update && apt-get install -y --no-install-recommends procps tini; fi \
  && rm -rf /var/lib/apt/lists/* \
- && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
  && groupadd --gid 10001 eos && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin eos
+COPY --from=jre /jre /opt/java
 COPY --from=deps /opt/eos /opt/eos
 # Only the connector jars PySpark does not ship (the same filter as stack/eos_stack/spark.py).
 COPY --from=connector /jars/spark-sql-kafka-0-10_2.13-*.jar /jars/spark-token-provider-kafka-0-10_2.13-*.jar \
      /jars/kafka-clients-*.jar /jars/commons-pool2-*.jar /opt/spark-kafka/
 COPY --from=connector /s3jars/ /opt/spark-s3/
-ENV PATH=/opt/eos/bin:$PATH \
-    JAVA_HOME=/usr/lib/jvm/java-17 \
+ENV PATH=/opt/eos/bin:/opt/java/bin:$PATH \
+    JAVA_HOME=/opt/java \
     SPARK_HOME=/opt/eos/lib/python3.11/site-packages/pyspark \
     EOS_JARS_DIR=/opt/spark-kafka EOS_S3_JARS_DIR=/opt/spark-s3 \
     PYSPARK_PYTHON=/opt/eos/bin/python PYSPARK_DRIVER_PYTHON=/opt/eos/bin/python \
@@ -94,7 +116,9 @@ RUN PYTHONPATH=/opt/eos-cds /opt/eos/bin/python -m eos_job.cds /opt/eos/spark.js
 ENV EOS_SPARK_CDS_ARCHIVE=/opt/eos/spark.jsa
 # The project itself: one small layer.
 COPY --from=build /wheel/ /opt/eos-wheel/
-RUN /opt/eos/bin/pip install --no-deps --no-index --no-cache-dir --disable-pip-version-check /opt/eos-wheel/*.whl
+RUN --mount=type=bind,from=deps,source=/opt/pip,target=/mnt/pip \
+    PYTHONPATH=/mnt/pip /opt/eos/bin/python -m pip install --no-deps --no-index --no-cache-dir \
+      --disable-pip-version-check /opt/eos-wheel/*.whl
 COPY examples /app/examples
 # Spark's conventions for executor Pods (argument `executor`), else the command as given.
 COPY docker/entrypoint.sh /opt/eos/entrypoint.sh

@@ -10,7 +10,8 @@ script so no step is forgotten. In a clean work tree of the commit to release it
    ``## Unreleased``;
 3. commits that as "Release X.Y.Z" and tags it ``vX.Y.Z`` (annotated, the changelog section as its message);
 4. packages the chart (``helm package`` into ``dist/``), builds the image tagged ``<repository>:X.Y.Z``
-   (``python -m eos_stack.image build``; ``--no-image`` leaves it out) and writes ``dist/SHA256SUMS``;
+   (``python -m eos_stack.image build``; ``--no-image`` leaves it out) and its SBOM (``eos_stack.sbom``: CycloneDX
+   and SPDX JSON in ``dist/``), and writes ``dist/SHA256SUMS``;
 5. prints what is left to a person: pushing the tag, the chart (``helm push dist/... oci://<registry>``) and the
    image, which need credentials this script never holds.
 
@@ -170,6 +171,14 @@ def release(root: Path, version: str, *, image: bool, day: dt.date, helm: str | 
                                f"`python -m eos_stack.image --tag {tag} build` by hand")
         result["image"] = tag
         log(f"image built: {tag}")
+        from eos_stack import sbom
+        from eos_stack.common import Stack
+        try:
+            cdx, spdx = sbom.make(Stack(), tag, dist)
+        except Exception as exc:  # noqa: BLE001 - any failure: say what to run by hand
+            raise ReleaseError(f"the image's SBOM failed ({exc}); the tag v{version} is made: fix, then "
+                               f"`python -m eos_stack.sbom --tag {tag}` by hand") from exc
+        result["sbom"] = f"{cdx}, {spdx}"
     result["sums"] = str(sha256sums(dist))
     log("left to a person with the credentials: "
         f"`git push origin v{version}`; `helm push {chart} oci://<registry>/charts`; "

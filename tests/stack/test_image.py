@@ -186,3 +186,66 @@ def test_spark_executor_argument_reaches_the_executor_branch(img):
     assert "CoarseGrainedExecutorBackend" in out or "KubernetesExecutorBackend" in out, out[-3000:]
     assert f"127.0.0.1:{port}" in out, f"the executor never tried the driver's address\n{out[-3000:]}"
     assert proc.returncode != 0, "an executor without a driver must fail"
+
+
+def _prune_list():
+    """docker/prune.py, the list the Dockerfile's deps stage runs (read as a module, not run)."""
+    import importlib.util
+
+    from eos_stack.common import REPO
+    spec = importlib.util.spec_from_file_location("eos_prune", REPO / "docker" / "prune.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_what_prune_removed_is_gone_and_what_streams_use_stays(img):
+    """docker/prune.py's jars, natives and files are not in the image; what a stream still uses is: the Kafka
+    source and sink's jars, cluster mode's, one RocksDB native (this machine's, glibc), pyarrow's S3 file system,
+    pandas, the Kubernetes client. Then a streaming aggregation runs in the image on the RocksDB state store
+    (its native library loaded from the rewritten jar) with the pruned jars gone from the class path."""
+    import fnmatch
+
+    prune = _prune_list()
+    site = "opt/eos/lib/python3.11/site-packages"
+    mount = image.podman(img.st, "image", "mount", img.tag).stdout.strip()
+    try:
+        jars = sorted(os.listdir(os.path.join(mount, site, "pyspark", "jars")))
+        left = [(j, why) for j in jars for pattern, why in prune.JARS if fnmatch.fnmatch(j, pattern)]
+        assert left == [], f"pruned jars still in the image: {left}"
+        foreign = [j for j in jars if j.startswith("netty-") and ("-osx-" in j or "-windows-" in j)]
+        assert foreign == [], foreign
+        for needed in ("spark-core_2.13-", "spark-sql_2.13-", "spark-kubernetes_2.13-", "spark-streaming_2.13-",
+                       "rocksdbjni-", "kubernetes-client-", "netty-transport-native-epoll-"):
+            assert any(j.startswith(needed) for j in jars), f"{needed}* was pruned"
+        [rocks] = [j for j in jars if j.startswith("rocksdbjni-")]
+        with zipfile.ZipFile(os.path.join(mount, site, "pyspark", "jars", rocks)) as z:
+            natives = [n for n in z.namelist() if n.startswith("librocksdbjni-")]
+        assert natives == [prune.ROCKSDB_NATIVE], natives
+        for gone in ("kubernetes/aio", "pyarrow/include", "pyarrow/tests"):
+            assert not os.path.exists(os.path.join(mount, site, gone)), gone
+    finally:
+        image.podman(img.st, "image", "unmount", img.tag, check=False)
+    out = img.ok("python", "-c", "import pandas, pyarrow.fs, kubernetes.client, confluent_kafka; "
+                 "print(pyarrow.fs.S3FileSystem.__name__, pandas.__version__)", env=SCRATCH_ENV,
+                 read_only=True, opts=scratch_opts())
+    assert out.startswith("S3FileSystem "), out
+    script = r"""
+import json, os, pathlib
+from pyspark.sql import SparkSession, functions as F
+src = pathlib.Path(os.environ["TMPDIR"], "in"); src.mkdir()
+(src / "a.json").write_text("\n".join(json.dumps({"k": k % 3}) for k in range(30)))
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.sql.streaming.stateStore.providerClass",
+                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider").getOrCreate())
+q = (spark.readStream.schema("k INT").json(str(src)).groupBy("k").count().writeStream.outputMode("complete")
+     .format("memory").queryName("counts").option("checkpointLocation", os.environ["TMPDIR"] + "/ckpt")
+     .trigger(availableNow=True).start())
+q.awaitTermination()
+print("COUNTS", sorted(tuple(r) for r in spark.table("counts").collect()))
+print("STORE", any(k.startswith("rocksdb") for k in q.lastProgress["stateOperators"][0]["customMetrics"]))
+"""
+    out = img.ok("python", "-c", script, env=SCRATCH_ENV, opts=scratch_opts(), timeout=240)
+    assert "COUNTS [(0, 10), (1, 10), (2, 10)]" in out, out[-3000:]
+    assert "STORE True" in out, f"the aggregation did not run on the RocksDB state store\n{out[-3000:]}"
