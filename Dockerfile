@@ -54,17 +54,17 @@ WORKDIR /src
 COPY pyproject.toml docker/prune.py ./
 # OFFLINE: pip takes the wheels of docker/offline/wheels and no index. prune.py then removes, in the same layer,
 # what no Pod of the project loads (Hive, MLlib, Spark Connect, other systems' natives, Arrow Flight, the
-# Kubernetes client's asyncio copy: the list and why in docker/prune.py), and pip and setuptools leave the
-# environment (pip, kept aside in /opt/pip, installs the project's wheel in the final stage without a copy).
+# Kubernetes client's asyncio copy: the list and why in docker/prune.py), and setuptools goes (pip stays: a job
+# image adds its requirements with /opt/eos/bin/pip, examples/job-image; pip builds an sdist in its own isolated
+# environment with the setuptools it fetches).
 RUN --mount=type=bind,source=docker,target=/mnt/docker \
     if [ -n "$OFFLINE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/mnt/docker/offline/wheels; fi \
  && python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
       > requirements.txt \
  && python -m venv /opt/eos && /opt/eos/bin/pip install -r requirements.txt \
  && /opt/eos/bin/python prune.py /opt/eos/lib/python3.11/site-packages \
- && site=/opt/eos/lib/python3.11/site-packages && mkdir /opt/pip && mv "$site"/pip "$site"/pip-*.dist-info /opt/pip/ \
- && rm -rf /opt/eos/bin/pip* "$site"/setuptools* "$site"/pkg_resources "$site"/_distutils_hack \
-      "$site"/distutils-precedence.pth
+ && site=/opt/eos/lib/python3.11/site-packages \
+ && rm -rf "$site"/setuptools* "$site"/pkg_resources "$site"/_distutils_hack "$site"/distutils-precedence.pth
 
 # --- stage 3: the project's wheel --------------------------------------------------------------
 FROM python:3.11.11-slim-bookworm AS build
@@ -116,9 +116,7 @@ RUN PYTHONPATH=/opt/eos-cds /opt/eos/bin/python -m eos_job.cds /opt/eos/spark.js
 ENV EOS_SPARK_CDS_ARCHIVE=/opt/eos/spark.jsa
 # The project itself: one small layer.
 COPY --from=build /wheel/ /opt/eos-wheel/
-RUN --mount=type=bind,from=deps,source=/opt/pip,target=/mnt/pip \
-    PYTHONPATH=/mnt/pip /opt/eos/bin/python -m pip install --no-deps --no-index --no-cache-dir \
-      --disable-pip-version-check /opt/eos-wheel/*.whl
+RUN /opt/eos/bin/pip install --no-deps --no-index --no-cache-dir --disable-pip-version-check /opt/eos-wheel/*.whl
 COPY examples /app/examples
 # Spark's conventions for executor Pods (argument `executor`), else the command as given.
 COPY docker/entrypoint.sh /opt/eos/entrypoint.sh

@@ -97,6 +97,13 @@ def test_both_entry_points_start(img, module):
     assert where.startswith("/opt/eos/lib/python3.11/site-packages/"), where
 
 
+def test_a_job_image_can_add_its_requirements_with_the_images_pip(img):
+    """examples/job-image installs a job's requirements with /opt/eos/bin/pip: it is there and it is the
+    environment's (docker/prune.py and the Dockerfile remove setuptools, not pip)."""
+    out = img.ok("/opt/eos/bin/pip", "--version", env=SCRATCH_ENV)
+    assert "/opt/eos/lib/python3.11/site-packages/pip" in out, out
+
+
 def test_the_connector_jars_are_where_spark_takes_them_from(img):
     """The entrypoint lists /opt/spark-kafka and /opt/spark-s3 into SPARK_JARS and SPARK_S3_JARS (which the
     session gives Spark as spark.jars): the stack's connector and S3A jars (the S3A ones resolved by the
