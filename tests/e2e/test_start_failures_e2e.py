@@ -56,8 +56,6 @@ def _reported(r: Rig, pod: str, blocker: str, reason: str = "DriverStartBlocked"
     assert blocker in _ready(ready)["message"] and pod in _ready(ready)["message"], ready
 
 
-def _delete(r: Rig) -> None:
-    r.kubectl.run("delete", "exactlyoncestream", NAME, "-n", r.ns, "--timeout=120s")
 
 
 class Steps:
@@ -73,6 +71,12 @@ class Steps:
 
     def done(self, what: str) -> None:
         self.lines.append(f"{what}: {time.monotonic() - self.t0:.1f} s after the stream's apply")
+
+
+def _delete(r: Rig, steps: Steps) -> None:
+    t0 = time.monotonic()
+    r.kubectl.run("delete", "exactlyoncestream", NAME, "-n", r.ns, "--timeout=120s")
+    steps.lines.append(f"   the stream deleted in {time.monotonic() - t0:.1f} s (its finalizer released)")
 
 
 def on_real_nodes(doc: dict, **template) -> dict:
@@ -110,7 +114,7 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, no
                    "the restart strategy's next attempt", 60, r.diag, 1)
         steps.done("1. the next attempt after the start timeout")
         steps.lines.append(f"1. the kubelet: {pull_failed[0][:200]}")
-        _delete(r)
+        _delete(r, steps)
 
         # 2. A nodeSelector no node matches: the scheduler's reason, then after the start timeout the
         # restart strategy. Deleting the stream leaves an object of one of its children's names that it
@@ -133,7 +137,7 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, no
                                for p in kubectl.pods(namespace)),
                    "the restart strategy's next attempt after the start timeout", 60, r.diag, 1)
         steps.done("2. the next attempt after the start timeout")
-        _delete(r)
+        _delete(r, steps)
         kept = kubectl.json("get", "configmap", "colors-drain", "-n", namespace)
         assert kept["metadata"]["uid"] == foreign_uid and kept["data"] == {"owner": "someone else"}, kept
 
@@ -146,7 +150,7 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, no
         _reported(r, "colors-probe-0", missing, "ProbeStartBlocked")
         steps.done("2b. the missing claim reported")
         assert any(missing in m for m in kubectl.event_messages(namespace, NAME, "ProbeStartBlocked"))
-        _delete(r)
+        _delete(r, steps)
 
         # 2b'. A claim that exists but never binds (a storage class nothing provisions).
         kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "never-binds"},
@@ -157,7 +161,7 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, no
         steps.apply(kubectl, doc, namespace)
         _reported(r, "colors-probe-0", "pod has unbound immediate PersistentVolumeClaims", "ProbeStartBlocked")
         steps.done("2b'. the unbound claim reported")
-        _delete(r)
+        _delete(r, steps)
 
         # 2c. A Pod template the namespace's Pod Security level (restricted) forbids: the API server's
         # PodSecurity admission refuses the driver Pod, and its reason is in status.
@@ -168,7 +172,7 @@ def test_start_failures_are_named_and_the_restart_strategy_applies(stack_env, no
         steps.done("2c. the PodSecurity refusal reported")
         assert 'violates PodSecurity "restricted' in _ready(refused)["message"] \
             and "hostPath" in _ready(refused)["message"], refused
-        _delete(r)
+        _delete(r, steps)
 
         # 3. The API server refuses the Pod (a quota of zero Pods): the reason in status, one event,
         # retried after a pause; once the quota is lifted the same launch creates its Pod.
