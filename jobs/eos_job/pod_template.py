@@ -16,7 +16,7 @@ field named.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -55,12 +55,6 @@ def _owned_env_rule() -> dict[str, str]:
 
 
 MAX_ENV = 128
-
-
-class HostAlias(Model):
-    ip: str = Field(..., pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}$|^[0-9A-Fa-f:]+$", description="An IP address.")
-    hostnames: list[Annotated[str, Field(pattern=DNS_NAME, max_length=253)]] = Field(
-        ..., min_length=1, max_length=16, description="Names that resolve to it in the Pods' /etc/hosts.")
 
 
 class EnvVar(Model):
@@ -136,11 +130,6 @@ class PodTemplate(Model):
         "scheduler or a pool's own; unset: the default scheduler."))
     image_pull_secrets: list[str] = Field(default_factory=list, description=(
         "Names of Secrets in the stream's namespace to pull the image with."))
-    # None, not an empty list, when unset: left out of the run config, so a runtime one minor version older (which
-    # refuses fields it does not know) runs streams that do not use it.
-    host_aliases: list[HostAlias] | None = Field(None, max_length=16, description=(
-        "The Pods' hostAliases (extra /etc/hosts entries), as a Pod spec spells them: e.g. the API server by a "
-        "name its certificate holds where Pods cannot use the kubernetes Service."))
     env: list[EnvVar] = Field(default_factory=list, max_length=MAX_ENV, description=(
         "Extra environment of the container; not the operator's variables (EOS_*, SPARK_*, PYSPARK_*, the "
         "checkpoint's AWS keys, TMPDIR, HOME)."))
@@ -215,7 +204,7 @@ class PodTemplate(Model):
         return self.security_context.apply(pod)
 
     def _pod_spec_fields(self) -> dict:
-        """Tolerations, priority class, scheduler, pull secrets, affinity and host aliases, as a Pod spec spells them (only
+        """Tolerations, priority class, scheduler, pull secrets and affinity, as a Pod spec spells them (only
         those set)."""
         spec: dict = {}
         if self.scheduler_name:
@@ -228,6 +217,4 @@ class PodTemplate(Model):
             spec["imagePullSecrets"] = [{"name": n} for n in self.image_pull_secrets]
         if self.affinity:
             spec["affinity"] = dict(self.affinity)
-        if self.host_aliases:
-            spec["hostAliases"] = [a.model_dump(by_alias=True) for a in self.host_aliases]
         return spec

@@ -5,11 +5,14 @@ The production shape, end to end on the local stack: the operator (a process on 
 operator e2e tests) makes the driver Pod; the stream's ``job.podTemplate`` and ``job.executor.podTemplate`` put
 the driver and the executor Pods Spark creates on a real node (the real nodes' scheduler and the toleration of
 their taint, ``real_nodes.stream_template``). The driver Pod (the job's ServiceAccount, its RBAC rendered from
-the chart) runs Spark's Kubernetes scheduler against the API server the way the chart's operator Pod reaches it
-(tests/chart/test_chart_on_real_nodes.py; docs/local-stack.md: no kube-proxy, so no Pod reaches the
-``kubernetes`` Service): ``hostAliases`` (``kubernetes.default.svc``, a name in the API server's certificate, ->
-the stack's services address), ``KUBERNETES_SERVICE_HOST``/``PORT``, and the ServiceAccount token the API
-server's admission would mount (off in this stack) as a projected volume, all through ``job.podTemplate``.
+the chart) runs Spark's Kubernetes scheduler against the API server. No Pod reaches the ``kubernetes`` Service
+here (no kube-proxy: docs/local-stack.md), so the namespace gets what a cluster gives every Pod, the way a
+Service without a selector names an endpoint outside the cluster: a headless Service ``kubernetes`` whose
+EndpointSlice is the API server's forwarder on the stack's services address (``api_server_service``), and the
+driver's ``job.podTemplate`` sets ``KUBERNETES_SERVICE_HOST=kubernetes`` (a name in the API server's
+certificate, which the Pod's DNS search path resolves in its own namespace through the stack's CoreDNS),
+``KUBERNETES_SERVICE_PORT``, and the ServiceAccount token the API server's admission would mount (off in this
+stack) as a projected volume, as the chart's operator Pod has it (tests/chart/test_chart_on_real_nodes.py).
 Spark creates two executor Pods owned by the driver Pod, containers of the image (its entrypoint's ``executor``
 branch); they dial the driver by the operator's headless driver Service, ``<stream>-driver.<ns>.svc``, which the
 stack's CoreDNS answers from its EndpointSlice (``SPARK_DRIVER_URL`` of each executor names it). Driver and
@@ -49,7 +52,7 @@ from eos_stack import kube, node_services
 from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
 from eos_stack.common import Stack, free_port
-from eos_stack.node_config import API_HOSTNAME, SCHEDULER_NAME, host_aliases
+from eos_stack.node_config import SCHEDULER_NAME
 from examples.colors.generator import expected_ids, produce
 from examples.colors.manifest import colors_manifest
 from tests.e2e.exactness import assert_exactly_once
@@ -67,6 +70,7 @@ EXECUTOR_CPU = "500m"
 OUTAGE_S = 15.0   # the S3 server away for dozens of triggers
 SA = "spark-eos-driver"
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+API_SERVICE = "kubernetes"   # the namespace's Service for the API server: a name in its certificate (kube.py)
 
 
 def job_rbac(stack_env, kubectl, namespace: str, *, without_pod_create: bool = False) -> None:
@@ -117,26 +121,28 @@ class RealNodeRig:
         self.node = roomiest(kubectl, [n.name for n in nodes])
         kubectl.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt"},
                        "data": {"ca.crt": (kube.pki_dir(self.st) / "ca.crt").read_text()}}, namespace)
+        self.api_port = urlparse(self.pod_env["POD_KUBE_APISERVER"]).port
+        for doc in api_server_service(self.pod_env["EOS_SERVICES_IP"], self.api_port):
+            kubectl.apply(doc, namespace)
         self.operator = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log").start()
         self.diag = Diagnostics(kubectl, namespace, self.operator)
 
     def templates(self, extra: dict | None = None) -> tuple[dict, dict]:
         """(driver, executor) Pod templates: both on ``self.node`` by the real nodes' scheduler, plus ``extra``
-        (tolerations added to the real nodes'); the driver's also reaches the API server as a Pod here must:
-        hostAliases, KUBERNETES_SERVICE_HOST/PORT and a projected ServiceAccount token."""
+        (tolerations added to the real nodes'); the driver's also reaches the API server as a Pod here can:
+        KUBERNETES_SERVICE_HOST/PORT (``api_server_service``) and a projected ServiceAccount token."""
         extra = dict(extra or {})
         base = {**stream_template(), "nodeSelector": {"kubernetes.io/hostname": self.node}}
         base["tolerations"] = [*base["tolerations"], *extra.pop("tolerations", [])]
         executor = {**base, **extra}
-        port = str(urlparse(self.pod_env["POD_KUBE_APISERVER"]).port)
         token = {"name": "sa-token", "projected": {"sources": [
             {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
             {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
             {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
                                                                           "fieldPath": "metadata.namespace"}}]}}]}}
-        driver = {**base, **extra, "hostAliases": host_aliases(self.st.state),
-                  "env": [*extra.get("env", []), {"name": "KUBERNETES_SERVICE_HOST", "value": API_HOSTNAME},
-                          {"name": "KUBERNETES_SERVICE_PORT", "value": port}],
+        driver = {**base, **extra,
+                  "env": [*extra.get("env", []), {"name": "KUBERNETES_SERVICE_HOST", "value": API_SERVICE},
+                          {"name": "KUBERNETES_SERVICE_PORT", "value": str(self.api_port)}],
                   "volumes": [*extra.get("volumes", []), token],
                   "volumeMounts": [*extra.get("volumeMounts", []),
                                    {"name": "sa-token", "mountPath": TOKEN_DIR, "readOnly": True}]}
@@ -165,6 +171,22 @@ class RealNodeRig:
         self.kubectl.run("delete", "exactlyoncestream", "--all", "-n", self.ns, "--timeout=180s", check=False,
                          timeout=240)
         self.operator.stop()
+
+
+def api_server_service(services_ip: str, port: int) -> list[dict]:
+    """A headless Service ``kubernetes`` without a selector and its EndpointSlice: the API server's forwarder on
+    the services address. Cluster DNS answers ``kubernetes.<ns>.svc.cluster.local`` with that address, so a Pod
+    of the namespace dials ``https://kubernetes:<port>`` and the API server's certificate (which names
+    ``kubernetes``) matches."""
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": API_SERVICE},
+               "spec": {"clusterIP": "None", "ports": [{"name": "https", "port": port, "targetPort": port}]}}
+    endpoints = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                 "metadata": {"name": f"{API_SERVICE}-apiserver",
+                              "labels": {"kubernetes.io/service-name": API_SERVICE,
+                                         "endpointslice.kubernetes.io/managed-by": "eos-e2e"}},
+                 "addressType": "IPv4", "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                 "endpoints": [{"addresses": [services_ip], "conditions": {"ready": True}}]}
+    return [service, endpoints]
 
 
 def in_cluster_mode_on_s3(manifest: dict, s3_env: dict, endpoint: str, kubectl, namespace: str,

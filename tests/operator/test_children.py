@@ -295,28 +295,6 @@ def test_a_scheduler_name_reaches_every_pod_of_the_stream_and_the_run_config_as_
     assert any("schedulerName" in e for e in res.errors), res
 
 
-def test_host_aliases_reach_the_driver_and_the_executors_and_stay_out_of_the_run_config_when_unset():
-    """``podTemplate.hostAliases`` (the API server by a name its certificate holds, where Pods cannot use the
-    ``kubernetes`` Service) is the driver's and the short-lived Pods' ``hostAliases``, and the executors' through
-    their template; unset, it is not in the run config at all (an older runtime refuses fields it does not know)."""
-    from eos_job.spec import StreamIdentity
-    alias = {"ip": "10.243.7.1", "hostnames": ["kubernetes.default.svc"]}
-    s = spec(job={"module": "m", "deployMode": "cluster", "podTemplate": {"hostAliases": [alias]},
-                  "executor": {"podTemplate": {"hostAliases": [alias]}}})
-    assert children.driver_pod(REF, s, attempt=0, tx_generation=0)["spec"]["hostAliases"] == [alias]
-    aux = children.aux_pod(REF, s, component="preflight", attempt=0, tx_generation=0, args=["preflight"])
-    assert aux["spec"]["hostAliases"] == [alias]
-    identity = StreamIdentity(name="colors", namespace="team-a", uid=REF.uid, generation=0)
-    cm = children.run_config_map(REF, RunConfig(stream=identity, spec=s, checkpoint_dir="/c"))
-    assert json.loads(cm["data"]["executor-template.yaml"])["spec"]["hostAliases"] == [alias]
-    plain = children.run_config_map(REF, RunConfig(stream=identity, spec=spec(job={"module": "m"}), checkpoint_dir="/c"))
-    assert "hostAliases" not in plain["data"]["run.json"]
-    assert "hostAliases" not in children.driver_pod(REF, spec(job={"module": "m"}), attempt=0, tx_generation=0)["spec"]
-    for bad in ({"ip": "10.243.7.1", "hostnames": []}, {"ip": "kubernetes", "hostnames": ["a"]},
-                {"ip": "10.243.7.1", "hostnames": ["Not A Name"]}):
-        res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": {"hostAliases": [bad]}}})
-        assert any("hostAliases" in e for e in res.errors), (bad, res)
-
 
 def test_executor_templates_become_spark_settings_and_a_template_file():
     res = validate_spec({**base_spec(), "job": {"module": "m", "executor": {"podTemplate": {
