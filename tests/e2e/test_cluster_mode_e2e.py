@@ -216,6 +216,27 @@ def roomiest(kubectl, nodes: list[str]) -> str:
     return min(nodes, key=lambda n: asked[n])
 
 
+def cpu_throttled(kubectl, namespace: str, pod: str) -> str:
+    """The Pod's (first) container's CPU throttling so far, from its cgroup v1 ``cpu.stat``: how often and how
+    long its CPU limit held it back (the real node enforces ``cpu`` limits; the stand-in did not)."""
+    cid = kubectl.json("get", "pod", pod, "-n", namespace)["status"]["containerStatuses"][0]["containerID"]
+    for pid in container_processes(cid):
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue
+        path = next((ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] in ("cpu", "cpu,cpuacct")), None)
+        if path is None:
+            continue
+        try:
+            stat = dict(ln.split() for ln in Path(f"/sys/fs/cgroup/cpu{path}/cpu.stat").read_text().splitlines())
+        except OSError as exc:
+            return f"{pod}: no cpu.stat ({exc})"
+        return (f"{pod}: throttled in {stat['nr_throttled']} of {stat['nr_periods']} periods, "
+                f"{int(stat['throttled_time']) / 1e9:.1f} s")
+    return f"{pod}: no process"
+
+
 def jvm_and_python(names: list[str]) -> bool:
     return "java" in names and any(n.startswith("python") for n in names)
 
@@ -339,12 +360,14 @@ def cluster_mode_through_kills(stack_env, private_s3, s3_endpoint: str, kubectl,
         sent += n
 
     kubectl.apply(manifest, namespace)
+    t0 = time.monotonic()
+    at = lambda: f"[{time.monotonic() - t0:.0f} s]"   # noqa: E731 - each journal line's seconds since the apply
     # 0. The job's ServiceAccount may not create Pods: the driver names that, in the stream's status.
     why = wait_until(lambda: (lambda e: e if "may not create pods" in e else None)(
         kubectl.status(namespace, NAME).get("lastError") or ""), "the missing RBAC rule in status", 240, diag, 1)
     assert f"{namespace}/{SA} may not create pods (RBAC forbids it)" in why, why
     assert not executors(kubectl, namespace)
-    journal.append(f"without create pods: {why[:160]}...")
+    journal.append(f"{at()} without create pods: {why[:160]}...")
     job_rbac(stack_env, kubectl, namespace)   # the chart's Role: the restart strategy's next driver runs
     d0 = wait_until(lambda: (lambda d: d if running_executors(kubectl, namespace, d or "") else None)(
         kubectl.status(namespace, NAME).get("driverPod")), "a driver with executors", 300, diag, 1)
@@ -377,27 +400,31 @@ def cluster_mode_through_kills(stack_env, private_s3, s3_endpoint: str, kubectl,
     service = kubectl.json("get", "service", f"{NAME}-driver", "-n", namespace)
     assert service["spec"]["clusterIP"] == "None", service["spec"]
     wait_until(lambda: committed(kubectl, namespace) >= 1, "batches committed with executors", 300, diag, 1)
-    journal.append(f"{d0} and its executors on {rig.node}; executors registered with {driver_host}")
+    journal.append(f"{at()} {d0} and its executors on {rig.node}; executors registered with {driver_host}")
 
     # 1. An executor SIGKILLed while batches run: every process of its container (its JVM).
     feed(2000, 11)
     time.sleep(2)
     victim = first[0]["metadata"]["name"]
     before = committed(kubectl, namespace)
+    journal += [f"{at()} CPU so far: " + "; ".join(cpu_throttled(kubectl, namespace, p["metadata"]["name"])
+                                                  for p in [driver0, *first])]
     killed = kill_container(kubectl, namespace, victim)
     assert killed, f"{victim} had no process to kill:\n{diag()}"
-    journal.append(f"executor {victim} SIGKILLed ({', '.join(killed)}) after batch {before}")
+    journal.append(f"{at()} executor {victim} SIGKILLed ({', '.join(killed)}) after batch {before}")
     feed(1000, 14)   # input for batches after the kill
     wait_ids(topics.bootstrap, topics.counts, expected, diag, timeout=300)
     replacements = [p["metadata"]["name"] for p in executors(kubectl, namespace)
                     if p["metadata"]["name"] not in {q["metadata"]["name"] for q in first}]
-    journal.append(f"replacement executors requested by Spark: {replacements}")
+    journal.append(f"{at()} every id so far once; replacement executors requested by Spark: {replacements}")
 
     # 2. The driver SIGKILLed (its JVM, the Python process that started it and PySpark's workers): its executors
     # end (no driver), the operator resolves and restarts.
     feed(2000, 12)
     time.sleep(3)
     old = {p["metadata"]["name"] for p in executors(kubectl, namespace)}
+    journal += [f"{at()} CPU so far: " + "; ".join(cpu_throttled(kubectl, namespace, p) for p in [d0, *sorted(
+        p["metadata"]["name"] for p in running_executors(kubectl, namespace, d0))])]
     killed = kill_container(kubectl, namespace, d0)
     assert jvm_and_python(killed), f"the driver container's processes: {killed}\n{diag()}"
     wait_until(lambda: (lambda e: e if len(e) == 2 else None)(
@@ -406,7 +433,7 @@ def cluster_mode_through_kills(stack_env, private_s3, s3_endpoint: str, kubectl,
                          if p["metadata"]["name"] in old and p.get("status", {}).get("phase") == "Running"]
     wait_until(lambda: not lingering(), f"{d0}'s executors to end", 120, diag, 1)
     gone = old - {p["metadata"]["name"] for p in executors(kubectl, namespace)}
-    journal.append(f"driver SIGKILLed ({', '.join(killed)}); its {len(old)} executor Pods ended ({len(gone)} already "
+    journal.append(f"{at()} driver SIGKILLed ({', '.join(killed)}); its {len(old)} executor Pods ended ({len(gone)} already "
                    f"collected with the driver Pod); {d1} runs with 2 new executors")
     feed(1000, 13)
     wait_ids(topics.bootstrap, topics.counts, expected, diag)
@@ -427,7 +454,7 @@ def cluster_mode_through_kills(stack_env, private_s3, s3_endpoint: str, kubectl,
     after = kubectl.status(namespace, NAME).get("driverPod")
     failed = [m for m in kubectl.event_messages(namespace, NAME, "DriverFailed") if before in m]
     assert after != before and failed, f"{before} should have failed on S3 (retries are short):\n{diag()}"
-    journal.append(f"S3 down {outage:.0f}s: {before} failed ({failed[0][:160]}...); the restart strategy started "
+    journal.append(f"{at()} S3 down {outage:.0f}s: {before} failed ({failed[0][:160]}...); the restart strategy started "
                    f"{after}")
     assert_ids_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, NAME), expected, (topics.dlq,))
     status = kubectl.status(namespace, NAME)
@@ -437,6 +464,7 @@ def cluster_mode_through_kills(stack_env, private_s3, s3_endpoint: str, kubectl,
     # 4. Deleting the stream stops the driver; the garbage collector takes its executors with it.
     kubectl.run("delete", "exactlyoncestream", NAME, "-n", namespace, "--timeout=180s", timeout=240)
     wait_until(lambda: not executors(kubectl, namespace), "every executor Pod collected", 120, diag, 1)
+    journal.append(f"{at()} every executor Pod collected")
     print("\n".join(journal))
     report_result(f"cluster mode on a real node ({rig.node}): 2 executors per driver dialling {driver_host}, "
                   f"checkpoint on S3; an executor SIGKILL, a driver SIGKILL and an S3 outage of {outage:.0f}s; "
