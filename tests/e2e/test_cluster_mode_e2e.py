@@ -22,9 +22,11 @@ here (docs/local-stack.md). Kafka and the checkpoint bucket are reached at the s
 First the job's Role lacks ``create pods``: the driver waits for an executor in vain and fails naming the
 missing rule, which reaches the stream's status; the chart's Role is then applied and the restart strategy's
 next driver runs. Kills, each a SIGKILL of every process in the container's cgroup (``container_processes``,
-whatever their process groups): an executor while batches run (its JVM; Spark retries its tasks on the other
-executor or on the replacement it requests), then the driver (its JVM, the Python process that started it and
-PySpark's Python workers; its executors lose their driver and end; the operator resolves and restarts), then the
+whatever their process groups): an executor while batches run (its JVM, PySpark's Python workers and the
+image's init, tini: seen as ``java, python, python, tini``; Spark retries its tasks on the other executor or on
+the replacement it requests), then the driver (its JVM and the Python process that started it, ``java,
+python``: in cluster mode the Python workers are the executors'; its executors lose their driver and end; the
+operator resolves and restarts), then the
 S3 server stopped for 15 s while input arrives (S3A's retries are set short: the query fails, and the restart
 strategy carries the stream through). That S3 server is the test's own (``private_s3``) behind a forwarder of
 its own on the services address, so the tests beside it keep the stack's MinIO. At the end every id is in the
@@ -285,8 +287,8 @@ class Forwarder:
 def test_colors_counts_in_cluster_mode_on_s3_survive_a_driver_kill(stack_env, nodes, kubectl, namespace, tmp_path,
                                                                    report_result):
     """The colors stream (a stateful aggregation: its state store written by the executors to the stack's bucket)
-    with 2 executors on a real node: a driver SIGKILL (every process of its container: the JVM, the Python process
-    that started it, PySpark's workers) mid-stream, then every count exact (final counts, no update emitted twice,
+    with 2 executors on a real node: a driver SIGKILL (every process of its container: the JVM and the Python
+    process that started it) mid-stream, then every count exact (final counts, no update emitted twice,
     none going back, the ledger monotone)."""
     rig = RealNodeRig(stack_env, kubectl, namespace, nodes, tmp_path)
     try:
