@@ -116,7 +116,8 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
       failed task is retried up to 4 times before the query fails, as on a cluster.
       Cluster deploy mode (``EOS_SPARK_MASTER=k8s``): ``kubernetes_master()``, and the
       loopback and memory settings below are left to spark-submit's arguments; only
-      ``spark.driver.host`` is set, to the Pod's IP (``EOS_POD_IP``).
+      ``spark.driver.host`` is set, to the driver's headless Service name (``EOS_DRIVER_HOST``, resolved by
+      cluster DNS), else to the Pod's IP (``EOS_POD_IP``).
     * ``spark.driver.memory``: ``EOS_DRIVER_HEAP``, the heap the operator sized for the driver container
       (``eos_job.memory``), else ``1g``: modest, leaves room for the broker and the API server on a small
       machine (honoured because it is set before the JVM starts; it does nothing for an already running session).
@@ -155,10 +156,10 @@ def build_spark_session(app_name: str, *, jars: list[str] | None = None, conf: d
         settings.update({"spark.driver.memory": os.environ.get("EOS_DRIVER_HEAP") or "1g",
                          "spark.driver.host": "127.0.0.1",
                          "spark.driver.bindAddress": "127.0.0.1"})
-    elif os.environ.get("EOS_POD_IP"):
-        # Cluster mode: spark-submit's arguments (the operator's) stand; only the address executors dial
-        # back to is known here, the Pod's IP.
-        settings["spark.driver.host"] = os.environ["EOS_POD_IP"]
+    elif os.environ.get("EOS_DRIVER_HOST") or os.environ.get("EOS_POD_IP"):
+        # Cluster mode: spark-submit's arguments (the operator's) stand; only the address executors dial back to
+        # is set here: the driver's headless Service name (cluster DNS), else (an older operator) the Pod's IP.
+        settings["spark.driver.host"] = os.environ.get("EOS_DRIVER_HOST") or os.environ["EOS_POD_IP"]
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})

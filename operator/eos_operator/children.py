@@ -44,7 +44,8 @@ TERMINATION_GRACE_SECONDS = 60
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
 SPARK_MASTER_ENV = "EOS_SPARK_MASTER"   # "k8s": the runtime's master is the API server the Pod sees
-POD_IP_ENV = "EOS_POD_IP"               # the driver's address for its executors (fieldRef status.podIP)
+POD_IP_ENV = "EOS_POD_IP"               # the driver's Pod IP (fieldRef status.podIP): its address without DRIVER_HOST_ENV
+DRIVER_HOST_ENV = "EOS_DRIVER_HOST"     # the driver's address for its executors: its headless Service's DNS name
 UI_BIND_ENV = "SPARK_LOCAL_IP"          # Spark's UI (and its metrics servlet) binds there (eos_job.driver_metrics)
 UI_BIND_ALL = "0.0.0.0"                 # every address of the Pod: its IP and loopback
 CHECKPOINT_VOLUME = "checkpoint"
@@ -85,6 +86,12 @@ def driver_pod_name(stream: str, attempt: int) -> str:
 
 def driver_service_name(stream: str) -> str:
     return f"{stream}-driver"
+
+
+def driver_service_host(ref: StreamRef) -> str:
+    """The driver's name for its executors in cluster mode: ``<stream>-driver.<namespace>.svc``, the headless
+    Service's (``driver_service``), which cluster DNS answers with the running driver Pod's IP."""
+    return f"{driver_service_name(ref.name)}.{ref.namespace}.svc"
 
 
 def aux_pod_name(stream: str, component: str, attempt: int) -> str:
@@ -191,8 +198,8 @@ def spark_submit_args(ref: StreamRef, spec: ExactlyOnceStreamSpec, pod_name: str
     """spark-submit arguments for deployMode=cluster: this Pod is the (client-mode) driver,
     Spark's Kubernetes scheduler creates the executors, owned by the driver Pod so they
     die with it. The master (the API server, as an in-cluster Pod reaches it) and the driver's
-    address (its Pod IP) are only known inside the Pod: the runtime's session sets them
-    (``eos_job.session``, from KUBERNETES_SERVICE_HOST/PORT and EOS_POD_IP)."""
+    address are set by the runtime's session (``eos_job.session``, from KUBERNETES_SERVICE_HOST/PORT, known only
+    inside the Pod, and EOS_DRIVER_HOST, the driver Service's name, else EOS_POD_IP)."""
     job = spec.job
     conf = {
         "spark.kubernetes.namespace": ref.namespace,
@@ -266,6 +273,8 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
                     "value": shlex.join(spark_submit_args(ref, spec, name) + ["pyspark-shell"])})
         env.append({"name": SPARK_MASTER_ENV, "value": "k8s"})
         env.append({"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        # Executors dial the driver by the headless Service's name (driver_service), resolved by cluster DNS.
+        env.append({"name": DRIVER_HOST_ENV, "value": driver_service_host(ref)})
         env.append({"name": "EOS_SERVICE_ACCOUNT",
                     "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}})
     if metrics is not None and spec.job.deploy_mode == "local":
@@ -394,8 +403,8 @@ def aux_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, component: str, atte
         container.pop("volumeMounts")
     if not body["spec"]["volumes"]:
         body["spec"].pop("volumes")
-    driver_only_env = ("PYSPARK_SUBMIT_ARGS", "EOS_DRIVER_POD", SPARK_MASTER_ENV, POD_IP_ENV, "EOS_SERVICE_ACCOUNT",
-                   UI_BIND_ENV)
+    driver_only_env = ("PYSPARK_SUBMIT_ARGS", "EOS_DRIVER_POD", SPARK_MASTER_ENV, POD_IP_ENV, DRIVER_HOST_ENV,
+                       "EOS_SERVICE_ACCOUNT", UI_BIND_ENV)
     env = [e for e in container["env"] if e["name"] not in driver_only_env]
     for e in env:
         if e["name"] == RUN_CONFIG_ENV:

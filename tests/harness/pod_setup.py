@@ -282,6 +282,9 @@ class PodSetup:
             # "Every address of the Pod" (the operator's driver with job.metrics): in a real Pod its own network
             # namespace, loopback and the Pod's IP; Pods here share the host's, so the Pod's own 127.x.y.z.
             env["SPARK_LOCAL_IP"] = pod_ip(pod)
+        # Cluster mode's driver Service name: no cluster DNS answers it here, so the runtime gives executors the
+        # driver's Pod IP (EOS_POD_IP) instead, as it does for an operator that sets no name.
+        env.pop("EOS_DRIVER_HOST", None)
         notes: list[str] = []
         token = self.service_account(pod, pod_dir, notes)
         if token is not None and not any(m.target == token.target for m in mounts):

@@ -123,6 +123,11 @@ def test_cluster_mode_spark_submit_arguments():
     assert shlex.split(env["PYSPARK_SUBMIT_ARGS"]) == args + ["pyspark-shell"]
     assert env["EOS_SPARK_MASTER"] == "k8s"
     assert {e["name"]: e for e in c["env"]}["EOS_POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    # Executors dial the driver by its headless Service's DNS name, the Service the operator makes for it.
+    service = children.driver_service(REF)
+    assert env["EOS_DRIVER_HOST"] == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    aux = children.aux_pod(REF, s, component="preflight", attempt=2, tx_generation=0, args=["preflight"])
+    assert not {"EOS_DRIVER_HOST", "EOS_POD_IP"} & {e["name"] for e in aux["spec"]["containers"][0]["env"]}
     assert c["command"][:3] == ["python", "-m", "eos_job"]
     assert {p["containerPort"] for p in c["ports"]} == {7078, 7079}
 
@@ -288,6 +293,7 @@ def test_a_scheduler_name_reaches_every_pod_of_the_stream_and_the_run_config_as_
     assert "schedulerName" not in unset["spec"], "unset: the cluster's default scheduler"
     res = validate_spec({**base_spec(), "job": {"module": "m", "podTemplate": {"schedulerName": "Not A Name"}}})
     assert any("schedulerName" in e for e in res.errors), res
+
 
 
 def test_executor_templates_become_spark_settings_and_a_template_file():
