@@ -296,7 +296,13 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     kubectl.run("delete", "pv", pv, "--timeout=60s")
 
 
-def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kubectl, namespace, kubelet, tmp_path):
+@pytest.mark.real_nodes
+def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kubectl, namespace, kubelet, on_nodes,
+                                                                 tmp_path):
+    """The operator killed (SIGKILL of its process) while resolving a launch, then right after creating the driver
+    Pod: a healthy operator finds the Pod it created and adopts it; one driver Pod ever ran. The driver runs on the
+    real nodes (kubelet + containerd), its checkpoint in the stack's bucket; ``kubelet.log_dir`` holds the log of
+    every Pod whose container started."""
     log = tmp_path / "operator.log"
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     name = "colors"
@@ -304,7 +310,7 @@ def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kube
     slow = OperatorProcess(stack_env["KUBECONFIG"], namespace, log, EOS_TEST_RESOLVE_DELAY="30").start()
     diag = Diagnostics(kubectl, namespace, slow, kubelet)
     try:
-        kubectl.apply(colors_stream(name, topics, tmp_path / "checkpoint"), namespace)
+        kubectl.apply(on_nodes.place(colors_stream(name, topics, tmp_path / "checkpoint")), namespace)
         status = wait_until(lambda: (lambda s: s if s.get("pendingLaunch") else None)(
             kubectl.status(namespace, name)), "the launch to be recorded", 60, diag, 0.2)
         assert status["pendingLaunch"]["pod"] == "colors-driver-0"
@@ -336,7 +342,7 @@ def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kube
         assert [p["metadata"]["name"] for p in kubectl.pods(namespace)] == ["colors-driver-0"]
         assert kubectl.events(namespace, name).count("Submitted") == 1
         assert [p.name for p in sorted(kubelet.log_dir.glob(f"{namespace}_*.log"))] == [
-            f"{namespace}_colors-driver-0.log"]                     # one driver process ever ran
+            f"{namespace}_colors-driver-0.log"]                     # one driver Pod ever ran
         expected = produce(topics.bootstrap, topics.events, 1000)
         wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output", 300,
                    diag, 2)
