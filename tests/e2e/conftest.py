@@ -6,8 +6,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from eos_stack.cluster import RESTRICTED, Kubectl
 from eos_stack.common import free_port
@@ -17,7 +15,6 @@ from tests.e2e.streams import PYTHONPATH, OperatorProcess
 from tests.harness.containers import Containers
 from tests.e2e.on_nodes import NodeStreams
 from tests.harness.kubelet import ProcessKubelet
-from tests.harness.node_pods import NodePods
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +50,8 @@ def kubelet(stack_env, namespace, tmp_path, request):
     of the image ``make image`` built (and fails without it)."""
     if request.node.get_closest_marker("real_nodes"):
         request.getfixturevalue("nodes")
-        api = k8s_config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
-        try:
-            with NodePods(k8s_client.CoreV1Api(api), namespace, tmp_path / "kubelet") as pods:
-                yield pods
-        finally:
-            api.close()
+        with request.getfixturevalue("on_nodes").pods(tmp_path / "kubelet") as pods:
+            yield pods
         return
     containers = None
     if request.node.get_closest_marker("containers"):

@@ -23,13 +23,17 @@ on the process kubelet for now (docs/local-stack.md).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from eos_stack import node_services
+from kubernetes import client, config
+
+from eos_stack import node_services, s3
 from eos_stack.cluster import Kubectl
 from eos_stack.common import Stack
+from tests.harness.node_pods import NodePods
 from tests.harness.real_nodes import keys_secret, node_image, stream_template
 
 JOBS_DIR = Path(__file__).resolve().parent / "jobs"
@@ -59,12 +63,31 @@ class NodeStreams:
         self.kubectl.apply(jobs_configmap(), self.ns)
         return self
 
+    @contextlib.contextmanager
+    def pods(self, log_dir: Path) -> Iterator[NodePods]:
+        """The namespace's Pods on the real nodes (``NodePods``: logs followed into ``log_dir``, ``kill9``)."""
+        api = config.new_client_from_config(config_file=self.env["KUBECONFIG"])
+        try:
+            with NodePods(client.CoreV1Api(api), self.ns, log_dir) as pods:
+                yield pods
+        finally:
+            api.close()
+
     def checkpoint(self, name: str, tag: str = "") -> dict[str, Any]:
         """``spec.checkpoint`` in the bucket, under ``/e2e/<namespace>/<name><tag>`` (a namespace is a test's)."""
         return {"store": "s3", "path": f"/e2e/{self.ns}/{name}{tag}", "s3": {
             "bucket": self.env["S3_BUCKET"], "endpoint": self.pods["POD_S3_ENDPOINT"], "pathStyleAccess": True,
             "accessKeyId": {"name": KEYS_SECRET, "key": "id"},
             "secretAccessKey": {"name": KEYS_SECRET, "key": "secret"}}}
+
+    def checkpoint_files(self, name: str, under: str = "") -> list[str]:
+        """The objects of stream ``name``'s checkpoint in the bucket under ``under`` (``live/offsets``), as paths
+        relative to the checkpoint: read from this machine with the server's keys."""
+        from pyarrow import fs
+        root = f"{self.env['S3_BUCKET']}/e2e/{self.ns}/{name}"
+        found = s3.filesystem(Stack()).get_file_info(fs.FileSelector(f"{root}/{under}".rstrip("/"),
+                                                                     allow_not_found=True, recursive=True))
+        return sorted(f.path[len(root) + 1:] for f in found)
 
     def place(self, doc: dict[str, Any], checkpoint_tag: str = "") -> dict[str, Any]:
         """A copy of the stream manifest ``doc`` whose Pods run on the real nodes (module docstring)."""
