@@ -55,8 +55,8 @@ class NodeStreams:
 
     def __init__(self, stack_env: dict[str, str], kubectl: Kubectl, namespace: str):
         self.env, self.kubectl, self.ns = stack_env, kubectl, namespace
-        self.pods = node_services.pod_env(Stack())    # not .stack/env: test workers rewrite it concurrently
-        self.bootstrap = self.pods["POD_KAFKA_BOOTSTRAP"]
+        self.pod_env = node_services.pod_env(Stack())    # not .stack/env: test workers rewrite it concurrently
+        self.bootstrap = self.pod_env["POD_KAFKA_BOOTSTRAP"]
 
     def setup(self) -> "NodeStreams":
         self.kubectl.apply(keys_secret(self.env, KEYS_SECRET), self.ns)
@@ -76,7 +76,7 @@ class NodeStreams:
     def checkpoint(self, name: str, tag: str = "") -> dict[str, Any]:
         """``spec.checkpoint`` in the bucket, under ``/e2e/<namespace>/<name><tag>`` (a namespace is a test's)."""
         return {"store": "s3", "path": f"/e2e/{self.ns}/{name}{tag}", "s3": {
-            "bucket": self.env["S3_BUCKET"], "endpoint": self.pods["POD_S3_ENDPOINT"], "pathStyleAccess": True,
+            "bucket": self.env["S3_BUCKET"], "endpoint": self.pod_env["POD_S3_ENDPOINT"], "pathStyleAccess": True,
             "accessKeyId": {"name": KEYS_SECRET, "key": "id"},
             "secretAccessKey": {"name": KEYS_SECRET, "key": "secret"}}}
 
