@@ -27,19 +27,16 @@ def running_as(kubectl, namespace, name, pod):
 
 
 @pytest.mark.soak   # make soak (overlaps the lifecycle chaos driver kills and test_operator_e2e); make test deselects it
-@pytest.mark.real_nodes
-def test_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, kubectl, namespace, kubelet, on_nodes,
+def test_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, kubectl, namespace, kubelet,
                                                                       operator, tmp_path, report_result):
-    """Driver SIGKILLs at random moments of one run, on the real nodes: each kill hits every process of the driver's
-    container (the JVM and PySpark's workers, through its cgroup); every id of the unique-id stream exactly once."""
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     name = "colors"
     rng = random.Random(5)
     produce(topics.bootstrap, topics.events, 2000)
     expected = expected_ids(2000)
-    kubectl.apply(on_nodes.place(colors_stream(name, topics, tmp_path / "checkpoint", attempts=10, delay=1.0,
-                                               module="examples.colors.ids")), namespace)
+    kubectl.apply(colors_stream(name, topics, tmp_path / "checkpoint", attempts=10, delay=1.0,
+                                module="examples.colors.ids"), namespace)
     sent = 2000
     for kill in range(KILLS):
         pod = f"colors-driver-{kill}"
@@ -120,18 +117,16 @@ def chart_operator(stack_env, namespace, kubelet, tmp_path):
     op.stop()
 
 
-@pytest.mark.real_nodes
-def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, namespace, kubelet, on_nodes,
-                                                       chart_operator, tmp_path):
-    """Re-apply and server-side apply change nothing; delete and re-create on the same checkpoint (in the bucket)
-    resumes exactly once. The driver runs on the real nodes."""
+def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, namespace, kubelet, chart_operator,
+                                                       tmp_path):
     operator = chart_operator
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     assert "system:serviceaccount" in kubectl.run("auth", "whoami", "--kubeconfig",
                                                   str(operator.kubeconfig)).stdout
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     name = "colors"
-    manifest = on_nodes.place(colors_stream(name, topics, tmp_path / "checkpoint"))
+    checkpoint = tmp_path / "checkpoint"
+    manifest = colors_stream(name, topics, checkpoint)
     expected = produce(topics.bootstrap, topics.events, 3000)
     kubectl.apply(manifest, namespace)
     wait_until(running_as(kubectl, namespace, name, "colors-driver-0"), "the stream to run", 180, diag)
