@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import re
-import signal
 import sys
 import tempfile
 import time
@@ -39,7 +37,7 @@ from eos_job.verify import audit_counts, ledger_monotone, open_transactions
 from eos_stack import node_services
 from eos_stack.cluster import RESTRICTED, Kubectl, OperatorProcess, condition
 from eos_stack.common import Stack, poll, timed_out
-from tests.harness.real_nodes import (LogFollower, container_processes, keys_secret, node_image, stream_template,
+from tests.harness.real_nodes import (LogFollower, keys_secret, kill9_container, node_image, stream_template,
                                       what_the_kill_hit)
 
 from .generator import produce
@@ -202,17 +200,12 @@ class Demo:
 
     def kill_and_recover(self, pod: str) -> None:
         (container,) = self.pod(pod)["status"]["containerStatuses"]
-        procs = container_processes(container["containerID"])
+        batch = self.status().get('lastCommittedBatch')
+        procs = kill9_container(container["containerID"])
         if not procs:
             raise DemoError(f"no running process in {pod}'s container")
         say(f"kill -9 of every process of {pod}'s container (the JVM and PySpark's workers: {len(procs)} processes "
-            f"in {len(set(procs.values()))} process groups, from its cgroup) mid-stream, at batch "
-            f"{self.status().get('lastCommittedBatch')}")
-        for pid in procs:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            f"in {len(set(procs.values()))} process groups, from its cgroup) mid-stream, at batch {batch}")
         say("the operator reacts: DriverFailed -> Restarting -> Resolved -> Submitted -> Running")
         status = self.wait(lambda: (lambda s: s if s.get("driverPod") not in (None, pod)
                                     and s.get("lifecycleState") == "Running" else None)(self.status()),

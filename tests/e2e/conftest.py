@@ -1,5 +1,6 @@
-"""Fixtures of the end-to-end tests: the API server with the CRDs, a namespace per test, a process kubelet,
-the operator, and drivers of the colors job that never outlive their test. Helpers are in streams.py."""
+"""Fixtures of the end-to-end tests: the API server with the CRDs, a namespace per test, the real nodes' Pods
+(or a process kubelet), the operator, and drivers of the colors job that never outlive their test. Helpers are
+in streams.py; placing streams on the real nodes in on_nodes.py."""
 from __future__ import annotations
 
 import uuid
@@ -12,6 +13,7 @@ from examples.colors.local_run import ColorsRun
 from tests.e2e.chart_operator import ChartOperator
 from tests.e2e.streams import PYTHONPATH, OperatorProcess
 from tests.harness.containers import Containers
+from tests.e2e.on_nodes import NodeStreams
 from tests.harness.kubelet import ProcessKubelet
 
 
@@ -41,8 +43,16 @@ def namespace(kubectl: Kubectl):
 
 @pytest.fixture
 def kubelet(stack_env, namespace, tmp_path, request):
-    """A process kubelet for the namespace; leaving it kills every Pod process it started. A test marked
-    ``containers`` gets its Pods run as containers of the image ``make image`` built (and fails without it)."""
+    """What runs the namespace's Pods, as the test sees it (``kill9``, ``log_dir``, ``log_path``). A test marked
+    ``real_nodes``: the real nodes (tests/harness/node_pods.py ``NodePods``, following every Pod's log into
+    ``log_dir``); its streams go through ``on_nodes``. Else a process kubelet (tests/harness/kubelet.py);
+    leaving it kills every Pod process it started; a test marked ``containers`` gets its Pods run as containers
+    of the image ``make image`` built (and fails without it)."""
+    if request.node.get_closest_marker("real_nodes"):
+        request.getfixturevalue("nodes")
+        with request.getfixturevalue("on_nodes").pods(tmp_path / "kubelet") as pods:
+            yield pods
+        return
     containers = None
     if request.node.get_closest_marker("containers"):
         containers = Containers()
@@ -53,6 +63,13 @@ def kubelet(stack_env, namespace, tmp_path, request):
     with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
                         extra_env={} if containers else {"PYTHONPATH": PYTHONPATH}, containers=containers) as k:
         yield k
+
+
+@pytest.fixture
+def on_nodes(stack_env, kubectl, namespace) -> NodeStreams:
+    """Places the test's streams on the real nodes (tests/e2e/on_nodes.py): the bucket's keys Secret and the test
+    job modules' ConfigMap made in the namespace; ``on_nodes.place(doc)`` rewrites a manifest."""
+    return NodeStreams(stack_env, kubectl, namespace).setup()
 
 
 @pytest.fixture

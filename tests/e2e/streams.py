@@ -1,8 +1,8 @@
 """The operator-level building blocks of the end-to-end tests (fixtures are in conftest.py).
 
 The operator process with its test-only switches, a stream's topics and manifest, diagnostics for a
-timed-out wait, a steady event trickle with its expected counts, a rig of topics, process kubelet and
-(restartable) operator, a hostPath volume for a claim, the unique-id verifiers, and the operator's
+timed-out wait (the followed Pod logs among them), a steady event trickle with its expected counts, a rig of
+topics, the Pods' runner (the real nodes or a process kubelet) and (restartable) operator, a hostPath volume for a claim, the unique-id verifiers, and the operator's
 /metrics, scraped. Job level (no Kubernetes) is ``tests.e2e.job_runs``; the secured listener
 ``tests.e2e.secured``."""
 from __future__ import annotations
@@ -27,7 +27,9 @@ from examples.colors.generator import counted, event_value, events, expected_ids
 from examples.colors.local_run import REPO, create_topics
 from examples.colors.manifest import colors_manifest
 from tests.e2e.exactness import assert_exactly_once, assert_slots_exact
+from tests.e2e.on_nodes import NodeStreams
 from tests.harness.kubelet import ProcessKubelet
+from tests.harness.node_pods import NodePods
 
 NAME = "colors"
 IDS = "examples.colors.ids"   # the unique-id stream's job: every kept event passed through, keyed by its id
@@ -95,7 +97,7 @@ class Diagnostics:
     """What to print when a wait times out."""
 
     def __init__(self, kubectl: Kubectl, namespace: str, operator: OperatorProcess | None = None,
-                 kubelet: ProcessKubelet | None = None):
+                 kubelet: "ProcessKubelet | NodePods | None" = None):
         self.kubectl, self.namespace, self.operator, self.kubelet = kubectl, namespace, operator, kubelet
 
     def __call__(self) -> str:
@@ -111,7 +113,8 @@ class Diagnostics:
         if self.operator is not None:
             parts.append("operator log:\n" + self.operator.tail())
         if self.kubelet is not None:
-            for log in sorted(self.kubelet.log_dir.glob(f"{self.namespace}_*.log"))[-2:]:
+            # The two Pod logs written last (followed from the real nodes, or the process kubelet's).
+            for log in sorted(self.kubelet.log_dir.glob(f"{self.namespace}_*.log"), key=lambda f: f.stat().st_mtime)[-2:]:
                 lines = log.read_text(errors="replace").splitlines()[-25:]
                 parts.append(f"{log.name}:\n" + "\n".join(lines))
         return "\n".join(parts)
@@ -234,11 +237,13 @@ class IdFeed(threading.Thread):
 
 
 class Rig:
-    """Topics, a process kubelet and a (restartable) operator for one namespace."""
+    """Topics, the Pods' runner (the real nodes' ``NodePods`` or a process kubelet) and a (restartable) operator
+    for one namespace; with ``on_nodes``, the rig's streams are placed on the real nodes (``place``)."""
 
     def __init__(self, stack_env: dict[str, str], kubectl: Kubectl, namespace: str, tmp_path: Path,
-                 kubelet: ProcessKubelet):
+                 kubelet: "ProcessKubelet | NodePods", on_nodes: NodeStreams | None = None):
         self.env, self.kubectl, self.ns, self.tmp = stack_env, kubectl, namespace, tmp_path
+        self.on_nodes = on_nodes
         self.bootstrap = stack_env["KAFKA_BOOTSTRAP"]
         self.topics = ColorsTopics(self.bootstrap)
         self.kubelet = kubelet
@@ -308,14 +313,26 @@ class Rig:
         doc = colors_stream(NAME, self.topics, self.tmp / "checkpoint", attempts=10, delay=2, module=module)
         del doc["spec"]["upgradeMode"]          # snapshot, the default
         doc["spec"].update(spec_changes)
-        return doc
+        return self.place(doc)
+
+    def place(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` as the rig runs it: on the real nodes with ``on_nodes`` (tests/e2e/on_nodes.py), else as is."""
+        return self.on_nodes.place(doc) if self.on_nodes else doc
 
 
 @contextlib.contextmanager
-def rig(stack_env, kubectl, namespace, tmp_path, env_for=None) -> Iterator[Rig]:
-    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
-                        extra_env={"PYTHONPATH": PYTHONPATH}, env_for=env_for) as kubelet:
-        r = Rig(stack_env, kubectl, namespace, tmp_path, kubelet)
+def rig(stack_env, kubectl, namespace, tmp_path, env_for=None, on_nodes: NodeStreams | None = None
+        ) -> Iterator[Rig]:
+    """A ``Rig``; with ``on_nodes`` (the ``on_nodes`` fixture) its Pods run on the real nodes, else on a process
+    kubelet (``env_for``: one Pod's own environment, which only the process kubelet can give)."""
+    if on_nodes is not None:
+        assert env_for is None, "the real nodes give no Pod an environment of its own (tests/e2e/on_nodes.py)"
+        runner = on_nodes.pods(tmp_path / "kubelet")
+    else:
+        runner = ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
+                                extra_env={"PYTHONPATH": PYTHONPATH}, env_for=env_for)
+    with runner as kubelet:
+        r = Rig(stack_env, kubectl, namespace, tmp_path, kubelet, on_nodes)
         try:
             yield r
         finally:

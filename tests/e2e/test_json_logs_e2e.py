@@ -1,10 +1,13 @@
 """JSON logs end to end: an operator started with ``EOS_LOG_FORMAT=json`` (as the chart's ``operator.logFormat``
 sets its flag) runs the colors stream; every line it writes is one JSON object, its records about the stream
 name it, and the driver it starts logs its own records as JSON too (the format passed on in the Pod's
-environment), with the stream, namespace, attempt and the batch being written."""
+environment), with the stream, namespace, attempt and the batch being written. The driver runs on the real
+nodes; its log is the container's, as the nodes' kubelet keeps it, followed through the API (``NodePods``)."""
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from eos_stack.cluster import wait_until
 from tests.e2e.streams import Trickle, rig
@@ -22,8 +25,9 @@ def json_lines(text: str) -> tuple[list[dict], list[str]]:
     return docs, other
 
 
-def test_the_operator_and_its_driver_log_json(stack_env, kubectl, namespace, tmp_path):
-    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+@pytest.mark.real_nodes
+def test_the_operator_and_its_driver_log_json(stack_env, nodes, kubectl, namespace, on_nodes, tmp_path):
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r:
         op = r.start_operator(EOS_LOG_FORMAT="json")
         Trickle(r.bootstrap, r.topics.events).send(300, seed=30)
         doc = r.stream()

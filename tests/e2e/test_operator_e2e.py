@@ -1,10 +1,10 @@
-"""The operator on the real stack: kube-apiserver, Kafka, the process kubelet and the real job runtime.
+"""The operator on the real stack: kube-apiserver, Kafka, the real nodes and the real job runtime.
 
-Each test gets its own namespace, its own operator process (``python -m eos_operator run
+Each test gets its own namespace and its own operator process (``python -m eos_operator run
 --namespace NS``, through a small wrapper that can slow resolution down or die right
-after a Pod create, to kill the operator at exact points of a launch) and a process
-kubelet that runs the driver Pods' real command, ``python -m eos_job run --config-env
-EOS_RUN_CONFIG``, as local processes.
+after a Pod create, to kill the operator at exact points of a launch). The tests marked ``real_nodes`` run the
+driver Pods on the real nodes (kubelet + containerd, the project's image), their checkpoints in the stack's
+bucket (tests/e2e/on_nodes.py); the chart-operator test still runs its Pods on the process kubelet.
 """
 from __future__ import annotations
 
@@ -94,13 +94,16 @@ def test_names_longer_than_derived_names_allow_are_rejected_by_the_api_server(ku
 
 
 @pytest.mark.soak   # make soak (overlaps the lifecycle chaos: kills, suspend-resume, delete); make test deselects it
-def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubelet, operator, tmp_path):
+@pytest.mark.real_nodes
+def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubelet, on_nodes, operator, tmp_path):
+    """The driver on the real nodes, its checkpoint in the bucket: SIGKILL of every process of its container (the
+    JVM and PySpark's workers, through the container's cgroup: ``kubelet.kill9``), resolution, a new driver; then
+    suspend (a graceful stop), resume and delete; exactly-once counts after each."""
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
-    checkpoint = tmp_path / "checkpoint"
     name = "colors"
     expected = produce(topics.bootstrap, topics.events, 3000)
-    kubectl.apply(colors_stream(name, topics, checkpoint), namespace)
+    kubectl.apply(on_nodes.place(colors_stream(name, topics, tmp_path / "checkpoint")), namespace)
 
     status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running" else None)(
         kubectl.status(namespace, name)), "the stream to run", 120, diag)
@@ -109,7 +112,8 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
     assert status["resolution"]["streamUid"] == stream_uid(namespace, name)
     run = kubectl.json("get", "configmap", "colors-run", "-n", namespace)
     run_cfg = json.loads(run["data"]["run.json"])
-    assert run_cfg["checkpointDir"] == f"{checkpoint}/live" and run_cfg["stream"]["name"] == name
+    assert run_cfg["checkpointDir"] == f"s3a://{stack_env['S3_BUCKET']}/e2e/{namespace}/{name}/live", run_cfg
+    assert run_cfg["stream"]["name"] == name
     pod = kubectl.json("get", "pod", "colors-driver-0", "-n", namespace)
     assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "eos_job", "run", "--config-env",
                                                        "EOS_RUN_CONFIG"]
@@ -133,7 +137,10 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
         assert reason in reasons
     after_kill = reasons[reasons.index("DriverFailed"):]
     assert after_kill.index("Resolved") < after_kill.index("Submitted")      # resolution before the start
-    assert [p["metadata"]["name"] for p in kubectl.pods(namespace)] == ["colors-driver-1"]
+    # Never two drivers: the killed one is kept for its log (Failed) until the next commits past its last batch.
+    phases = {p["metadata"]["name"]: p["status"].get("phase") for p in kubectl.pods(namespace)}
+    assert [n for n, ph in phases.items() if ph != "Failed"] == ["colors-driver-1"], phases
+    assert set(phases) <= {"colors-driver-0", "colors-driver-1"}, phases
 
     more = produce(topics.bootstrap, topics.events, 2000, seed=11, start_id=3000)
     expected = {c: expected.get(c, 0) + more.get(c, 0) for c in set(expected) | set(more)}
@@ -150,7 +157,7 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
     kubectl.patch_spec(namespace, name, {"job": {"state": "suspended"}})
     wait_until(lambda: kubectl.status(namespace, name).get("lifecycleState") == "Suspended"
                and not kubectl.pods(namespace), "the stream to suspend", 120, diag)
-    assert GRACEFUL in kubelet.log_path(namespace, "colors-driver-1").read_text()
+    assert GRACEFUL in kubelet.wait_log(namespace, "colors-driver-1")
     assert "Suspended" in kubectl.events(namespace, name)
     assert condition(kubectl.status(namespace, name), "Ready")["reason"] == "Suspended"
 
@@ -172,8 +179,8 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
     kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=120s")
     assert kubectl.pods(namespace) == []
     assert kubectl.run("get", "configmap", "colors-run", "-n", namespace, check=False).returncode != 0
-    assert (checkpoint / "live" / "offsets").is_dir()
-    assert GRACEFUL in kubelet.log_path(namespace, "colors-driver-2").read_text()
+    assert "live/offsets/0" in on_nodes.checkpoint_files(name, "live/offsets")
+    assert GRACEFUL in kubelet.wait_log(namespace, "colors-driver-2")
 
 
 @pytest.mark.containers
@@ -181,6 +188,10 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
                                                             tmp_path):
     """A sink that is down exhausts the restart strategy; a nonce resumes once it is back; then a snapshot
     upgrade. The checkpoint is on a bound claim, which the operator reads only through probe Pods.
+
+    Not on the real nodes yet: the operator here is the chart's Deployment, whose Pod the process kubelet runs as
+    a container (the chart has no placement for the real nodes' scheduler), and the claim is a hostPath volume
+    of this machine that the process kubelet mounts (docs/local-stack.md).
 
     As users run it: the operator is the chart's Deployment, and every Pod (the operator's, the drivers, the
     probe, snapshot and check Pods) is a container of the image ``make image`` built, in a namespace that
@@ -296,7 +307,13 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     kubectl.run("delete", "pv", pv, "--timeout=60s")
 
 
-def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kubectl, namespace, kubelet, tmp_path):
+@pytest.mark.real_nodes
+def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kubectl, namespace, kubelet, on_nodes,
+                                                                 tmp_path):
+    """The operator killed (SIGKILL of its process) while resolving a launch, then right after creating the driver
+    Pod: a healthy operator finds the Pod it created and adopts it; one driver Pod ever ran. The driver runs on the
+    real nodes (kubelet + containerd), its checkpoint in the stack's bucket; ``kubelet.log_dir`` holds the log of
+    every Pod whose container started."""
     log = tmp_path / "operator.log"
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     name = "colors"
@@ -304,7 +321,7 @@ def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kube
     slow = OperatorProcess(stack_env["KUBECONFIG"], namespace, log, EOS_TEST_RESOLVE_DELAY="30").start()
     diag = Diagnostics(kubectl, namespace, slow, kubelet)
     try:
-        kubectl.apply(colors_stream(name, topics, tmp_path / "checkpoint"), namespace)
+        kubectl.apply(on_nodes.place(colors_stream(name, topics, tmp_path / "checkpoint")), namespace)
         status = wait_until(lambda: (lambda s: s if s.get("pendingLaunch") else None)(
             kubectl.status(namespace, name)), "the launch to be recorded", 60, diag, 0.2)
         assert status["pendingLaunch"]["pod"] == "colors-driver-0"
@@ -336,7 +353,7 @@ def test_operator_killed_during_launch_leaves_exactly_one_driver(stack_env, kube
         assert [p["metadata"]["name"] for p in kubectl.pods(namespace)] == ["colors-driver-0"]
         assert kubectl.events(namespace, name).count("Submitted") == 1
         assert [p.name for p in sorted(kubelet.log_dir.glob(f"{namespace}_*.log"))] == [
-            f"{namespace}_colors-driver-0.log"]                     # one driver process ever ran
+            f"{namespace}_colors-driver-0.log"]                     # one driver Pod ever ran
         expected = produce(topics.bootstrap, topics.events, 1000)
         wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output", 300,
                    diag, 2)

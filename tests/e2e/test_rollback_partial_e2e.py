@@ -11,6 +11,10 @@ any spec), the rest written. Every id sent is in the output once, read_committed
 With key slots the same rollback is refused, nothing written (the slot write path on the broker:
 tests/stack/test_partial_other_spec.py, with the negative control that finishes key slots anyway and loses and
 duplicates ids).
+
+The drivers run on the real nodes (kubelet + containerd, the project's image; tests/e2e/on_nodes.py): the test's
+job modules reach them as a ConfigMap mounted at /app/tests/e2e/jobs, the checkpoint and the upgrade's snapshot
+are in the stack's bucket, and the drivers' logs are followed from the nodes (``NodePods``).
 """
 from __future__ import annotations
 
@@ -21,14 +25,14 @@ import pytest
 from eos_stack.cluster import condition, wait_until
 from tests.e2e.streams import NAME, finish_ids, rig
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.real_nodes]
 
 GOOD, BROKEN = "tests.e2e.jobs.ids_by_partition", "tests.e2e.jobs.ids_broken_on_partition"
 
 
 def test_a_rollback_finishes_the_batch_a_broken_upgrade_partially_committed(
-        stack_env, kubectl, namespace, tmp_path, report_result):
-    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+        stack_env, nodes, kubectl, namespace, on_nodes, tmp_path, report_result):
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r:
         doc = r.stream(GOOD, upgradePreFlight=False, upgradeReadinessTimeoutSeconds=60)
         doc["spec"]["job"].update({"parallelism": 3, "slotsFrom": "sourcePartitions"})
         feed = r.run_ids(doc, seed=41)
@@ -50,7 +54,8 @@ def test_a_rollback_finishes_the_batch_a_broken_upgrade_partially_committed(
         # The precondition, from the rolled-back driver's own log: it met a batch the broken spec had partially
         # committed (another output hash) and finished it, skipping the broken spec's committed slots.
         log_path = r.kubelet.log_path(namespace, rolled_pod)
-        wait_until(lambda: "slots skipped as already committed" in log_path.read_text(errors="replace"),
+        wait_until(lambda: log_path.exists() and "slots skipped as already committed" in log_path.read_text(
+            errors="replace"),
                    f"{rolled_pod} to finish the partial batch", 180, r.diag, 1)
         text = log_path.read_text(errors="replace")
         assert "seeded from snapshot" in text, text[-4000:]           # the rollback restored the upgrade's snapshot

@@ -1,8 +1,11 @@
 """Upgrade safety on the real stack: pre-flight, drain, operator kills mid-upgrade,
 periodic snapshots with retention, and a restore from an older snapshot into a new stream.
 
-Each test runs its own namespace, operator process and process kubelet; the driver,
-pre-flight, drain and snapshot Pods run their real commands. Output is checked with
+Each test runs its own namespace and operator process; the driver, pre-flight, drain and snapshot Pods run their
+real commands. The test marked ``real_nodes`` (pre-flight) runs them on the real nodes (the checkpoint in the
+stack's bucket, the test job modules from a ConfigMap: tests/e2e/on_nodes.py); the others still run on the process
+kubelet: the drain test needs one driver's own fault environment, the fork test reads the older snapshot's
+checkpoint on this machine's disk, the operator-kill test is not run on the nodes yet (docs/local-stack.md). Output is checked with
 read_committed consumers. Exactness is proven on the unique-id stream (every id sent in
 the output once, as a set: ``finish_ids``), where final counts per key would hide a lost
 batch that a later one rewrote. The pre-flight test, whose point is the state schema of a stateful job, runs
@@ -27,9 +30,11 @@ pytestmark = pytest.mark.stack
 
 
 # -------------------------------------------------------------------------- tests
+@pytest.mark.real_nodes
 def test_pre_flight_blocks_an_incompatible_upgrade(
-        stack_env, kubectl, namespace, tmp_path, report_result):
-    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+        stack_env, nodes, kubectl, namespace, on_nodes, tmp_path, report_result):
+    """The driver and the pre-flight Pod on the real nodes, the test's job modules mounted from a ConfigMap."""
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r:
         feed = r.run_ids(r.stream("tests.e2e.jobs.ids_deduped"), seed=3)
 
         # The new job's state is incompatible (its deduplication key differs): pre-flight refuses it, nothing

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -103,6 +104,18 @@ def container_processes(container_id: str) -> dict[int, int]:
     return found
 
 
+def kill9_container(container_id: str) -> dict[int, int]:
+    """SIGKILL every process of one container (``container_processes``: the JVM and PySpark's workers, whatever
+    their process groups); returns those signalled (empty: the container ran nothing any more)."""
+    procs = container_processes(container_id)
+    for pid in procs:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return procs
+
+
 def wait_gone(v1, ns: str, name: str, timeout: float = 120) -> None:
     from kubernetes.client.rest import ApiException
     deadline = time.monotonic() + timeout
@@ -136,19 +149,30 @@ def _running(pid: int) -> bool:
 
 
 class LogFollower(threading.Thread):
-    """A Pod's log as it is written (``kubectl logs -f``), kept after the Pod is gone."""
+    """A Pod's log as it is written (``kubectl logs -f``), kept after the Pod is gone; with ``path``, also
+    appended to that file as it arrives (``tests.harness.node_pods``)."""
 
-    def __init__(self, v1, namespace: str, pod: str):
+    def __init__(self, v1, namespace: str, pod: str, path: Path | None = None):
         super().__init__(daemon=True)
-        self.v1, self.namespace, self.pod, self.text = v1, namespace, pod, ""
+        self.v1, self.namespace, self.pod, self.path, self.text = v1, namespace, pod, path, ""
 
     def run(self) -> None:
+        out = self.path.open("a", encoding="utf-8") if self.path else None
         try:
             resp = self.v1.read_namespaced_pod_log(self.pod, self.namespace, follow=True, _preload_content=False)
             for chunk in resp.stream():
-                self.text += chunk.decode(errors="replace")
+                self._add(chunk.decode(errors="replace"), out)
         except Exception as exc:  # noqa: BLE001 - the log ends with its Pod
-            self.text += f"\n(log follow ended: {exc})"
+            self._add(f"\n(log follow ended: {exc})", out)
+        finally:
+            if out:
+                out.close()
+
+    def _add(self, text: str, out) -> None:
+        self.text += text
+        if out:
+            out.write(text)
+            out.flush()
 
 
 def keys_secret(stack_env: dict[str, str], name: str = "ckpt-keys") -> dict:
