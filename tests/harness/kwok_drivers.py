@@ -1,0 +1,186 @@
+"""One process that plays every driver Pod of a KWOK node (the scale benchmark's drivers, ``eos_stack.kwok``).
+
+KWOK makes a Pod ``Running`` through the real API server but runs nothing. This process watches the Pods of one
+namespace on the fake Nodes of one run (``--run``, their ``eos.dev/kwok`` label) and, for each driver Pod that is
+``Running``, plays its driver in a thread of its own (``driver_play``: the run config read from the Pod's
+``EOS_RUN_CONFIG`` as ``eos_job.cli`` reads it, the pre-flight, the epoch claim, then a committed batch every
+``--batch-seconds`` through the sink's write path). The operator so sees what it saw of a stand-in process: the
+Pod Running, the stream's epoch stamped and its batches in the ledger.
+
+* **Pod deleted** (deletionTimestamp set, KWOK's ``pod-delete`` stage then removes it) **or failed**
+  (``fail_pod``: status ``Failed``, exit code 137, as a SIGKILL's): its driver stops after the running batch
+  and writes nothing more; what it left open is for the operator's resolution, as after a real kill.
+* **A driver that ends on its own** (superseded, refused, sink unusable): its Pod's status is written as the
+  kubelet would, ``Failed`` (or ``Succeeded`` on exit 0) with the exit code and the summary as the termination
+  message.
+* **Other Pods** (pre-flight, drain, probe, snapshot): not played; such a Pod is failed with a message that
+  says so (the benchmark makes none).
+
+``--concurrency`` drivers at a time do their start or a batch (``driver_play``'s gate), so a few hundred
+starting at once queue here rather than all at the broker at the same instant.
+Run: ``python -m tests.harness.kwok_drivers --kubeconfig K --namespace NS --run RUN``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+
+from kubernetes import client, config, watch
+
+from eos_job import cli
+from eos_operator.children import RUN_CONFIG_ENV
+
+from .driver_play import is_driver, play, run_args
+
+log = logging.getLogger("eos_job.kwok_drivers")
+
+ENDED = ("Failed", "Succeeded")
+
+
+def fail_pod(core: client.CoreV1Api, namespace: str, name: str, *, exit_code: int = 137, reason: str = "Error",
+             message: str = "") -> None:
+    """End a Pod as its node would report a container that exited ``exit_code`` (137: killed by SIGKILL)."""
+    pod = core.read_namespaced_pod(name, namespace)
+    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+    statuses = [{"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
+                 "started": False, "state": {"terminated": {"exitCode": exit_code, "reason": reason,
+                                                             "message": message[:4000], "startedAt": now,
+                                                             "finishedAt": now}}}
+                for c in pod.spec.containers]
+    core.patch_namespaced_pod_status(name, namespace, {"status": {
+        "phase": phase, "containerStatuses": statuses,
+        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now},
+                       {"type": "ContainersReady", "status": "False", "reason": "PodCompleted",
+                        "lastTransitionTime": now}]}})
+
+
+def pod_env(pod) -> dict[str, str]:
+    """The container's literal environment (the driver's run config is one: ``children.driver_pod``)."""
+    return {e.name: e.value for e in (pod.spec.containers[0].env or []) if e.value is not None}
+
+
+class Drivers:
+    """The watch and one thread per played driver, keyed by Pod uid."""
+
+    def __init__(self, kubeconfig: str, namespace: str, run: str, *, batch_seconds: float, records: int,
+                 concurrency: int):
+        self.core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+        self.ns, self.run = namespace, run
+        self.batch_seconds, self.records = batch_seconds, records
+        self.gate = threading.BoundedSemaphore(concurrency)
+        self.playing: dict[str, threading.Event] = {}
+        self.stopped = threading.Event()
+        self.nodes: set[str] = set()
+
+    def on_kwok(self, pod) -> bool:
+        name = pod.spec.node_name
+        if name and name not in self.nodes:
+            node = self.core.read_node(name)
+            if (node.metadata.labels or {}).get("eos.dev/kwok") == self.run:
+                self.nodes.add(name)
+        return name in self.nodes
+
+    def seen(self, pod, deleted: bool = False) -> None:
+        uid, phase = pod.metadata.uid, pod.status.phase if pod.status else None
+        if deleted or pod.metadata.deletion_timestamp or phase in ENDED:
+            stop = self.playing.pop(uid, None)
+            if stop is not None:
+                stop.set()
+            return
+        if phase != "Running" or uid in self.playing or not self.on_kwok(pod):
+            return
+        command = list(pod.spec.containers[0].command or []) + list(pod.spec.containers[0].args or [])
+        env = pod_env(pod)
+        if not is_driver(command, env):
+            log.warning("%s: not a driver's Pod; the KWOK simulator plays drivers only", pod.metadata.name)
+            fail_pod(self.core, self.ns, pod.metadata.name, exit_code=128, reason="StartError",
+                     message="the KWOK driver simulator plays driver Pods only")
+            return
+        stop = self.playing[uid] = threading.Event()
+        threading.Thread(target=self.drive, args=(pod.metadata.name, command, env, stop), daemon=True,
+                         name=pod.metadata.name).start()
+
+    def drive(self, name: str, command: list[str], env: dict[str, str], stop: threading.Event) -> None:
+        args = run_args(command, env)
+        try:
+            cfg = cli._load(args, json.loads(env[args.config_env or RUN_CONFIG_ENV]))
+        except (ValueError, KeyError) as exc:
+            return self.ended(name, stop, cli.EXIT_BAD_CONFIG, f"{type(exc).__name__}: {exc}")
+        try:
+            code, summary = play(cfg, stop, batch_seconds=self.batch_seconds, records=self.records,
+                                 snapshot_dir=args.snapshot_on_stop, gate=lambda: self.gate)
+        except Exception as exc:  # noqa: BLE001 - a driver that dies of anything else ends its Pod, as it would
+            log.exception("%s: driver failed", name)
+            return self.ended(name, stop, 1, f"{type(exc).__name__}: {exc}")
+        self.ended(name, stop, code, summary.to_json())
+
+    def ended(self, name: str, stop: threading.Event, code: int, message: str) -> None:
+        """A driver that ended on its own ends its Pod; one stopped because its Pod went away writes nothing."""
+        if stop.is_set():
+            return
+        log.info("%s: exit %d", name, code)
+        try:
+            fail_pod(self.core, self.ns, name, exit_code=code, reason="Completed" if code == 0 else "Error",
+                     message=message)
+        except client.ApiException as exc:
+            log.warning("%s: its end not written: %s", name, exc.reason)
+
+    def watch(self) -> None:
+        version = None
+        while not self.stopped.is_set():
+            try:
+                if version is None:
+                    pods = self.core.list_namespaced_pod(self.ns)
+                    for pod in pods.items:
+                        self.seen(pod)
+                    version = pods.metadata.resource_version
+                for ev in watch.Watch().stream(self.core.list_namespaced_pod, self.ns, resource_version=version,
+                                               timeout_seconds=60, allow_watch_bookmarks=True):
+                    version = ev["object"].metadata.resource_version
+                    if ev["type"] != "BOOKMARK":
+                        self.seen(ev["object"], deleted=ev["type"] == "DELETED")
+                    if self.stopped.is_set():
+                        return
+            except client.ApiException as exc:
+                if exc.status == 410:   # too old: list again
+                    version = None
+                else:
+                    log.warning("pod watch: %s", exc.reason)
+                    time.sleep(1)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        for stop in list(self.playing.values()):
+            stop.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--namespace", required=True)
+    ap.add_argument("--run", required=True, help="the fake Nodes' eos.dev/kwok label value")
+    ap.add_argument("--batch-seconds", type=float, default=30.0, help="a driver's batch interval")
+    ap.add_argument("--records", type=int, default=1, help="records per slot and batch")
+    ap.add_argument("--concurrency", type=int, default=8, help="drivers starting or in a batch at once")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    drivers = Drivers(a.kubeconfig, a.namespace, a.run, batch_seconds=a.batch_seconds, records=a.records,
+                      concurrency=a.concurrency)
+    signal.signal(signal.SIGTERM, lambda *_: drivers.stopped.set())
+    threading.Thread(target=drivers.watch, daemon=True, name="watch").start()
+    while not drivers.stopped.wait(1):
+        pass
+    drivers.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
