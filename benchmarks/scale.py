@@ -1,30 +1,39 @@
 #!/usr/bin/env python3
 """Scale benchmark (issue 14): one operator and N streams, for N = 50, 200 and 500, one run each.
 
-Everything is real but Spark: the operator (``python -m eos_operator run``, the CLI's default intervals,
-``--leader-election`` with two replicas, ``--metrics-port``), the API server, Kafka and resolution. The
-drivers are the process kubelet's stand-ins (``tests/harness/standin.py``: the driver's own start, epoch
-stamp and exactly-once batches through the sink's write path, one batch every ``--batch-seconds``), so
-hundreds fit on this machine. Per N, in a namespace of its own:
+Everything is real but Spark and the node: the operator (``python -m eos_operator run``, the CLI's default
+intervals, ``--leader-election`` with two replicas, ``--metrics-port``), the API server, Kafka and resolution.
+The drivers (``--nodes``):
 
-1. the kubelet (stand-in mode) and the two operator replicas start; a ``--baseline-seconds`` window with no
-   stream measures the fixed API traffic (Lease renewals, watches);
+* ``kwok`` (the default): the driver Pods go to a fake Node of KWOK (``eos_stack.kwok``, built into the cache on
+  first use), which makes them ``Running`` and removes them when deleted through the real API server; one
+  simulator process (``tests/harness/kwok_drivers.py``) plays every Running driver in a thread: the driver's
+  own start, epoch stamp and exactly-once batches through the sink's write path (``driver_play``), one batch
+  every ``--batch-seconds``.
+* ``standin``: the process kubelet runs one stand-in process per driver (``tests/harness/standin.py``, the same
+  ``driver_play``), about 25 MiB each: the previous way, kept to compare with.
+
+Per N, in a namespace of its own:
+
+1. the nodes (KWOK and its simulator, or the process kubelet) and the two operator replicas start; a
+   ``--baseline-seconds`` window with no stream measures the fixed API traffic (Lease renewals, watches);
 2. N streams are created (each its own sink and ledger topic, one shared empty source topic); the time until
    all are ``Running`` with a committed batch is the start-up;
 3. a ``--steady-seconds`` window: the API server's ``apiserver_request_total`` and, if the operator exports
    it, its own ``eos_operator_kube_requests_total``, the leader's CPU, peak RSS and Kafka connections
-   (ESTABLISHED sockets to the broker, from /proc), and what the stand-ins cost (private memory);
+   (ESTABLISHED sockets to the broker, from /proc), and what the drivers' stand-in costs (private memory);
 4. first action: ``--sample`` streams spread over the N get ``spec.restartNonce`` bumped one at a time;
    from the patch to the operator's first observable action (a status write that observed the new
    generation, or the driver Pod's deletion), both seen through watches;
-5. crash to restart: ``--crashes`` drivers are SIGKILLed (``kubelet.kill9``); from the kill to the next
-   driver Pod's creation (restart delay 0);
+5. crash to restart: ``--crashes`` drivers are killed (KWOK: the Pod's status written ``Failed`` with exit code
+   137 through the API, as a node reports a SIGKILL, and its driver thread stopped; stand-in: ``kubelet.kill9``);
+   from the kill to the next driver Pod's creation (restart delay 0);
 6. takeover: the leader is SIGKILLed and a stream's restartNonce bumped at once; from the kill to the
    standby holding the Lease, and to its first action on that stream.
 
 Results: ``benchmarks/results/<date>-scale.md`` and ``<date>-scale.png`` (``scale_report.py``).
 Run: ``make bench-scale`` or ``EOS_STATE=.stack PYTHONPATH=stack:.:jobs:operator .venv/bin/python
-benchmarks/scale.py --streams 50``.
+benchmarks/scale.py --streams 50`` (``--nodes standin`` for the process kubelet).
 """
 from __future__ import annotations
 
@@ -34,6 +43,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,11 +63,12 @@ from benchmarks.report import say  # noqa: E402
 from benchmarks import procstat  # noqa: E402
 from benchmarks.scale_watch import Recorder, fetch, kafka_connections, private_kb, rss_kb, scrape  # noqa: E402
 from eos_operator.cli import _parser as operator_parser  # noqa: E402
-from eos_stack import cluster  # noqa: E402
+from eos_stack import cluster, kwok  # noqa: E402
 from eos_stack.cluster import wait_until  # noqa: E402
 from eos_stack.common import Stack, free_port  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
+from tests.harness.kwok_drivers import fail_pod  # noqa: E402
 
 NO_INFORMERS = "no informers"
 
@@ -82,6 +93,8 @@ class Run:
         self.names = [f"s{i:03d}" for i in range(n)]
         self.ops: list[cluster.OperatorProcess] = []
         self.kubelet: ProcessKubelet | None = None
+        self.kwok: kwok.KwokNodes | None = None
+        self.simulator: subprocess.Popen | None = None
         self.rec: Recorder | None = None
         self.res: dict = {"streams": n, **({"variant": variant} if variant else {})}
 
@@ -91,10 +104,13 @@ class Run:
         self.source = f"scale-src-{self.rid}"
         self.topics.create({self.source: 1, **{self.sink(s): 1 for s in self.names}})
         self.rec = Recorder(self.api, self.ns)
-        self.kubelet = ProcessKubelet(self.env["KUBECONFIG"], namespace=self.ns, log_dir=self.work / "pods",
-                                      standin_image="eos-standin*",
-                                      extra_env={"PYTHONPATH": cluster.PYTHONPATH,
-                                                 "EOS_STANDIN_BATCH_SECONDS": f"{self.a.batch_seconds:g}"}).start()
+        if self.a.nodes == "kwok":
+            self.start_kwok()
+        else:
+            self.kubelet = ProcessKubelet(self.env["KUBECONFIG"], namespace=self.ns, log_dir=self.work / "pods",
+                                          standin_image="eos-standin*",
+                                          extra_env={"PYTHONPATH": cluster.PYTHONPATH,
+                                                     "EOS_STANDIN_BATCH_SECONDS": f"{self.a.batch_seconds:g}"}).start()
         d = operator_parser().parse_args(["run"])   # the operator's own defaults, as in production
         for i in range(2):
             op = cluster.OperatorProcess(self.env["KUBECONFIG"], self.ns, self.work / f"operator-{i}.log",
@@ -108,6 +124,17 @@ class Run:
         self.res["settings"] = {"interval_s": d.interval, "progress_interval_s": d.progress_interval,
                                 "horizon_interval_s": d.horizon_interval, "lease_duration_s": d.lease_duration}
 
+    def start_kwok(self) -> None:
+        """A fake Node of this run and the one simulator process that plays its driver Pods."""
+        self.kwok = kwok.KwokNodes(self.env["KUBECONFIG"], self.rid, self.work / "kwok.log").start()
+        with open(self.work / "drivers.log", "ab") as out:
+            self.simulator = subprocess.Popen(
+                [sys.executable, "-m", "tests.harness.kwok_drivers", "--kubeconfig", self.env["KUBECONFIG"],
+                 "--namespace", self.ns, "--run", self.rid, "--batch-seconds", f"{self.a.batch_seconds:g}",
+                 "--concurrency", str(self.a.concurrency)],
+                env={**os.environ, "PYTHONPATH": cluster.PYTHONPATH}, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+
     def sink(self, name: str) -> str:
         return f"scale-sink-{self.rid}-{name}"
 
@@ -119,8 +146,11 @@ class Run:
         return next((op for op in self.ops if op.alive() and op.identity == holder), None)
 
     def manifest(self, name: str) -> dict:
+        job: dict = {"image": IMAGE}
+        if self.a.nodes == "kwok":
+            job["podTemplate"] = kwok.pod_template(self.rid)
         m = colors_manifest(name, self.env["KAFKA_BOOTSTRAP"], self.source, self.sink(name),
-                            self.work / "ckpt" / name, parallelism=self.a.parallelism, job={"image": IMAGE},
+                            self.work / "ckpt" / name, parallelism=self.a.parallelism, job=job,
                             restartStrategy={"type": "fixed-delay",
                                              "fixedDelay": {"attempts": 1000, "delaySeconds": 0}})
         m["spec"]["job"].pop("sparkConf")
@@ -215,7 +245,10 @@ class Run:
         for name in picks:
             pod = self.rec.stream(name).get("driverPod")
             t0 = time.time()
-            assert self.kubelet.kill9(self.ns, pod), f"{pod} has no process"
+            if self.kubelet is not None:
+                assert self.kubelet.kill9(self.ns, pod), f"{pod} has no process"
+            else:
+                fail_pod(self.core, self.ns, pod)
             new = wait_until(lambda: self.rec.pod_created_after(name, pod, t0), f"{name}: a new driver Pod", 180,
                              interval=0.05)
             out.append({"stream": name, "restart_pod_s": round(new - t0, 3)})
@@ -241,7 +274,15 @@ class Run:
                 "what": action[1]}
 
     def standin_cost(self) -> dict:
-        """The stand-ins are the children of the kubelet's zygote (this process's child)."""
+        """What playing the drivers costs: KWOK's controller and the simulator; or the stand-ins, the children of
+        the kubelet's zygote (this process's child)."""
+        if self.simulator is not None:
+            sim, ctl = self.simulator.pid, self.kwok.proc.pid
+            return {"nodes": "kwok", "simulator_private_mib": round(private_kb(sim) / 1024, 1),
+                    "simulator_rss_mib": round(rss_kb(sim) / 1024, 1), "simulator_cpu_s": round(cpu_seconds(sim), 1),
+                    "simulator_threads": len(os.listdir(f"/proc/{sim}/task")),
+                    "private_mib_mean": round(private_kb(sim) / 1024 / self.n, 2),
+                    "kwok_rss_mib": round(rss_kb(ctl) / 1024, 1), "kwok_cpu_s": round(cpu_seconds(ctl), 1)}
         kids = procstat.children(procstat.procs())
         zygote = next(p for p in kids.get(os.getpid(), [])
                       if Path(f"/proc/{p}/cmdline").read_bytes().endswith(b"--zygote\0"))
@@ -270,6 +311,14 @@ class Run:
             op.stop()
         if self.kubelet is not None:
             self.kubelet.stop(grace=30)
+        if self.simulator is not None:
+            self.simulator.terminate()
+            try:
+                self.simulator.wait(30)
+            except subprocess.TimeoutExpired:
+                self.simulator.kill()
+        if self.kwok is not None:
+            self.kwok.stop()
         if self.rec is not None:
             self.rec.stop()
         for s in self.names:
@@ -304,7 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streams", default="50,200,500", help="stream counts, comma-separated, one run each")
     ap.add_argument("--parallelism", type=int, default=1, help="slots per stream")
-    ap.add_argument("--batch-seconds", type=float, default=5.0, help="a stand-in's batch interval")
+    ap.add_argument("--nodes", choices=("kwok", "standin"), default="kwok",
+                    help="the drivers: Pods on a KWOK node played by one simulator process, or the process "
+                         "kubelet's stand-in processes")
+    ap.add_argument("--batch-seconds", type=float, default=30.0, help="a driver's batch interval")
+    ap.add_argument("--concurrency", type=int, default=8, help="KWOK: drivers the simulator starts or runs a "
+                                                              "batch of at once")
     ap.add_argument("--baseline-seconds", type=float, default=30.0)
     ap.add_argument("--settle-seconds", type=float, default=20.0, help="after all are running, before measuring")
     ap.add_argument("--steady-seconds", type=float, default=60.0)
@@ -348,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                 run.stop()
                 logs = REPO / ".stack" / "bench-scale-logs" / run.ns
                 logs.mkdir(parents=True, exist_ok=True)
-                for f in run.work.glob("operator-*.log"):
+                for f in run.work.glob("*.log"):   # the operators', and KWOK's and its simulator's
                     shutil.copy(f, logs / f.name)
             res["load_avg_end"] = list(os.getloadavg())
             scale_report.summarize(res)

@@ -10,7 +10,9 @@ go away, all through the stack's real API server and with no container behind th
   cache the build filled, into ``stages.yaml`` beside the binary.
 * **Nodes.** ``KwokNodes`` starts one ``kwok`` controller that manages only the Nodes labelled
   ``eos.dev/kwok=<run>`` and creates them; each is tainted (``TAINT``) so no other workload of the shared
-  stack lands there: a Pod goes to a fake Node only with ``toleration()`` and ``node_selector(run)``.
+  stack lands there: a Pod goes to a fake Node only with ``pod_template(run)``: the toleration, a
+  nodeSelector of the run, and the stack's scheduler (``node_config.SCHEDULER_NAME``: the stack schedules only
+  Pods that name it).
   The fake Pod IPs come from ``POD_CIDR``, a range only written into Pod status (nothing routes it).
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ from kubernetes import client
 
 from .common import Stack, StackError, log, wait_for
 from .go_build import build_once, go_env, go_install
+from .node_config import SCHEDULER_NAME
 
 KWOK_VERSION = "v0.8.0"
 STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -60,14 +63,11 @@ def ensure_binary(st: Stack) -> Path:
     return exe
 
 
-def toleration() -> dict:
-    """What a Pod needs to go to a fake Node (``podTemplate.tolerations``)."""
-    return {"key": TAINT["key"], "operator": "Equal", "value": TAINT["value"], "effect": TAINT["effect"]}
-
-
-def node_selector(run: str) -> dict[str, str]:
-    """What keeps a Pod on this run's fake Nodes (``podTemplate.nodeSelector``)."""
-    return {LABEL: run}
+def pod_template(run: str) -> dict:
+    """A stream's ``job.podTemplate`` that puts its Pods on this run's fake Nodes, through the stack's scheduler."""
+    return {"schedulerName": SCHEDULER_NAME, "nodeSelector": {LABEL: run},
+            "tolerations": [{"key": TAINT["key"], "operator": "Equal", "value": TAINT["value"],
+                             "effect": TAINT["effect"]}]}
 
 
 def node_manifest(name: str, run: str) -> dict:
@@ -103,6 +103,10 @@ class KwokNodes:
             self.core.create_node(node_manifest(name, self.run))
         wait_for(self.ready, f"kwok's Nodes {self.names} Ready (log {self.log_file})", 60,
                  on_fail=lambda: self.log_file.read_text(errors="replace")[-3000:])
+        for name in self.names:
+            # The API server taints a new Node not-ready; the node lifecycle controller, which the stack does not
+            # run, lifts it once the Node is Ready: done here.
+            self.core.patch_node(name, {"spec": {"taints": [TAINT]}})
         return self
 
     def ready(self) -> bool:

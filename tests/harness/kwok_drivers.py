@@ -30,6 +30,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from kubernetes import client, config, watch
 
@@ -37,6 +38,7 @@ from eos_job import cli
 from eos_operator.children import RUN_CONFIG_ENV
 
 from .driver_play import is_driver, play, run_args
+from .pod_setup import ConfigError, PodSetup
 
 log = logging.getLogger("eos_job.kwok_drivers")
 
@@ -61,9 +63,15 @@ def fail_pod(core: client.CoreV1Api, namespace: str, name: str, *, exit_code: in
                         "lastTransitionTime": now}]}})
 
 
-def pod_env(pod) -> dict[str, str]:
-    """The container's literal environment (the driver's run config is one: ``children.driver_pod``)."""
-    return {e.name: e.value for e in (pod.spec.containers[0].env or []) if e.value is not None}
+def pod_env(setup: PodSetup, pod: dict) -> dict[str, str]:
+    """The container's environment as the kubelet gives it: literal values, and ``valueFrom`` read through the
+    API (the driver's run config is a ConfigMap key: ``children.driver_pod``)."""
+    env = {}
+    for e in pod["spec"]["containers"][0].get("env") or []:
+        value = e.get("value") if "valueFrom" not in e else setup.value_from(pod, e["valueFrom"])
+        if value is not None:
+            env[e["name"]] = value
+    return env
 
 
 class Drivers:
@@ -97,21 +105,25 @@ class Drivers:
         if phase != "Running" or uid in self.playing or not self.on_kwok(pod):
             return
         command = list(pod.spec.containers[0].command or []) + list(pod.spec.containers[0].args or [])
-        env = pod_env(pod)
-        if not is_driver(command, env):
+        if not is_driver(command, {}):
             log.warning("%s: not a driver's Pod; the KWOK simulator plays drivers only", pod.metadata.name)
             fail_pod(self.core, self.ns, pod.metadata.name, exit_code=128, reason="StartError",
                      message="the KWOK driver simulator plays driver Pods only")
             return
         stop = self.playing[uid] = threading.Event()
-        threading.Thread(target=self.drive, args=(pod.metadata.name, command, env, stop), daemon=True,
-                         name=pod.metadata.name).start()
+        threading.Thread(target=self.drive, args=(pod, command, stop), daemon=True, name=pod.metadata.name).start()
 
-    def drive(self, name: str, command: list[str], env: dict[str, str], stop: threading.Event) -> None:
-        args = run_args(command, env)
+    def drive(self, pod, command: list[str], stop: threading.Event) -> None:
+        name = pod.metadata.name
         try:
+            raw = self.core.api_client.sanitize_for_serialization(pod)
+            env = pod_env(PodSetup(self.core, None, node_name=pod.spec.node_name, workdir=Path(".")), raw)
+            if not is_driver(command, env):   # a drain (its variable): not played
+                raise ValueError("not a driver's Pod: the KWOK simulator plays driver Pods only")
+            args = run_args(command, env)
             cfg = cli._load(args, json.loads(env[args.config_env or RUN_CONFIG_ENV]))
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, ConfigError, client.ApiException) as exc:
+            log.error("%s: %s: %s", name, type(exc).__name__, exc)
             return self.ended(name, stop, cli.EXIT_BAD_CONFIG, f"{type(exc).__name__}: {exc}")
         try:
             code, summary = play(cfg, stop, batch_seconds=self.batch_seconds, records=self.records,
@@ -143,8 +155,8 @@ class Drivers:
                     version = pods.metadata.resource_version
                 for ev in watch.Watch().stream(self.core.list_namespaced_pod, self.ns, resource_version=version,
                                                timeout_seconds=60, allow_watch_bookmarks=True):
-                    version = ev["object"].metadata.resource_version
-                    if ev["type"] != "BOOKMARK":
+                    version = ev["raw_object"]["metadata"]["resourceVersion"]
+                    if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         self.seen(ev["object"], deleted=ev["type"] == "DELETED")
                     if self.stopped.is_set():
                         return
