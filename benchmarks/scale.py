@@ -61,6 +61,7 @@ from benchmarks import report, scale_report  # noqa: E402
 from benchmarks.kafka_io import Topics  # noqa: E402
 from benchmarks.report import say  # noqa: E402
 from benchmarks import procstat  # noqa: E402
+from benchmarks import scale_watch  # noqa: E402
 from benchmarks.scale_watch import Recorder, fetch, kafka_connections, private_kb, rss_kb, scrape  # noqa: E402
 from eos_operator.cli import _parser as operator_parser  # noqa: E402
 from eos_stack import cluster, kwok  # noqa: E402
@@ -273,6 +274,24 @@ class Run:
         return {"stream": name, "lease_s": round(lease_s, 2), "first_action_s": round(action[0] - t0, 2),
                 "what": action[1]}
 
+    def profile(self) -> subprocess.Popen | None:
+        """py-spy (``--profile-seconds``) sampling the leader's stacks on CPU from the steady window on, through
+        the first actions: where the operator's time goes."""
+        exe = Path(sys.executable).with_name("py-spy")
+        if self.a.profile_seconds <= 0 or not exe.exists():
+            return None
+        return subprocess.Popen([str(exe), "record", "--pid", str(self.leader().proc.pid), "--duration",
+                                 f"{self.a.profile_seconds:.0f}", "--rate", "50", "--format", "raw", "--nonblocking",
+                                 "--output", str(self.work / "profile.txt")],
+                                stdout=subprocess.DEVNULL, stderr=open(self.work / "py-spy.log", "ab"))
+
+    def profile_summary(self, proc: subprocess.Popen) -> dict:
+        try:
+            proc.wait(self.a.profile_seconds + 60)
+            return scale_watch.collapsed_summary((self.work / "profile.txt").read_text(), self.a.profile_seconds)
+        except (OSError, subprocess.TimeoutExpired) as exc:   # the run's figures stand without it
+            return {"error": f"{exc}; {(self.work / 'py-spy.log').read_text(errors='replace')[-500:]}"}
+
     def standin_cost(self) -> dict:
         """What playing the drivers costs: KWOK's controller and the simulator; or the stand-ins, the children of
         the kubelet's zygote (this process's child)."""
@@ -296,10 +315,13 @@ class Run:
         self.res["baseline"] = self.window(self.a.baseline_seconds, "baseline, no stream")
         self.create_streams()
         time.sleep(self.a.settle_seconds)
+        profiler = self.profile()
         self.res["steady"] = self.window(self.a.steady_seconds, f"steady state, {self.n} streams")
         self.res["standins"] = self.standin_cost()
         self.res["memory_available_gib"] = round(mem_available_kb() / 1024 / 1024, 1)
         self.res["first_action"] = self.first_actions()
+        if profiler is not None:
+            self.res["profile"] = self.profile_summary(profiler)
         self.res["crash_restart"] = self.crashes()
         self.res["takeover"] = self.takeover()
         self.res["operator_log_errors"] = sum(op.tail(10**6).count(" ERROR ") for op in self.ops)
@@ -366,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-gap", type=float, default=1.0, help="seconds between two bumps, and two crashes")
     ap.add_argument("--crashes", type=int, default=5)
     ap.add_argument("--start-timeout", type=float, default=1800.0)
+    ap.add_argument("--profile-seconds", type=float, default=120.0,
+                    help="py-spy on the leader from the steady window on (0: none); needs py-spy in the venv")
     ap.add_argument("--baseline-no-informers", action="store_true",
                     help="first, the smallest count once more with the operator's --no-informers (a LIST/GET per "
                          "reconcile pass, as before the watches): the baseline of the same run")

@@ -115,6 +115,14 @@ def markdown(res: dict) -> str:
         if r.get("first_action"):
             lines.append("- first action, each sample (s): " + ", ".join(
                 f"{x['stream']} {x['first_action_s']:.3f} ({x['what']})" for x in r["first_action"]))
+        prof = r.get("profile") or {}
+        if prof.get("samples"):
+            lines.append(f"- the leader's profile (py-spy, {prof['samples']:,} samples on CPU over {prof['seconds']:g} s "
+                         "from the steady window through the first actions), % of samples; where the CPU was: " +
+                         ", ".join(f"`{f}` {p:g}" for f, p in prof["self_pct"]) + "; on the stack: " +
+                         ", ".join(f"`{f}` {p:g}" for f, p in prof["inclusive_pct"]))
+        elif prof:
+            lines.append(f"- the leader's profile: `{prof}`")
         if r.get("crash_restart"):
             lines.append("- crash → restart Pod, each (s): " + ", ".join(
                 f"{x['stream']} {x['restart_pod_s']:.3f}" for x in r["crash_restart"]))

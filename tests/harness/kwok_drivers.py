@@ -84,6 +84,7 @@ class Drivers:
         self.batch_seconds, self.records = batch_seconds, records
         self.gate = threading.BoundedSemaphore(concurrency)
         self.playing: dict[str, threading.Event] = {}
+        self.threads: list[threading.Thread] = []
         self.stopped = threading.Event()
         self.nodes: set[str] = set()
 
@@ -111,7 +112,9 @@ class Drivers:
                      message="the KWOK driver simulator plays driver Pods only")
             return
         stop = self.playing[uid] = threading.Event()
-        threading.Thread(target=self.drive, args=(pod, command, stop), daemon=True, name=pod.metadata.name).start()
+        thread = threading.Thread(target=self.drive, args=(pod, command, stop), daemon=True, name=pod.metadata.name)
+        self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+        thread.start()
 
     def drive(self, pod, command: list[str], stop: threading.Event) -> None:
         name = pod.metadata.name
@@ -167,10 +170,14 @@ class Drivers:
                     log.warning("pod watch: %s", exc.reason)
                     time.sleep(1)
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 30.0) -> None:
+        """Every driver stops after its running batch (none is left inside a transaction), ``grace`` at most."""
         self.stopped.set()
         for stop in list(self.playing.values()):
             stop.set()
+        deadline = time.monotonic() + grace
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 def main(argv: list[str] | None = None) -> int:
