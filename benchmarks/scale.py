@@ -95,7 +95,7 @@ class Run:
         self.ops: list[cluster.OperatorProcess] = []
         self.kubelet: ProcessKubelet | None = None
         self.kwok: kwok.KwokNodes | None = None
-        self.simulator: subprocess.Popen | None = None
+        self.simulators: list[subprocess.Popen] = []
         self.rec: Recorder | None = None
         self.res: dict = {"streams": n, **({"variant": variant} if variant else {})}
 
@@ -126,15 +126,18 @@ class Run:
                                 "horizon_interval_s": d.horizon_interval, "lease_duration_s": d.lease_duration}
 
     def start_kwok(self) -> None:
-        """A fake Node of this run and the one simulator process that plays its driver Pods."""
+        """A fake Node of this run and the simulator processes that play its driver Pods, a shard each (a process
+        holds about 1,000 Kafka clients at most: ``kwok_drivers``)."""
         self.kwok = kwok.KwokNodes(self.env["KUBECONFIG"], self.rid, self.work / "kwok.log").start()
-        with open(self.work / "drivers.log", "ab") as out:
-            self.simulator = subprocess.Popen(
-                [sys.executable, "-m", "tests.harness.kwok_drivers", "--kubeconfig", self.env["KUBECONFIG"],
-                 "--namespace", self.ns, "--run", self.rid, "--batch-seconds", f"{self.a.batch_seconds:g}",
-                 "--concurrency", str(self.a.concurrency)],
-                env={**os.environ, "PYTHONPATH": cluster.PYTHONPATH}, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL)
+        shards = -(-self.n // self.a.streams_per_simulator)
+        for i in range(shards):
+            with open(self.work / f"drivers-{i}.log", "ab") as out:
+                self.simulators.append(subprocess.Popen(
+                    [sys.executable, "-m", "tests.harness.kwok_drivers", "--kubeconfig", self.env["KUBECONFIG"],
+                     "--namespace", self.ns, "--run", self.rid, "--batch-seconds", f"{self.a.batch_seconds:g}",
+                     "--concurrency", str(max(1, self.a.concurrency // shards)), "--shard", f"{i}/{shards}"],
+                    env={**os.environ, "PYTHONPATH": cluster.PYTHONPATH}, stdout=out, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL))
 
     def sink(self, name: str) -> str:
         return f"scale-sink-{self.rid}-{name}"
@@ -295,12 +298,14 @@ class Run:
     def standin_cost(self) -> dict:
         """What playing the drivers costs: KWOK's controller and the simulator; or the stand-ins, the children of
         the kubelet's zygote (this process's child)."""
-        if self.simulator is not None:
-            sim, ctl = self.simulator.pid, self.kwok.proc.pid
-            return {"nodes": "kwok", "simulator_private_mib": round(private_kb(sim) / 1024, 1),
-                    "simulator_rss_mib": round(rss_kb(sim) / 1024, 1), "simulator_cpu_s": round(cpu_seconds(sim), 1),
-                    "simulator_threads": len(os.listdir(f"/proc/{sim}/task")),
-                    "private_mib_mean": round(private_kb(sim) / 1024 / self.n, 2),
+        if self.simulators:
+            sims, ctl = [p.pid for p in self.simulators], self.kwok.proc.pid
+            private = sum(private_kb(p) for p in sims)
+            return {"nodes": "kwok", "simulators": len(sims), "simulator_private_mib": round(private / 1024, 1),
+                    "simulator_rss_mib": round(sum(rss_kb(p) for p in sims) / 1024, 1),
+                    "simulator_cpu_s": round(sum(cpu_seconds(p) for p in sims), 1),
+                    "simulator_threads": sum(len(os.listdir(f"/proc/{p}/task")) for p in sims),
+                    "private_mib_mean": round(private / 1024 / self.n, 2),
                     "kwok_rss_mib": round(rss_kb(ctl) / 1024, 1), "kwok_cpu_s": round(cpu_seconds(ctl), 1)}
         kids = procstat.children(procstat.procs())
         zygote = next(p for p in kids.get(os.getpid(), [])
@@ -333,12 +338,13 @@ class Run:
             op.stop()
         if self.kubelet is not None:
             self.kubelet.stop(grace=30)
-        if self.simulator is not None:
-            self.simulator.terminate()
+        for sim in self.simulators:
+            sim.terminate()
+        for sim in self.simulators:
             try:
-                self.simulator.wait(30)
+                sim.wait(40)
             except subprocess.TimeoutExpired:
-                self.simulator.kill()
+                sim.kill()
         if self.kwok is not None:
             self.kwok.stop()
         if self.rec is not None:
@@ -379,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the drivers: Pods on a KWOK node played by one simulator process, or the process "
                          "kubelet's stand-in processes")
     ap.add_argument("--batch-seconds", type=float, default=30.0, help="a driver's batch interval")
+    ap.add_argument("--streams-per-simulator", type=int, default=250,
+                    help="KWOK: drivers per simulator process (a process holds about 1,000 Kafka clients at most)")
     ap.add_argument("--concurrency", type=int, default=8, help="KWOK: drivers the simulator starts or runs a "
                                                               "batch of at once")
     ap.add_argument("--baseline-seconds", type=float, default=30.0)

@@ -16,6 +16,11 @@ Pod Running, the stream's epoch stamped and its batches in the ledger.
 * **Other Pods** (pre-flight, drain, probe, snapshot): not played; such a Pod is failed with a message that
   says so (the benchmark makes none).
 
+**Shards.** A process holds at most about 1,000 Kafka clients (each confluent-kafka client takes one of the
+process's 1,024 thread-local storage keys; the next fails ``Failed to initialize thread local storage``) and a
+driver holds three (its ledger-record producer, each slot's producer and ledger reader): ``--shard I/K`` plays
+only the Pods whose name hashes to ``I`` of ``K`` (crc32), so K processes share the Pods, 250 streams each.
+
 ``--concurrency`` drivers at a time do their start or a batch (``driver_play``'s gate), so a few hundred
 starting at once queue here rather than all at the broker at the same instant.
 Run: ``python -m tests.harness.kwok_drivers --kubeconfig K --namespace NS --run RUN``.
@@ -30,6 +35,7 @@ import signal
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 from kubernetes import client, config, watch
@@ -78,9 +84,9 @@ class Drivers:
     """The watch and one thread per played driver, keyed by Pod uid."""
 
     def __init__(self, kubeconfig: str, namespace: str, run: str, *, batch_seconds: float, records: int,
-                 concurrency: int):
+                 concurrency: int, shard: tuple[int, int] = (0, 1)):
         self.core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
-        self.ns, self.run = namespace, run
+        self.ns, self.run, self.shard = namespace, run, shard
         self.batch_seconds, self.records = batch_seconds, records
         self.gate = threading.BoundedSemaphore(concurrency)
         self.playing: dict[str, threading.Event] = {}
@@ -97,6 +103,8 @@ class Drivers:
         return name in self.nodes
 
     def seen(self, pod, deleted: bool = False) -> None:
+        if zlib.crc32(pod.metadata.name.encode()) % self.shard[1] != self.shard[0]:
+            return   # another shard's
         uid, phase = pod.metadata.uid, pod.status.phase if pod.status else None
         if deleted or pod.metadata.deletion_timestamp or phase in ENDED:
             stop = self.playing.pop(uid, None)
@@ -188,11 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-seconds", type=float, default=30.0, help="a driver's batch interval")
     ap.add_argument("--records", type=int, default=1, help="records per slot and batch")
     ap.add_argument("--concurrency", type=int, default=8, help="drivers starting or in a batch at once")
+    ap.add_argument("--shard", default="0/1", help="I/K: play only the Pods whose name hashes to I of K")
     a = ap.parse_args(argv)
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
                         stream=sys.stderr)
     drivers = Drivers(a.kubeconfig, a.namespace, a.run, batch_seconds=a.batch_seconds, records=a.records,
-                      concurrency=a.concurrency)
+                      concurrency=a.concurrency, shard=tuple(int(x) for x in a.shard.split("/")))
     signal.signal(signal.SIGTERM, lambda *_: drivers.stopped.set())
     threading.Thread(target=drivers.watch, daemon=True, name="watch").start()
     while not drivers.stopped.wait(1):
