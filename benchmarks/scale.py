@@ -6,8 +6,9 @@ intervals, ``--leader-election`` with two replicas, ``--metrics-port``), the API
 The drivers (``--nodes``):
 
 * ``kwok`` (the default): the driver Pods go to a fake Node of KWOK (``eos_stack.kwok``, built into the cache on
-  first use), which makes them ``Running`` and removes them when deleted through the real API server; one
-  simulator process (``tests/harness/kwok_drivers.py``) plays every Running driver in a thread: the driver's
+  first use), which makes them ``Running`` and removes them when deleted through the real API server;
+  simulator processes (``tests/harness/kwok_drivers.py``, ``--streams-per-simulator`` each) play every Running
+  driver in a thread: the driver's
   own start, epoch stamp and exactly-once batches through the sink's write path (``driver_play``), one batch
   every ``--batch-seconds``.
 * ``standin``: the process kubelet runs one stand-in process per driver (``tests/harness/standin.py``, the same
@@ -15,7 +16,7 @@ The drivers (``--nodes``):
 
 Per N, in a namespace of its own:
 
-1. the nodes (KWOK and its simulator, or the process kubelet) and the two operator replicas start; a
+1. the nodes (KWOK and its simulators, or the process kubelet) and the two operator replicas start; a
    ``--baseline-seconds`` window with no stream measures the fixed API traffic (Lease renewals, watches);
 2. N streams are created (each its own sink and ledger topic, one shared empty source topic); the time until
    all are ``Running`` with a committed batch is the start-up;

@@ -64,8 +64,8 @@ ROWS = [("startup: create → all Running with a batch, s", "startup_all_running
         ("drivers' stand-in, private memory per stream, MiB", "standin_private_mib")]
 
 STOOD_IN = {"kwok": "the node and Spark (driver Pods on a KWOK node, made Running and removed through the API "
-                    "server; one simulator process plays every driver's start and batches through the sink's "
-                    "write path, a thread each)",
+                    "server; simulator processes of 250 streams each play every driver's start and batches through "
+                    "the sink's write path, a thread each)",
             "standin": "Spark (the process kubelet's driver stand-in, a process per driver)"}
 
 
