@@ -1,30 +1,40 @@
 #!/usr/bin/env python3
 """Scale benchmark (issue 14): one operator and N streams, for N = 50, 200 and 500, one run each.
 
-Everything is real but Spark: the operator (``python -m eos_operator run``, the CLI's default intervals,
-``--leader-election`` with two replicas, ``--metrics-port``), the API server, Kafka and resolution. The
-drivers are the process kubelet's stand-ins (``tests/harness/standin.py``: the driver's own start, epoch
-stamp and exactly-once batches through the sink's write path, one batch every ``--batch-seconds``), so
-hundreds fit on this machine. Per N, in a namespace of its own:
+Everything is real but Spark and the node: the operator (``python -m eos_operator run``, the CLI's default
+intervals, ``--leader-election`` with two replicas, ``--metrics-port``), the API server, Kafka and resolution.
+The drivers (``--nodes``):
 
-1. the kubelet (stand-in mode) and the two operator replicas start; a ``--baseline-seconds`` window with no
-   stream measures the fixed API traffic (Lease renewals, watches);
+* ``kwok`` (the default): the driver Pods go to a fake Node of KWOK (``eos_stack.kwok``, built into the cache on
+  first use), which makes them ``Running`` and removes them when deleted through the real API server;
+  simulator processes (``tests/harness/kwok_drivers.py``, ``--streams-per-simulator`` each) play every Running
+  driver in a thread: the driver's
+  own start, epoch stamp and exactly-once batches through the sink's write path (``driver_play``), one batch
+  every ``--batch-seconds``.
+* ``standin``: the process kubelet runs one stand-in process per driver (``tests/harness/standin.py``, the same
+  ``driver_play``), about 25 MiB each: the previous way, kept to compare with.
+
+Per N, in a namespace of its own:
+
+1. the nodes (KWOK and its simulators, or the process kubelet) and the two operator replicas start; a
+   ``--baseline-seconds`` window with no stream measures the fixed API traffic (Lease renewals, watches);
 2. N streams are created (each its own sink and ledger topic, one shared empty source topic); the time until
    all are ``Running`` with a committed batch is the start-up;
 3. a ``--steady-seconds`` window: the API server's ``apiserver_request_total`` and, if the operator exports
    it, its own ``eos_operator_kube_requests_total``, the leader's CPU, peak RSS and Kafka connections
-   (ESTABLISHED sockets to the broker, from /proc), and what the stand-ins cost (private memory);
+   (ESTABLISHED sockets to the broker, from /proc), and what the drivers' stand-in costs (private memory);
 4. first action: ``--sample`` streams spread over the N get ``spec.restartNonce`` bumped one at a time;
    from the patch to the operator's first observable action (a status write that observed the new
    generation, or the driver Pod's deletion), both seen through watches;
-5. crash to restart: ``--crashes`` drivers are SIGKILLed (``kubelet.kill9``); from the kill to the next
-   driver Pod's creation (restart delay 0);
+5. crash to restart: ``--crashes`` drivers are killed (KWOK: the Pod's status written ``Failed`` with exit code
+   137 through the API, as a node reports a SIGKILL, and its driver thread stopped; stand-in: ``kubelet.kill9``);
+   from the kill to the next driver Pod's creation (restart delay 0);
 6. takeover: the leader is SIGKILLed and a stream's restartNonce bumped at once; from the kill to the
    standby holding the Lease, and to its first action on that stream.
 
 Results: ``benchmarks/results/<date>-scale.md`` and ``<date>-scale.png`` (``scale_report.py``).
 Run: ``make bench-scale`` or ``EOS_STATE=.stack PYTHONPATH=stack:.:jobs:operator .venv/bin/python
-benchmarks/scale.py --streams 50``.
+benchmarks/scale.py --streams 50`` (``--nodes standin`` for the process kubelet).
 """
 from __future__ import annotations
 
@@ -34,6 +44,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,13 +62,15 @@ from benchmarks import report, scale_report  # noqa: E402
 from benchmarks.kafka_io import Topics  # noqa: E402
 from benchmarks.report import say  # noqa: E402
 from benchmarks import procstat  # noqa: E402
+from benchmarks import scale_watch  # noqa: E402
 from benchmarks.scale_watch import Recorder, fetch, kafka_connections, private_kb, rss_kb, scrape  # noqa: E402
 from eos_operator.cli import _parser as operator_parser  # noqa: E402
-from eos_stack import cluster  # noqa: E402
+from eos_stack import cluster, kwok  # noqa: E402
 from eos_stack.cluster import wait_until  # noqa: E402
 from eos_stack.common import Stack, free_port  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
 from tests.harness.kubelet import ProcessKubelet  # noqa: E402
+from tests.harness.kwok_drivers import fail_pod  # noqa: E402
 
 NO_INFORMERS = "no informers"
 
@@ -82,6 +95,8 @@ class Run:
         self.names = [f"s{i:03d}" for i in range(n)]
         self.ops: list[cluster.OperatorProcess] = []
         self.kubelet: ProcessKubelet | None = None
+        self.kwok: kwok.KwokNodes | None = None
+        self.simulators: list[subprocess.Popen] = []
         self.rec: Recorder | None = None
         self.res: dict = {"streams": n, **({"variant": variant} if variant else {})}
 
@@ -91,10 +106,13 @@ class Run:
         self.source = f"scale-src-{self.rid}"
         self.topics.create({self.source: 1, **{self.sink(s): 1 for s in self.names}})
         self.rec = Recorder(self.api, self.ns)
-        self.kubelet = ProcessKubelet(self.env["KUBECONFIG"], namespace=self.ns, log_dir=self.work / "pods",
-                                      standin_image="eos-standin*",
-                                      extra_env={"PYTHONPATH": cluster.PYTHONPATH,
-                                                 "EOS_STANDIN_BATCH_SECONDS": f"{self.a.batch_seconds:g}"}).start()
+        if self.a.nodes == "kwok":
+            self.start_kwok()
+        else:
+            self.kubelet = ProcessKubelet(self.env["KUBECONFIG"], namespace=self.ns, log_dir=self.work / "pods",
+                                          standin_image="eos-standin*",
+                                          extra_env={"PYTHONPATH": cluster.PYTHONPATH,
+                                                     "EOS_STANDIN_BATCH_SECONDS": f"{self.a.batch_seconds:g}"}).start()
         d = operator_parser().parse_args(["run"])   # the operator's own defaults, as in production
         for i in range(2):
             op = cluster.OperatorProcess(self.env["KUBECONFIG"], self.ns, self.work / f"operator-{i}.log",
@@ -108,6 +126,20 @@ class Run:
         self.res["settings"] = {"interval_s": d.interval, "progress_interval_s": d.progress_interval,
                                 "horizon_interval_s": d.horizon_interval, "lease_duration_s": d.lease_duration}
 
+    def start_kwok(self) -> None:
+        """A fake Node of this run and the simulator processes that play its driver Pods, a shard each (a process
+        holds about 1,000 Kafka clients at most: ``kwok_drivers``)."""
+        self.kwok = kwok.KwokNodes(self.env["KUBECONFIG"], self.rid, self.work / "kwok.log").start()
+        shards = -(-self.n // self.a.streams_per_simulator)
+        for i in range(shards):
+            with open(self.work / f"drivers-{i}.log", "ab") as out:
+                self.simulators.append(subprocess.Popen(
+                    [sys.executable, "-m", "tests.harness.kwok_drivers", "--kubeconfig", self.env["KUBECONFIG"],
+                     "--namespace", self.ns, "--run", self.rid, "--batch-seconds", f"{self.a.batch_seconds:g}",
+                     "--concurrency", str(max(1, self.a.concurrency // shards)), "--shard", f"{i}/{shards}"],
+                    env={**os.environ, "PYTHONPATH": cluster.PYTHONPATH}, stdout=out, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL))
+
     def sink(self, name: str) -> str:
         return f"scale-sink-{self.rid}-{name}"
 
@@ -119,8 +151,11 @@ class Run:
         return next((op for op in self.ops if op.alive() and op.identity == holder), None)
 
     def manifest(self, name: str) -> dict:
+        job: dict = {"image": IMAGE}
+        if self.a.nodes == "kwok":
+            job["podTemplate"] = kwok.pod_template(self.rid)
         m = colors_manifest(name, self.env["KAFKA_BOOTSTRAP"], self.source, self.sink(name),
-                            self.work / "ckpt" / name, parallelism=self.a.parallelism, job={"image": IMAGE},
+                            self.work / "ckpt" / name, parallelism=self.a.parallelism, job=job,
                             restartStrategy={"type": "fixed-delay",
                                              "fixedDelay": {"attempts": 1000, "delaySeconds": 0}})
         m["spec"]["job"].pop("sparkConf")
@@ -215,7 +250,10 @@ class Run:
         for name in picks:
             pod = self.rec.stream(name).get("driverPod")
             t0 = time.time()
-            assert self.kubelet.kill9(self.ns, pod), f"{pod} has no process"
+            if self.kubelet is not None:
+                assert self.kubelet.kill9(self.ns, pod), f"{pod} has no process"
+            else:
+                fail_pod(self.core, self.ns, pod)
             new = wait_until(lambda: self.rec.pod_created_after(name, pod, t0), f"{name}: a new driver Pod", 180,
                              interval=0.05)
             out.append({"stream": name, "restart_pod_s": round(new - t0, 3)})
@@ -240,8 +278,36 @@ class Run:
         return {"stream": name, "lease_s": round(lease_s, 2), "first_action_s": round(action[0] - t0, 2),
                 "what": action[1]}
 
+    def profile(self) -> subprocess.Popen | None:
+        """py-spy (``--profile-seconds``) sampling the leader's stacks on CPU from the steady window on, through
+        the first actions: where the operator's time goes."""
+        exe = Path(sys.executable).with_name("py-spy")
+        if self.a.profile_seconds <= 0 or not exe.exists():
+            return None
+        return subprocess.Popen([str(exe), "record", "--pid", str(self.leader().proc.pid), "--duration",
+                                 f"{self.a.profile_seconds:.0f}", "--rate", "50", "--format", "raw", "--nonblocking",
+                                 "--output", str(self.work / "profile.txt")],
+                                stdout=subprocess.DEVNULL, stderr=open(self.work / "py-spy.log", "ab"))
+
+    def profile_summary(self, proc: subprocess.Popen) -> dict:
+        try:
+            proc.wait(self.a.profile_seconds + 60)
+            return scale_watch.collapsed_summary((self.work / "profile.txt").read_text(), self.a.profile_seconds)
+        except (OSError, subprocess.TimeoutExpired) as exc:   # the run's figures stand without it
+            return {"error": f"{exc}; {(self.work / 'py-spy.log').read_text(errors='replace')[-500:]}"}
+
     def standin_cost(self) -> dict:
-        """The stand-ins are the children of the kubelet's zygote (this process's child)."""
+        """What playing the drivers costs: KWOK's controller and the simulator; or the stand-ins, the children of
+        the kubelet's zygote (this process's child)."""
+        if self.simulators:
+            sims, ctl = [p.pid for p in self.simulators], self.kwok.proc.pid
+            private = sum(private_kb(p) for p in sims)
+            return {"nodes": "kwok", "simulators": len(sims), "simulator_private_mib": round(private / 1024, 1),
+                    "simulator_rss_mib": round(sum(rss_kb(p) for p in sims) / 1024, 1),
+                    "simulator_cpu_s": round(sum(cpu_seconds(p) for p in sims), 1),
+                    "simulator_threads": sum(len(os.listdir(f"/proc/{p}/task")) for p in sims),
+                    "private_mib_mean": round(private / 1024 / self.n, 2),
+                    "kwok_rss_mib": round(rss_kb(ctl) / 1024, 1), "kwok_cpu_s": round(cpu_seconds(ctl), 1)}
         kids = procstat.children(procstat.procs())
         zygote = next(p for p in kids.get(os.getpid(), [])
                       if Path(f"/proc/{p}/cmdline").read_bytes().endswith(b"--zygote\0"))
@@ -255,10 +321,13 @@ class Run:
         self.res["baseline"] = self.window(self.a.baseline_seconds, "baseline, no stream")
         self.create_streams()
         time.sleep(self.a.settle_seconds)
+        profiler = self.profile()
         self.res["steady"] = self.window(self.a.steady_seconds, f"steady state, {self.n} streams")
         self.res["standins"] = self.standin_cost()
         self.res["memory_available_gib"] = round(mem_available_kb() / 1024 / 1024, 1)
         self.res["first_action"] = self.first_actions()
+        if profiler is not None:
+            self.res["profile"] = self.profile_summary(profiler)
         self.res["crash_restart"] = self.crashes()
         self.res["takeover"] = self.takeover()
         self.res["operator_log_errors"] = sum(op.tail(10**6).count(" ERROR ") for op in self.ops)
@@ -270,6 +339,15 @@ class Run:
             op.stop()
         if self.kubelet is not None:
             self.kubelet.stop(grace=30)
+        for sim in self.simulators:
+            sim.terminate()
+        for sim in self.simulators:
+            try:
+                sim.wait(40)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+        if self.kwok is not None:
+            self.kwok.stop()
         if self.rec is not None:
             self.rec.stop()
         for s in self.names:
@@ -304,7 +382,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streams", default="50,200,500", help="stream counts, comma-separated, one run each")
     ap.add_argument("--parallelism", type=int, default=1, help="slots per stream")
-    ap.add_argument("--batch-seconds", type=float, default=5.0, help="a stand-in's batch interval")
+    ap.add_argument("--nodes", choices=("kwok", "standin"), default="kwok",
+                    help="the drivers: Pods on a KWOK node played by one simulator process, or the process "
+                         "kubelet's stand-in processes")
+    ap.add_argument("--batch-seconds", type=float, default=30.0, help="a driver's batch interval")
+    ap.add_argument("--streams-per-simulator", type=int, default=250,
+                    help="KWOK: drivers per simulator process (a process holds about 1,000 Kafka clients at most)")
+    ap.add_argument("--concurrency", type=int, default=8, help="KWOK: drivers the simulator starts or runs a "
+                                                              "batch of at once")
     ap.add_argument("--baseline-seconds", type=float, default=30.0)
     ap.add_argument("--settle-seconds", type=float, default=20.0, help="after all are running, before measuring")
     ap.add_argument("--steady-seconds", type=float, default=60.0)
@@ -312,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-gap", type=float, default=1.0, help="seconds between two bumps, and two crashes")
     ap.add_argument("--crashes", type=int, default=5)
     ap.add_argument("--start-timeout", type=float, default=1800.0)
+    ap.add_argument("--profile-seconds", type=float, default=120.0,
+                    help="py-spy on the leader from the steady window on (0: none); needs py-spy in the venv")
     ap.add_argument("--baseline-no-informers", action="store_true",
                     help="first, the smallest count once more with the operator's --no-informers (a LIST/GET per "
                          "reconcile pass, as before the watches): the baseline of the same run")
@@ -348,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                 run.stop()
                 logs = REPO / ".stack" / "bench-scale-logs" / run.ns
                 logs.mkdir(parents=True, exist_ok=True)
-                for f in run.work.glob("operator-*.log"):
+                for f in run.work.glob("*.log"):   # the operators', and KWOK's and its simulator's
                     shutil.copy(f, logs / f.name)
             res["load_avg_end"] = list(os.getloadavg())
             scale_report.summarize(res)

@@ -61,7 +61,12 @@ ROWS = [("startup: create → all Running with a batch, s", "startup_all_running
         ("operator CPU, % of one core", "cpu_pct"), ("operator RSS peak, MiB", "rss_peak_mib"),
         ("takeover: leader killed → standby holds the Lease, s", "takeover_lease_s"),
         ("takeover: leader killed → standby's first action, s", "takeover_s"),
-        ("one stand-in's private memory, MiB", "standin_private_mib")]
+        ("drivers' stand-in, private memory per stream, MiB", "standin_private_mib")]
+
+STOOD_IN = {"kwok": "the node and Spark (driver Pods on a KWOK node, made Running and removed through the API "
+                    "server; simulator processes of 250 streams each play every driver's start and batches through "
+                    "the sink's write path, a thread each)",
+            "standin": "Spark (the process kubelet's driver stand-in, a process per driver)"}
 
 
 def _cell(v) -> str:
@@ -80,8 +85,8 @@ def markdown(res: dict) -> str:
              f"{', '.join(f'{x:.2f}' for x in res['load_avg_start'])}, at end "
              f"{', '.join(f'{x:.2f}' for x in res.get('load_avg_end', []))}.", "",
              "Real: the operator (two replicas, leader election, the CLI's default intervals), the API server, "
-             "Kafka, resolution. Stood in: Spark (the process kubelet's driver stand-in, one batch every "
-             f"{res['settings']['batch_seconds']:g} s, {res['settings']['parallelism']} slot(s) per stream). "
+             f"Kafka, resolution. Stood in: {STOOD_IN[res['settings'].get('nodes', 'standin')]}, one batch every "
+             f"{res['settings']['batch_seconds']:g} s, {res['settings']['parallelism']} slot(s) per stream. "
              "One run per stream count.", "",
              "| figure | " + " | ".join(ns) + " |",
              "| --- | " + " | ".join("---:" for _ in ns) + " |"]
@@ -110,6 +115,14 @@ def markdown(res: dict) -> str:
         if r.get("first_action"):
             lines.append("- first action, each sample (s): " + ", ".join(
                 f"{x['stream']} {x['first_action_s']:.3f} ({x['what']})" for x in r["first_action"]))
+        prof = r.get("profile") or {}
+        if prof.get("samples"):
+            lines.append(f"- the leader's profile (py-spy, {prof['samples']:,} samples on CPU over {prof['seconds']:g} s "
+                         "from the steady window through the first actions), % of samples; where the CPU was: " +
+                         ", ".join(f"`{f}` {p:g}" for f, p in prof["self_pct"]) + "; on the stack: " +
+                         ", ".join(f"`{f}` {p:g}" for f, p in prof["inclusive_pct"]))
+        elif prof:
+            lines.append(f"- the leader's profile: `{prof}`")
         if r.get("crash_restart"):
             lines.append("- crash → restart Pod, each (s): " + ", ".join(
                 f"{x['stream']} {x['restart_pod_s']:.3f}" for x in r["crash_restart"]))

@@ -2,6 +2,8 @@
 they arrive (``Recorder``), the operator's Kafka connections and memory from /proc, Prometheus text."""
 from __future__ import annotations
 
+import re
+
 import threading
 import time
 import urllib.request
@@ -169,3 +171,27 @@ def private_kb(pid: int) -> int:
     except OSError:
         return 0
     return sum(int(r.split()[1]) for r in rows if r.startswith(("Private_Clean:", "Private_Dirty:")))
+
+
+def collapsed_summary(text: str, seconds: float, top: int = 12) -> dict:
+    """py-spy's collapsed stacks (``frame;frame;... count`` a line, outermost first) as the frames holding most
+    samples: ``self`` (the innermost frame, where the CPU was) and ``inclusive`` (anywhere on the stack), each in
+    % of all samples; a frame is ``function (file)``, its line numbers dropped."""
+    leaf: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in text.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        count = int(n)
+        total += count
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        leaf[frames[-1]] = leaf.get(frames[-1], 0) + count
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + count
+
+    def ranked(d: dict[str, int]) -> list[list]:
+        return [[f, round(100 * c / total, 1)] for f, c in sorted(d.items(), key=lambda x: -x[1])[:top]]
+    return {"samples": total, "seconds": seconds, "self_pct": ranked(leaf) if total else [],
+            "inclusive_pct": ranked(incl) if total else []}
