@@ -71,7 +71,7 @@ test: venv
 	$(PY) -m pytest --durations=10 --basetemp=$(EOS_STATE)/pytest-serial -m "serial and not soak" tests || [ $$? -eq 5 ]
 
 # The chaos tests at length: 100 kills (EOS_CHAOS_RUNS) and 100 lifecycle operations through the operator
-# (EOS_LIFECYCLE_OPS); `make test` runs 10 kills and 15 operations.
+# (EOS_LIFECYCLE_OPS); `make test` runs 8 chaos runs and 15 operations.
 soak: venv
 	$(PY) -m eos_stack up
 	EOS_CHAOS_RUNS=$${EOS_CHAOS_RUNS:-100} EOS_LIFECYCLE_OPS=$${EOS_LIFECYCLE_OPS:-100} EOS_UPGRADES=$${EOS_UPGRADES:-3} \
