@@ -175,6 +175,18 @@ def keep_newest(paths, keep: int = 3, mtime=lambda p: p.stat().st_mtime) -> None
             old.unlink(missing_ok=True)
 
 
+def stop_process(proc: "subprocess.Popen | None", grace: float = 20) -> None:
+    """SIGTERM ``proc`` if it still runs, SIGKILL it after ``grace`` seconds; reaped either way."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def http_ok(url: str, timeout: float = 3) -> bool:
     """``GET url`` answers 200 (a health or readiness endpoint); False while it refuses, fails or is not up."""
     import urllib.request

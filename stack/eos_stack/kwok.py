@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from .common import Stack, StackError, log, wait_for
+from .common import Stack, StackError, log, stop_process, wait_for
 from .go_build import build_once, go_env, go_install
 from .node_config import SCHEDULER_NAME
 
@@ -122,13 +122,7 @@ class KwokNodes:
                 self.core.delete_node(name)
             except client.ApiException:
                 pass
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
 

@@ -53,7 +53,7 @@ from eos_job.verify import audit_counts
 from eos_stack import kube, node_services
 from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
-from eos_stack.common import Stack, free_port
+from eos_stack.common import Stack, free_port, stop_process
 from eos_stack.node_config import SCHEDULER_NAME
 from examples.colors.generator import expected_ids, produce
 from examples.colors.manifest import colors_manifest
@@ -275,12 +275,7 @@ class Forwarder:
         wait_until(lambda: port_open(int(port), host), f"the forwarder on {listen}", 30, lambda: "", 0.2)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, grace=10)
 
 
 @pytest.mark.soak   # make soak: the stateful variant (make test runs the unique-id stream below)

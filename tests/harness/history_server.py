@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from eos_job.session import jar_list, s3a_conf
-from eos_stack.common import free_port
+from eos_stack.common import free_port, stop_process
 
 
 class HistoryServer:
@@ -49,10 +49,4 @@ class HistoryServer:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
