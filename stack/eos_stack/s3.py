@@ -102,10 +102,17 @@ def filesystem(st: Stack):
 
 # -- readiness -----------------------------------------------------------------
 def answers(st: Stack) -> bool:
-    """MinIO's unauthenticated readiness probe: 200 once the drive is online."""
+    """MinIO's unauthenticated readiness probe says 200 once the drive is online, but after a SIGKILL the object
+    layer may still answer 503 ``XMinioServerNotInitialized`` (seen in CI: a listing right after the restart
+    failed). So an anonymous listing of the bucket must also be refused (403) or answered, not 503."""
     try:
         with urllib.request.urlopen(f"{endpoint(st)}/minio/health/ready", timeout=3) as resp:
-            return resp.status == 200
+            if resp.status != 200:
+                return False
+        with urllib.request.urlopen(f"{endpoint(st)}/{BUCKET}?list-type=2&max-keys=1", timeout=3):
+            return True
+    except urllib.error.HTTPError as err:
+        return err.code != 503           # 403/404: the object layer answers; 503: not initialised yet
     except (urllib.error.URLError, OSError):
         return False
 
