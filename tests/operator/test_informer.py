@@ -337,3 +337,31 @@ def test_kopfs_body_of_a_snapshot_being_deleted_is_taken(kube, server):
     kube.offer(deleting)
     assert asyncio.run(kube.get_snapshot("ns", "s-p1"))["metadata"].get("deletionTimestamp")
     assert asyncio.run(kube.get_stream("ns", "s"))["metadata"].get("deletionTimestamp") is None
+
+
+def test_select_by_stream_from_the_index_agrees_with_a_scan():
+    """The index by namespace and stream label answers what a scan of every object would, through sets,
+    label changes (an object moving between streams), deletes and a fresh LIST."""
+    import random
+
+    from eos_operator.children import LABEL_STREAM
+    from eos_operator.informer import Informer, has_labels
+
+    informer = Informer(None, "/api/v1/pods", what="pods")
+    rnd, truth = random.Random(7), {}
+    for step in range(3000):
+        key = (rnd.choice(["a", "b", "c"]), f"p{rnd.randrange(40)}")
+        if rnd.random() < 0.25:
+            informer.drop(*key)
+            truth.pop(key, None)
+        else:
+            obj = pod(key[0], key[1], stream=rnd.choice(["s1", "s2", "s3"]))
+            obj["metadata"]["resourceVersion"] = str(step + 1)
+            informer.put(obj)
+            truth[key] = obj
+        if step == 2000:   # a relist replaces everything
+            informer._replace_all(dict(truth))
+        ns, labels = rnd.choice(["a", "b", "c", "z"]), rnd.choice([{}, {LABEL_STREAM: "s1"}, {LABEL_STREAM: "s3"}])
+        want = sorted(o["metadata"]["name"] for (n, _), o in truth.items() if n == ns and has_labels(o, labels))
+        assert sorted(o["metadata"]["name"] for o in informer.select(ns, labels)) == want, step
+    assert len(informer) == len(truth)
