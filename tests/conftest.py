@@ -63,6 +63,29 @@ E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py",
 SERIAL_FILES: dict[str, str] = {}
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The real nodes' lock (tests/harness/node_lock.py): shared by the tests that use them, taken alone by one
+    marked ``stops_a_node``, from the first such test of a file to its last."""
+    lock = _node_lock()
+    lock.enter(item)
+    try:
+        yield
+    finally:
+        lock.leave(item, nextitem)
+
+
+_NODE_LOCK = []
+
+
+def _node_lock():
+    if not _NODE_LOCK:
+        from tests.harness.node_lock import NodeLock
+        state = Path(os.environ.get("EOS_STATE") or REPO / ".stack")
+        _NODE_LOCK.append(NodeLock(state / "locks" / "real-nodes.lock"))
+    return _NODE_LOCK[0]
+
+
 def tier_of(item) -> str:
     parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
     folder = parts[0] if len(parts) > 1 else ""
