@@ -22,8 +22,9 @@ for extra in (REPO / "stack", REPO):
 # lives for seconds to minutes and runs small batches, where C2's compiling is most of the CPU: measured on this
 # machine (benchmarks/driver_jit.py), a driver's start took 16.8 CPU-s instead of 25.2 and a 100-record batch 0.58
 # instead of 1.15 (medians), and `make test` is bound by its two cores. The JIT compiler changes no result:
-# the containers and real-node tests run the image's JVM as a user's Pod does, and the benchmarks (not run by
-# pytest) keep the default. `SPARK_SUBMIT_OPTS=` (empty) in the environment runs the tests with the default.
+# the real-node drivers get it as JAVA_TOOL_OPTIONS through their stream's template (real_nodes.stream_template:
+# the unique-id stream on the nodes took 110 s instead of 139), the OOM test and the containers tests run the
+# image's JVM as a user's Pod does, and the benchmarks (not run by pytest) keep the default. `SPARK_SUBMIT_OPTS=` (empty) in the environment runs the tests with the default.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 

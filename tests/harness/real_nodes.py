@@ -53,7 +53,14 @@ def stream_template() -> dict:
     """``placement()`` as a stream's ``job.podTemplate`` spells it: the operator's Pods of the stream (driver,
     pre-flight, drain) go to the real nodes' scheduler and tolerate their taint."""
     p = placement()
-    return {"schedulerName": p["schedulerName"], "tolerations": p["tolerations"]}
+    template = {"schedulerName": p["schedulerName"], "tolerations": p["tolerations"]}
+    # The tests' JVMs compile with C1 only (tests/conftest.py: SPARK_SUBMIT_OPTS, unset outside pytest, empty to
+    # opt out). A Pod's environment is its spec's, and SPARK_* is the operator's, so a driver (and its
+    # executors) on the nodes gets the same flag as JAVA_TOOL_OPTIONS. The OOM test sets its own template: its
+    # limit is met by the image's default JVM, as a user's.
+    if os.environ.get("SPARK_SUBMIT_OPTS"):
+        template["env"] = [{"name": "JAVA_TOOL_OPTIONS", "value": os.environ["SPARK_SUBMIT_OPTS"]}]
+    return template
 
 
 def wait_pod(v1, ns: str, name: str, check, what: str, timeout: float = 180):
