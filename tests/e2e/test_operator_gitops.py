@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from eos_job.verify import audit_counts
+from eos_job.verify import audit_ids
 from examples.colors.generator import expected_ids, produce
-from tests.e2e.exactness import assert_exactly_once
 from eos_stack.cluster import holds_for, wait_until
 from eos_stack.common import free_port
 from examples.colors.manifest import colors_manifest
@@ -117,21 +116,25 @@ def chart_operator(stack_env, namespace, kubelet, tmp_path):
     op.stop()
 
 
-def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, namespace, kubelet, chart_operator,
-                                                       tmp_path):
+@pytest.mark.real_nodes
+def test_gitops_reapply_server_side_apply_and_recreate(stack_env, nodes, kubectl, namespace, kubelet, chart_operator,
+                                                       on_nodes, tmp_path):
+    """The unique-id stream with its driver Pods on the real nodes and its checkpoint in the bucket (keys in a
+    Secret the chart's operator reads with its own identity)."""
     operator = chart_operator
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     assert "system:serviceaccount" in kubectl.run("auth", "whoami", "--kubeconfig",
                                                   str(operator.kubeconfig)).stdout
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     name = "colors"
-    checkpoint = tmp_path / "checkpoint"
-    manifest = colors_stream(name, topics, checkpoint)
-    expected = produce(topics.bootstrap, topics.events, 3000)
+    manifest = on_nodes.place(colors_stream(name, topics, tmp_path / "checkpoint", module="examples.colors.ids"))
+    produce(topics.bootstrap, topics.events, 3000)
+    expected = expected_ids(3000)
     kubectl.apply(manifest, namespace)
     wait_until(running_as(kubectl, namespace, name, "colors-driver-0"), "the stream to run", 180, diag)
     assert_healthy_to_gitops(stack_env, kubectl, namespace, name)
-    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final, "first output", 240, diag, 2)
+    wait_until(lambda: len(audit_ids(topics.bootstrap, topics.counts, expected).missing) < len(expected),
+               "first output", 240, diag, 2)
 
     before = kubectl.stream(namespace, name)
     pod_uid = kubectl.json("get", "pod", "colors-driver-0", "-n", namespace)["metadata"]["uid"]
@@ -159,12 +162,11 @@ def test_gitops_reapply_server_side_apply_and_recreate(stack_env, kubectl, names
     # Delete (graceful stop, checkpoint kept), more input, re-create with the same name and checkpoint.
     kubectl.run("delete", "exactlyoncestream", name, "-n", namespace, "--timeout=120s")
     wait_until(lambda: not kubectl.pods(namespace), "the driver to go", 120, diag)
-    more = produce(topics.bootstrap, topics.events, 2000, seed=21, start_id=3000)
-    expected = {c: expected.get(c, 0) + more.get(c, 0) for c in set(expected) | set(more)}
+    produce(topics.bootstrap, topics.events, 2000, seed=21, start_id=3000)
+    expected |= expected_ids(2000, 21, 3000)
     kubectl.apply(manifest, namespace)
-    wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected,
-               "the re-created stream to catch up", 420, diag, 2)
+    wait_ids(topics.bootstrap, topics.counts, expected, diag)
     status = kubectl.status(namespace, name)
     assert status["resolution"]["checkpointLastCommittedBatch"] is not None  # it resumed, not restarted
     assert_healthy_to_gitops(stack_env, kubectl, namespace, name)
-    assert_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
+    assert_ids_exactly_once(topics.bootstrap, topics.counts, topics.ledger(namespace, name), expected, (topics.dlq,))
