@@ -2,10 +2,10 @@
 periodic snapshots with retention, and a restore from an older snapshot into a new stream.
 
 Each test runs its own namespace and operator process; the driver, pre-flight, drain and snapshot Pods run their
-real commands. The test marked ``real_nodes`` (pre-flight) runs them on the real nodes (the checkpoint in the
-stack's bucket, the test job modules from a ConfigMap: tests/e2e/on_nodes.py); the others still run on the process
-kubelet: the drain test needs one driver's own fault environment, the fork test reads the older snapshot's
-checkpoint on this machine's disk, the operator-kill test is not run on the nodes yet (docs/local-stack.md). Output is checked with
+real commands. The tests marked ``real_nodes`` (pre-flight, the operator killed mid-upgrade) run them on the real
+nodes (the checkpoint in the stack's bucket, the test job modules from a ConfigMap: tests/e2e/on_nodes.py); the
+others still run on the process kubelet: the drain test needs one driver's own fault environment, the fork test
+reads the older snapshot's checkpoint on this machine's disk (docs/local-stack.md). Output is checked with
 read_committed consumers. Exactness is proven on the unique-id stream (every id sent in
 the output once, as a set: ``finish_ids``), where final counts per key would hide a lost
 batch that a later one rewrote. The pre-flight test, whose point is the state schema of a stateful job, runs
@@ -96,14 +96,16 @@ KILL_AFTER = ('"step":"Stopping"', '"step":"Stopped"', '"resolvedSpecHash":"')
 HA_KILL_AFTER = KILL_AFTER[1]   # mid snapshot upgrade: the old driver stopped, its snapshot taken
 
 
+@pytest.mark.real_nodes
 def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
-        stack_env, kubectl, namespace, tmp_path, report_result):
+        stack_env, nodes, kubectl, namespace, on_nodes, tmp_path, report_result):
     """Three upgrades; in each the operator dies right after writing one step of the upgrade to status
     (after intent, after the snapshot, after resolution) and a new operator finishes it. In the middle one
     the dying operator is the leader of two replicas (leader election on a Lease): the standby, waiting
-    since before the upgrade, takes over and finishes it."""
+    since before the upgrade, takes over and finishes it. The drivers run on the real nodes, the checkpoints
+    and snapshots in the bucket."""
     takeover, standby = None, None
-    with rig(stack_env, kubectl, namespace, tmp_path) as r, contextlib.ExitStack() as cleanup:
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r, contextlib.ExitStack() as cleanup:
         cleanup.callback(lambda: standby is not None and standby.stop())
         feed = r.run_ids(r.stream(IDS, upgradePreFlight=False), seed=5)
         for v, marker in enumerate(KILL_AFTER, start=1):
