@@ -119,9 +119,10 @@ class VolumeMount(Model):
     sub_path: str | None = Field(None, max_length=1024, description="A path inside the volume to mount.")
 
 
-class PodTemplate(Model):
-    labels: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' labels.")
-    annotations: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' annotations.")
+class PodPlacement(Model):
+    """Where the Pods may run and how they pull their image: the part of ``job.podTemplate`` a snapshot records
+    (``SnapshotAccess``), so its Pods land where the driver's may and can pull its image, even after the
+    stream is gone."""
     node_selector: dict[str, str] = Field(default_factory=dict, description="The Pods' nodeSelector.")
     tolerations: list[Toleration] = Field(default_factory=list, description="The Pods' tolerations.")
     priority_class_name: str | None = Field(None, pattern=DNS_NAME, description="The Pods' priorityClassName.")
@@ -130,11 +131,43 @@ class PodTemplate(Model):
         "scheduler or a pool's own; unset: the default scheduler."))
     image_pull_secrets: list[str] = Field(default_factory=list, description=(
         "Names of Secrets in the stream's namespace to pull the image with."))
+    affinity: dict[str, Any] = Field(default_factory=dict, description=(
+        "The Pods' affinity (nodeAffinity, podAffinity, podAntiAffinity) as a Pod spec spells it."))
+
+    def placement(self) -> "PodPlacement":
+        """Only these fields (of a ``PodTemplate``, which is one)."""
+        return PodPlacement(**{name: getattr(self, name) for name in PodPlacement.model_fields})
+
+    def place(self, pod: dict) -> dict:
+        """``pod`` with this placement's fields set (only those set)."""
+        if self.node_selector:
+            pod["spec"]["nodeSelector"] = dict(self.node_selector)
+        pod["spec"].update(self._pod_spec_fields())
+        return pod
+
+    def _pod_spec_fields(self) -> dict:
+        """Tolerations, priority class, scheduler, pull secrets and affinity, as a Pod spec spells them (only
+        those set; the node selector apart: an executor takes it as a Spark setting)."""
+        spec: dict = {}
+        if self.scheduler_name:
+            spec["schedulerName"] = self.scheduler_name
+        if self.tolerations:
+            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations]
+        if self.priority_class_name:
+            spec["priorityClassName"] = self.priority_class_name
+        if self.image_pull_secrets:
+            spec["imagePullSecrets"] = [{"name": n} for n in self.image_pull_secrets]
+        if self.affinity:
+            spec["affinity"] = dict(self.affinity)
+        return spec
+
+
+class PodTemplate(PodPlacement):
+    labels: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Added to the Pods' annotations.")
     env: list[EnvVar] = Field(default_factory=list, max_length=MAX_ENV, description=(
         "Extra environment of the container; not the operator's variables (EOS_*, SPARK_*, PYSPARK_*, the "
         "checkpoint's AWS keys, TMPDIR, HOME)."))
-    affinity: dict[str, Any] = Field(default_factory=dict, description=(
-        "The Pods' affinity (nodeAffinity, podAffinity, podAntiAffinity) as a Pod spec spells it."))
     volumes: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description=(
         "Extra volumes of the Pods, as a Pod spec spells them (each with a name); the namespace's Pod Security "
         "level still applies (restricted: no hostPath)."))
@@ -166,9 +199,7 @@ class PodTemplate(Model):
         meta["labels"] = {**self.labels, **meta.get("labels", {})}
         if self.annotations:
             meta["annotations"] = {**self.annotations, **meta.get("annotations", {})}
-        if self.node_selector:
-            spec["nodeSelector"] = dict(self.node_selector)
-        spec.update(self._pod_spec_fields())
+        self.place(pod)
         if self.env:   # never an operator's variable, even from a spec that skipped validation
             container = spec["containers"][0]
             container["env"] = [{"name": e.name, "value": e.value} for e in self.env if not owned_env(e.name)] + \
@@ -202,19 +233,3 @@ class PodTemplate(Model):
                "spec": {**self._pod_spec_fields(), "containers": [{"workingDir": SCRATCH_DIR}]}}
         self._add_volumes(pod["spec"])
         return self.security_context.apply(pod)
-
-    def _pod_spec_fields(self) -> dict:
-        """Tolerations, priority class, scheduler, pull secrets and affinity, as a Pod spec spells them (only
-        those set)."""
-        spec: dict = {}
-        if self.scheduler_name:
-            spec["schedulerName"] = self.scheduler_name
-        if self.tolerations:
-            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations]
-        if self.priority_class_name:
-            spec["priorityClassName"] = self.priority_class_name
-        if self.image_pull_secrets:
-            spec["imagePullSecrets"] = [{"name": n} for n in self.image_pull_secrets]
-        if self.affinity:
-            spec["affinity"] = dict(self.affinity)
-        return spec

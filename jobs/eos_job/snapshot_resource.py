@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .pod_template import PodSecurity
+from .pod_template import PodPlacement, PodSecurity
 from .spec import Model, S3Store
 from .spec_rules import MAX_LOCATION, SNAPSHOT_PATH_PATTERN
 from .status import Condition
@@ -42,6 +42,9 @@ class SnapshotAccess(Model):
     mount_path: str = Field(..., description="checkpoint.path of the stream (the claim's mount path).")
     security: PodSecurity = Field(default_factory=PodSecurity, description=(
         "job.podTemplate.securityContext of the stream: who the snapshot's Pods run as."))
+    placement: PodPlacement = Field(default_factory=PodPlacement, description=(
+        "job.podTemplate's node selector, tolerations, affinity, scheduler, priority class and image pull "
+        "Secrets of the stream: where the snapshot's Pods run and how they pull the image."))
 
 
 class ExactlyOnceSnapshotStatus(Model):

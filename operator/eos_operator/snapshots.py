@@ -136,14 +136,16 @@ def access_of(stream_spec: ExactlyOnceStreamSpec) -> SnapshotAccess:
     return SnapshotAccess(image=stream_spec.job.image, service_account_name=stream_spec.job.service_account_name,
                           store=stream_spec.checkpoint.store, claim_name=stream_spec.checkpoint.claim_name,
                           mount_path=stream_spec.checkpoint.path, s3=stream_spec.checkpoint.s3,
-                          security=stream_spec.job.pod_template.security_context)
+                          security=stream_spec.job.pod_template.security_context,
+                          placement=stream_spec.job.pod_template.placement())
 
 
 def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name: str,
                  action: SnapshotAction, command: list[str], attempt: int | None = None,
                  owned: bool = True) -> dict[str, Any]:
-    """A Pod running one ``eos_job snapshot`` command with the stream's image, ServiceAccount and checkpoint
-    volume, as the driver Pod has them (children.driver_pod)."""
+    """A Pod running one ``eos_job snapshot`` command with the stream's image, ServiceAccount, checkpoint
+    volume and placement (node selector, tolerations, affinity, scheduler, pull Secrets), as the driver Pod has
+    them (children.driver_pod)."""
     labels = {**snapshot_selector(ref.name), LABEL_STREAM: stream, LABEL_SNAPSHOT_ACTION: action}
     if attempt is not None:
         labels[LABEL_ATTEMPT] = str(attempt)
@@ -157,11 +159,11 @@ def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name:
     meta: dict[str, Any] = {"name": name, "namespace": ref.namespace, "labels": labels}
     if owned:
         meta["ownerReferences"] = [ref.owner_reference()]
-    return access.security.apply(children.pod_body(meta, container, grace_seconds=ATTEMPT_GRACE_SECONDS,
-                                                   service_account=access.service_account_name,
-                                                   claim_name=access.claim_name if access.store == "pvc" else None,
-                                                   mount_path=access.mount_path,
-                                                   s3=access.s3 if access.store == "s3" else None))
+    body = children.pod_body(meta, container, grace_seconds=ATTEMPT_GRACE_SECONDS,
+                             service_account=access.service_account_name,
+                             claim_name=access.claim_name if access.store == "pvc" else None,
+                             mount_path=access.mount_path, s3=access.s3 if access.store == "s3" else None)
+    return access.security.apply(access.placement.place(body))
 
 
 # ------------------------------------------------------------- what was seen

@@ -51,7 +51,8 @@ def up(st: Stack) -> dict[str, str]:
     ports = mappings(st)
     argv = [sys.executable, "-m", "eos_stack.forward", *(f"{ip}:{p}=127.0.0.1:{p}" for p in ports.values())]
     pid = st.running_pid(FORWARDER)
-    if pid is not None and kube._argv(pid) not in (None, argv):
+    # Another checkout's Python (a worktree's venv link) runs the same forwarder: compare what it relays.
+    if pid is not None and (running := kube._argv(pid)) is not None and running[1:] != argv[1:]:
         st.stop_daemon(FORWARDER, grace=5.0)
         pid = None
     if pid is None:

@@ -1,8 +1,11 @@
-"""ExactlyOnceSnapshot on the real stack: the operator process, the process kubelet running the snapshot Pods'
-real commands (``python -m eos_job snapshot take|dispose``), a colors stream on real Spark and Kafka.
+"""ExactlyOnceSnapshot on the real stack: the operator process, the real nodes running the driver and the
+snapshot Pods' real commands (``python -m eos_job snapshot take|dispose``), a colors stream on real Spark and
+Kafka, its checkpoint and snapshots in the stack's bucket.
 
 One stream start: snapshots are taken of it while it runs, a snapshot of a missing stream fails, deleting a
-snapshot disposes its files (or keeps them when asked to), and a snapshot outlives its stream.
+snapshot disposes its files (or keeps them when asked to), and a snapshot outlives its stream: its dispose Pod,
+made from what the snapshot recorded, still runs on the stream's nodes (their scheduler and taint: the
+placement recorded with the snapshot's access; without it the Pod would wait for a scheduler forever).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 
 from eos_job.spec import stream_uid
+from eos_job.storage import Loc, S3Options
 from eos_stack.cluster import Kubectl, wait_until
 from examples.colors.generator import produce
 from tests.e2e.streams import ColorsTopics, Diagnostics, colors_stream
@@ -72,16 +76,25 @@ def pods_of(kubectl: Kubectl, namespace: str, snap: str) -> list[str]:
     return [p["metadata"]["name"] for p in items]
 
 
-def test_snapshot_resource_take_list_fail_dispose_keep(stack_env, kubectl, namespace, kubelet, operator, tmp_path,
-                                                       release_snapshots):
+@pytest.mark.real_nodes
+def test_snapshot_resource_take_list_fail_dispose_keep(stack_env, nodes, kubectl, namespace, kubelet, operator,
+                                                       on_nodes, tmp_path, release_snapshots):
     help_ = subprocess.run([sys.executable, "-m", "eos_job", "snapshot", "--help"], capture_output=True, text=True,
                            cwd=REPO)
     assert help_.returncode == 0 and "dispose" in help_.stdout, help_.stderr
     diag = SnapshotDiagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
-    checkpoint = tmp_path / "checkpoint"
+    stream_doc = on_nodes.place(colors_stream("colors", topics, tmp_path / "checkpoint"))
+    checkpoint = stream_doc["spec"]["checkpoint"]["path"]
+    s3 = S3Options(endpoint=stack_env["S3_ENDPOINT"], path_style=True, access_key=stack_env["S3_ACCESS_KEY"],
+                   secret_key=stack_env["S3_SECRET_KEY"])
+
+    def stored(path: str) -> Loc:
+        """A snapshot's files as this machine reads them from the bucket."""
+        return Loc.of(path if "://" in path else f"s3a://{stack_env['S3_BUCKET']}{path}", s3)
+
     produce(topics.bootstrap, topics.events, 2000)
-    kubectl.apply(colors_stream("colors", topics, checkpoint), namespace)
+    kubectl.apply(stream_doc, namespace)
     status = wait_until(lambda: (lambda s: s if s.get("lifecycleState") == "Running"
                                  and s.get("lastCommittedBatch") is not None else None)(
         kubectl.status(namespace, "colors")), "the stream to run and commit a batch", 240, diag, 1)
@@ -91,8 +104,8 @@ def test_snapshot_resource_take_list_fail_dispose_keep(stack_env, kubectl, names
     kubectl.apply(snapshot("colors-manual", "colors"), namespace)
     done = wait_until(state_is(kubectl, namespace, "colors-manual", "Completed"), "colors-manual to complete",
                       180, diag, 1)
-    path = Path(done["path"])
-    assert path == checkpoint / "snapshots" / "colors-manual"
+    path = stored(done["path"])
+    assert done["path"].endswith(f"{checkpoint}/snapshots/colors-manual"), done["path"]
     assert isinstance(done["batch"], int) and done["batch"] >= 0
     assert done["streamUid"] == stream_uid(namespace, "colors") and done["attempts"] == 1
     assert done["sizeBytes"] > 0 and done["takenAt"] and done.get("checkpointId")
@@ -110,7 +123,7 @@ def test_snapshot_resource_take_list_fail_dispose_keep(stack_env, kubectl, names
     table = kubectl.run("get", "eoss", "-n", namespace).stdout.splitlines()
     assert table[0].split() == ["NAME", "STREAM", "BATCH", "PATH", "STATE", "AGE"], table
     row = next(line.split() for line in table[1:] if line.startswith("colors-manual "))
-    assert row[:5] == ["colors-manual", "colors", str(done["batch"]), str(path), "Completed"], row
+    assert row[:5] == ["colors-manual", "colors", str(done["batch"]), done["path"], "Completed"], row
 
     # 2. A snapshot of a stream that does not exist fails at once, saying what to do.
     kubectl.apply(snapshot("ghost-snap", "ghost"), namespace)
@@ -129,7 +142,8 @@ def test_snapshot_resource_take_list_fail_dispose_keep(stack_env, kubectl, names
     assert kept["batch"] >= done["batch"]
     orphan = wait_until(state_is(kubectl, namespace, "colors-orphan", "Completed"), "colors-orphan to complete",
                         180, diag, 1)
-    assert orphan["access"]["mountPath"] == str(checkpoint), orphan
+    assert orphan["access"]["mountPath"] == checkpoint, orphan
+    assert orphan["access"]["placement"]["schedulerName"] == stream_doc["spec"]["job"]["podTemplate"]["schedulerName"]
 
     # 4. Deleting a snapshot disposes its files (a dispose Pod), then the finalizer lets it go.
     kubectl.run("delete", "exactlyoncesnapshot", "colors-manual", "-n", namespace, "--timeout=120s")
@@ -137,20 +151,22 @@ def test_snapshot_resource_take_list_fail_dispose_keep(stack_env, kubectl, names
     assert (kubelet.log_dir / f"{namespace}_colors-manual-dispose-0.log").exists()
     assert pods_of(kubectl, namespace, "colors-manual") == []
     disposed = kubectl.event_messages(namespace, "colors-manual", "SnapshotDisposed")
-    assert disposed and str(path) in disposed[0]
+    assert disposed and done["path"] in disposed[0]
 
     # 5. The stream goes; its snapshot stays (no owner reference), and deleting it keeps the files as asked.
     kubectl.run("delete", "exactlyoncestream", "colors", "-n", namespace, "--timeout=120s")
     assert snap_status(kubectl, namespace, "colors-keep")["state"] == "Completed"
     kubectl.run("delete", "exactlyoncesnapshot", "colors-keep", "-n", namespace, "--timeout=60s")
-    keep_path = Path(kept["path"])
+    keep_path = stored(kept["path"])
     assert (keep_path / "eos-snapshot.json").is_file(), "disposeOnDelete: false keeps the files"
     messages = kubectl.event_messages(namespace, "colors-keep", "SnapshotKept")
-    assert messages and str(keep_path) in messages[0]
-    # ... and with disposeOnDelete its files go, through the image and volume it recorded when taken.
-    orphan_path = Path(orphan["path"])
+    assert messages and kept["path"] in messages[0]
+    # ... and with disposeOnDelete its files go, through the image, store and placement it recorded when taken:
+    # with its stream gone, the dispose Pod still runs on the real nodes.
+    orphan_path = stored(orphan["path"])
     assert (orphan_path / "eos-snapshot.json").is_file()
     kubectl.run("delete", "exactlyoncesnapshot", "colors-orphan", "-n", namespace, "--timeout=120s")
     assert not orphan_path.exists(), f"{orphan_path} should have been disposed without its stream"
+    assert (kubelet.log_dir / f"{namespace}_colors-orphan-dispose-0.log").exists()
     assert kubectl.event_messages(namespace, "colors-orphan", "SnapshotDisposed")
     kubectl.run("delete", "exactlyoncesnapshot", "ghost-snap", "-n", namespace, "--timeout=60s")

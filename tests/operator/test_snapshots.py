@@ -624,3 +624,32 @@ def test_list_snapshots_and_create_snapshot_through_the_fake():
                                                            dispose_on_delete=True)))     # 409 = success
     names = [o["metadata"]["name"] for o in asyncio.run(kube.list_snapshots(NS, "colors"))]
     assert names == ["colors-n1"]          # s1 was applied without the label: only labelled ones are the stream's
+
+
+def test_snapshot_pods_run_where_the_streams_pods_may_even_after_the_stream_is_gone():
+    """The stream's placement (scheduler, tolerations, node selector, affinity, priority class, pull Secrets) is
+    recorded with the snapshot's access at its first attempt: the take Pod has it, and so has a dispose Pod
+    made from the status alone once the stream is deleted (a pool of tainted nodes, a private registry)."""
+    template = {"schedulerName": "pool-scheduler", "nodeSelector": {"pool": "streams"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "streams", "effect": "NoSchedule"}],
+                "imagePullSecrets": ["registry-creds"], "priorityClassName": "streaming",
+                "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": {"matchExpressions": [
+                        {"key": "zone", "operator": "In", "values": ["a"]}]}}]}}}
+    placed = base_spec(job={"module": "m", "image": "img:1", "podTemplate": template})
+    want = {"schedulerName": "pool-scheduler", "nodeSelector": {"pool": "streams"},
+            "tolerations": template["tolerations"], "imagePullSecrets": [{"name": "registry-creds"}],
+            "priorityClassName": "streaming", "affinity": template["affinity"]}
+
+    plan = plan_snapshot(spec(), status(), observed(stream=stream_obj(placed)))
+    [take] = created(plan)
+    assert {k: take["spec"].get(k) for k in want} == want
+    # Its stream deleted, the snapshot's files are disposed of by a Pod built from the recorded access alone.
+    recorded = ExactlyOnceSnapshotStatus.model_validate(json.loads(json.dumps(plan.status.wire())))
+    done = recorded.model_copy(update={"state": "Completed"})
+    [dispose] = created(plan_snapshot(spec(), done, observed(stream=None, deleting=True)))
+    assert dispose["metadata"]["name"] == "s1-dispose-0"
+    assert {k: dispose["spec"].get(k) for k in want} == want
+    # A stream without a template: nothing of the kind, as before.
+    [plain] = created(plan_snapshot(spec(), status(), observed()))
+    assert not {"schedulerName", "tolerations", "imagePullSecrets", "priorityClassName", "affinity"} & set(plain["spec"])
