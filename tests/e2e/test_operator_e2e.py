@@ -42,7 +42,8 @@ GRACEFUL = "received SIGTERM: stopping at the next clean batch boundary"
 
 
 # ----------------------------------------------------------------------- tests
-def test_invalid_resources_are_rejected_naming_the_field(kubectl, namespace, operator):
+@pytest.mark.real_nodes   # no Pod runs; the operator's Pods would go to the real nodes
+def test_invalid_resources_are_rejected_naming_the_field(nodes, kubectl, namespace, operator):
     diag = Diagnostics(kubectl, namespace, operator)
     health = wait_until(lambda: urllib.request.urlopen(
         f"http://127.0.0.1:{operator.liveness_port}/healthz", timeout=2).status, "the liveness endpoint", 60, diag)

@@ -72,7 +72,8 @@ def assert_healthy_to_gitops(stack_env, kubectl, namespace, name):
     assert (result["argocd"]["status"], result["kstatus"]["status"]) == ("Healthy", "Current"), result
 
 
-def test_gitops_health_of_what_the_operator_writes_without_a_driver(stack_env, kubectl, namespace, operator,
+@pytest.mark.real_nodes   # no Pod runs; the operator's Pods would go to the real nodes
+def test_gitops_health_of_what_the_operator_writes_without_a_driver(stack_env, nodes, kubectl, namespace, operator,
                                                                      tmp_path):
     """Real documents that need no Spark: the operator's status for a stream created suspended, for one only the
     operator finds invalid (its default ledger topic would pass Kafka's 249 characters in this namespace), and

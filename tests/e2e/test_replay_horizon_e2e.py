@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import time
 import urllib.request
+
+import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from prometheus_client.parser import text_string_to_metric_families
@@ -70,9 +72,10 @@ def all_in(r, expected: set[int]) -> bool:
     return not audit_ids(r.bootstrap, r.topics.counts, expected).missing
 
 
+@pytest.mark.real_nodes
 def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_reports_the_loss(
-        stack_env, kubectl, namespace, tmp_path, report_result):
-    with rig(stack_env, kubectl, namespace, tmp_path) as r, contextlib.ExitStack() as cleanup:
+        stack_env, nodes, kubectl, namespace, on_nodes, tmp_path, report_result):
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r, contextlib.ExitStack() as cleanup:
         admin = AdminClient({"bootstrap.servers": r.bootstrap})
         res = ConfigResource(ResourceType.TOPIC, r.topics.events, incremental_configs=[
             ConfigEntry("retention.ms", str(HOUR_MS), incremental_operation=AlterConfigOpType.SET)])
