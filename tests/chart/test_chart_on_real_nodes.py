@@ -35,43 +35,25 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from eos_job.spec import API_GROUP, API_VERSION, PLURAL
-from eos_stack import kube
 from eos_stack.cluster import Kubectl as StackKubectl
 from eos_stack.common import Stack
-from eos_stack.node_config import API_HOSTNAME, SCHEDULER_NAME, host_aliases, placement
+from eos_stack.node_config import SCHEDULER_NAME
 from examples.colors.manifest import colors_manifest
 
 from .helpers import CHART, wait_until
-from tests.harness.real_nodes import container_processes, node_image
+from tests.harness.real_nodes import chart_values_on_nodes, container_processes, root_ca_config_map
 
 pytestmark = pytest.mark.timeout(420)
 RELEASE = "eos"
 SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
-TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def release_values(ns: str, st: Stack, pdb: bool) -> dict:
-    repository, tag = node_image().rsplit(":", 1)
-    return {
-        "watchNamespaces": [ns], "replicas": 2,
-        "leaderElection": {"enabled": True, "leaseDurationSeconds": 10},
-        "podDisruptionBudget": {"enabled": pdb},
-        "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
-        "schedulerName": SCHEDULER_NAME, "tolerations": placement()["tolerations"],
-        "hostAliases": host_aliases(st.state),
-        "service": {"enabled": False},
-        "operator": {"reconcileIntervalSeconds": 2, "extraEnv": [
-            {"name": "KUBERNETES_SERVICE_HOST", "value": API_HOSTNAME},
-            {"name": "KUBERNETES_SERVICE_PORT", "value": str(kube.load_ports(st)["apiserver"])}]},
-        # What the ServiceAccount admission plugin adds in a cluster (a projected token, the cluster's CA from the
-        # kube-root-ca.crt ConfigMap, the namespace): this stack's API server runs without it.
-        "extraVolumes": [{"name": "kube-api-access", "projected": {"sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
-                                                                          "fieldPath": "metadata.namespace"}}]}}]}}],
-        "extraVolumeMounts": [{"name": "kube-api-access", "mountPath": TOKEN_DIR, "readOnly": True}],
-    }
+    values = chart_values_on_nodes(st)
+    values["operator"]["reconcileIntervalSeconds"] = 2
+    return {**values, "watchNamespaces": [ns], "replicas": 2,
+            "leaderElection": {"enabled": True, "leaseDurationSeconds": 10},
+            "podDisruptionBudget": {"enabled": pdb}, "service": {"enabled": False}}
 
 
 def ready(pod) -> bool:
@@ -130,8 +112,7 @@ def test_the_charts_operator_on_real_nodes_probes_restarts_takeover_and_disrupti
     api = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
     v1, coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
     co = client.CustomObjectsApi(api)
-    v1.create_namespaced_config_map(ns, {"metadata": {"name": "kube-root-ca.crt"},
-                                         "data": {"ca.crt": (kube.pki_dir(st) / "ca.crt").read_text()}})
+    v1.create_namespaced_config_map(ns, root_ca_config_map(st))
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(release_values(ns, st, pdb=True)))
     releases(RELEASE, ns)

@@ -82,8 +82,8 @@ def operator(stack_env, namespace, kubelet, tmp_path):
 
 @pytest.fixture
 def chart_operator(stack_env, kubectl, namespace, kubelet, tmp_path):
-    """The chart's operator Deployment in the namespace, its Pod run by the kubelet (a container: mark the test
-    ``containers``)."""
+    """The chart's operator Deployment in the namespace, its Pod on the real nodes (mark the test
+    ``real_nodes``)."""
     op = ChartOperator(stack_env, kubectl, namespace, kubelet, tmp_path).start()
     yield op
     op.stop()

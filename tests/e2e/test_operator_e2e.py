@@ -25,6 +25,7 @@ for extra in (REPO / "operator", REPO / "jobs", REPO):
 
 from eos_job.verify import audit_counts  # noqa: E402
 from eos_stack.cluster import condition, holds_for, wait_until  # noqa: E402
+from eos_stack import registry  # noqa: E402
 from eos_stack.common import Stack  # noqa: E402
 from eos_stack.image import build_on_project_image  # noqa: E402
 from examples.colors.generator import produce  # noqa: E402
@@ -184,19 +185,16 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
     assert GRACEFUL in kubelet.wait_log(namespace, "colors-driver-2")
 
 
-@pytest.mark.containers
-def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, namespace, kubelet, chart_operator,
-                                                            tmp_path):
+@pytest.mark.real_nodes
+def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, nodes, kubectl, namespace, kubelet,
+                                                            chart_operator, on_nodes, tmp_path):
     """A sink that is down exhausts the restart strategy; a nonce resumes once it is back; then a snapshot
-    upgrade. The checkpoint is on a bound claim, which the operator reads only through probe Pods.
-
-    Not on the real nodes yet: the operator here is the chart's Deployment, whose Pod the process kubelet runs as
-    a container (the chart has no placement for the real nodes' scheduler), and the claim is a hostPath volume
-    of this machine that the process kubelet mounts (docs/local-stack.md).
+    upgrade. The checkpoint is on a bound claim (a hostPath volume of this machine, which the real nodes'
+    kubelet mounts: the stack runs no provisioner), which the operator reads only through probe Pods.
 
     As users run it: the operator is the chart's Deployment, and every Pod (the operator's, the drivers, the
-    probe, snapshot and check Pods) is a container of the image ``make image`` built, in a namespace that
-    enforces the ``restricted`` Pod Security level."""
+    probe, snapshot and check Pods) is a container of the project's image on the real nodes, in a namespace
+    that enforces the ``restricted`` Pod Security level."""
     operator = chart_operator
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"], create_sink=False)   # the sink is "down"
@@ -206,7 +204,7 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     pv = host_claim(kubectl, namespace, "stuck-ckpt", tmp_path / "volume")
     # A hostPath volume keeps its owner (Kubernetes applies no fsGroup to it): the image's user must own it.
     os.chown(tmp_path / "volume", 10001, 10001)
-    manifest = colors_stream(name, topics, tmp_path / "checkpoint", attempts=1, delay=1)
+    manifest = on_nodes.place(colors_stream(name, topics, tmp_path / "checkpoint", attempts=1, delay=1))
     manifest["spec"]["checkpoint"] = {"store": "pvc", "claimName": "stuck-ckpt", "path": f"/eos-e2e-claims/{namespace}"}
     manifest["spec"].update(upgradeMode="snapshot", upgradePreFlight=False)
     kubectl.apply(manifest, namespace)
@@ -245,7 +243,7 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     # Containers of the image, not processes: the driver's and the operator's (the chart's Deployment).
     for pod in (status["driverPod"], operator.pod):
         cid = kubectl.json("get", "pod", pod, "-n", namespace)["status"]["containerStatuses"][0].get("containerID")
-        assert cid and cid.startswith("podman://"), (pod, cid)
+        assert cid and cid.startswith("containerd://"), (pod, cid)
     assert [p["metadata"]["name"] for p in kubectl.pods(namespace) if "-driver-" in p["metadata"]["name"]
             and p["status"]["phase"] != "Failed"] == [status["driverPod"]]
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output", 300, diag, 2)
@@ -259,8 +257,9 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     # project's image, the team's module my_colors added): the old driver stops with a snapshot, a check Pod
     # verifies it where the claim is mounted (the operator mounts nothing), and the new driver, a container of
     # the user's image, resumes from it; its resolution knows the restored checkpoint from the probe Pod's reading.
-    job_image = "localhost/eos-examples/my-colors:e2e"
-    build_on_project_image(Stack(), REPO / "examples" / "job-image", tag=job_image)
+    local_image = "localhost/eos-examples/my-colors:e2e"
+    build_on_project_image(Stack(), REPO / "examples" / "job-image", tag=local_image)
+    job_image = registry.ensure_image(Stack(), local_image)   # the nodes' kubelet pulls it from the registry
     before = kubectl.status(namespace, name)
     committed, attempt = before["lastCommittedBatch"], before["driverAttempt"]
     kubectl.patch_spec(namespace, name, {"job": {"image": job_image, "module": "my_colors.job",
@@ -278,7 +277,7 @@ def test_exhausted_restarts_fail_then_restart_nonce_resumes(stack_env, kubectl, 
     assert list((tmp_path / "volume" / "snapshots").iterdir()), "the snapshot is on the volume"
     driver = kubectl.json("get", "pod", status["driverPod"], "-n", namespace)
     assert driver["spec"]["containers"][0]["image"] == job_image, driver["spec"]["containers"][0]
-    assert driver["status"]["containerStatuses"][0]["containerID"].startswith("podman://")
+    assert driver["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
     more = produce(topics.bootstrap, topics.events, 500, seed=9, start_id=1000)
     expected = {c: expected.get(c, 0) + more.get(c, 0) for c in expected.keys() | more.keys()}
     wait_until(lambda: audit_counts(topics.bootstrap, topics.counts).final == expected, "the output after the "

@@ -197,3 +197,40 @@ def what_the_kill_hit(res: dict) -> str:
     where = (f"inside batch {replay} (slots that had committed it: {res.get('replaySlotsAlreadyCommitted') or []})"
              if replay is not None else "between batches")
     return f"{where}; {res.get('openTransactionsAborted', 0)} open transactions aborted; ledger per slot: {slots}"
+
+
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def root_ca_config_map(st: Stack) -> dict:
+    """ConfigMap ``kube-root-ca.crt`` (the API server's CA), which a cluster's controller manager publishes in
+    every namespace and the token volume of ``chart_values_on_nodes`` reads; this stack's does not publish it."""
+    from eos_stack import kube
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt"},
+            "data": {"ca.crt": (kube.pki_dir(st) / "ca.crt").read_text()}}
+
+
+def chart_values_on_nodes(st: Stack) -> dict:
+    """The chart's values that put its operator on the real nodes and let it reach the API server from there:
+    the image as the nodes hold it, their scheduler and toleration, ``hostAliases`` (``kubernetes.default.svc``
+    -> the services address) with ``KUBERNETES_SERVICE_HOST``/``PORT`` (the ``kubernetes`` Service's ClusterIP
+    leads nowhere here: no kube-proxy), and the ServiceAccount token the API server's ServiceAccount admission
+    would mount in a cluster (off in this stack) as ``extraVolumes`` (its namespace needs ``root_ca_config_map``)."""
+    from eos_stack import kube
+    from eos_stack.node_config import API_HOSTNAME, SCHEDULER_NAME, host_aliases
+    repository, tag = node_image().rsplit(":", 1)
+    return {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
+        "schedulerName": SCHEDULER_NAME, "tolerations": placement()["tolerations"],
+        "hostAliases": host_aliases(st.state),
+        "operator": {"extraEnv": [
+            {"name": "KUBERNETES_SERVICE_HOST", "value": API_HOSTNAME},
+            {"name": "KUBERNETES_SERVICE_PORT", "value": str(kube.load_ports(st)["apiserver"])}]},
+        "extraVolumes": [{"name": "kube-api-access", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                          "fieldPath": "metadata.namespace"}}]}}]}}],
+        "extraVolumeMounts": [{"name": "kube-api-access", "mountPath": TOKEN_DIR, "readOnly": True}],
+    }
+
