@@ -154,8 +154,8 @@ SOURCE_OPTION_RULES = [_reserved_rule("source.options", SOURCE_RESERVED,
 # release's operator, still running while the CRDs are upgraded, refuses a field it does not know.
 WRITER_DOC = (
     "The slot writer: python (the reference, in the Python workers) or jvm (experimental: Kafka's Java producer in "
-    "the executor JVMs, the same protocol; no deadLetterTopic, producerConfig, credentials or tls yet). Unset: "
-    "python.")
+    "the executor JVMs, the same protocol; credentials and tls as the Java client's settings; no deadLetterTopic "
+    "or producerConfig yet). Unset: python.")
 # What the JVM slot writer (sink.writer jvm, experimental: issue 29 part 2) does not do yet: (CEL condition that
 # holds, field, message naming the field and the fix). semantic_errors says the same without Kubernetes.
 JVM_WRITER_LIMITS = [
@@ -165,9 +165,6 @@ JVM_WRITER_LIMITS = [
     ("!has(self.producerConfig) || size(self.producerConfig) == 0", "producerConfig",
      "spec.sink.producerConfig holds librdkafka settings, which sink.writer jvm (Kafka's Java producer) does not "
      "take: use sink.writer python, or leave producerConfig empty"),
-    ("!has(self.credentials) && !has(self.tls)", "writer",
-     "spec.sink.writer jvm does not connect with spec.sink.credentials or spec.sink.tls yet: use sink.writer "
-     "python for a secured sink cluster"),
 ]
 
 
@@ -175,8 +172,7 @@ def jvm_writer_errors(sink) -> list[str]:
     """JVM_WRITER_LIMITS checked on the model (``semantic_errors``: a job run without Kubernetes)."""
     if sink.writer != "jvm":
         return []
-    broken = {"deadLetterTopic": sink.dead_letter_topic is not None, "producerConfig": bool(sink.producer_config),
-              "writer": sink.credentials is not None or sink.tls is not None}
+    broken = {"deadLetterTopic": sink.dead_letter_topic is not None, "producerConfig": bool(sink.producer_config)}
     return [f"sink.{field}: {msg}" for _, field, msg in JVM_WRITER_LIMITS if broken[field]]
 
 

@@ -11,17 +11,22 @@ exactly as ``writer.BatchWriter`` calls it.
   writer with its ledger skip switched off, writes that slot again and the same id audit reports exactly that
   slot's ids twice;
 * cross-writer, JVM → Python: a batch the JVM writer left partial (one slot's task failing on every attempt),
-  finished by the Python writer's slot tasks, which skip what the JVM committed.
+  finished by the Python writer's slot tasks, which skip what the JVM committed;
+* ``sink.credentials`` and ``sink.tls``: the stack's secured listener (SASL_SSL, SCRAM, the stack's CA as inline
+  PEM, hostname verification), a user with exactly a stream's ACLs: output exact; a wrong password refused by
+  the broker; the password in no Spark setting nor JVM system property (the UI's environment page shows those)
+  and in no error.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from eos_job import jvm_writer, protocol, sink
-from eos_job.verify import audit_ids, audit_sink, open_transactions
+from eos_job.verify import audit_ids, audit_sink, open_transactions, read_committed
 from tests.stack.conftest import sink_and_ledger
 
 pytestmark = pytest.mark.stack
@@ -32,10 +37,13 @@ TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def spark(stack_env):
+    """A local Spark with this checkout's writer jar (built by Maven if the stack has none for its sources)."""
     from eos_job.session import build_spark_session
-    jar = stack_env.get("EOS_SLOT_WRITER_JAR", "")
-    assert jar and Path(jar).is_file(), f"the stack built no JVM slot writer jar (EOS_SLOT_WRITER_JAR={jar!r})"
-    return build_spark_session("test-jvm-writer", jars=[*stack_env["SPARK_JARS"].split(","), jar])
+    from eos_stack import slot_writer
+    from eos_stack.common import Stack
+    kafka_jars = stack_env["SPARK_JARS"].split(",")
+    jar = str(slot_writer.ensure_jar(Stack(), [Path(j) for j in kafka_jars]))
+    return build_spark_session("test-jvm-writer", jars=[*kafka_jars, jar])
 
 
 @pytest.fixture
@@ -161,3 +169,55 @@ def test_source_partition_slots_follow_the_drivers_slot_map(spark, topics):
     assert audit.violations() == [] and audit.records == len(ids), audit.violations()
     verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)
     assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+
+
+def test_the_jvm_writer_commits_over_sasl_ssl_and_keeps_the_password_out_of_sparks_settings(spark, topics):
+    import uuid
+
+    from eos_job.kafka_security import KafkaCredentials, KafkaSecrets, KafkaTls, SecretKeyRef
+    from eos_job.ledger import sink_java_security
+    from eos_job.spec import SinkSpec
+    from eos_stack import kafka_security as ks
+    from eos_stack.common import Stack
+
+    bootstrap, out, ledger, run = topics
+    st = Stack()
+    user, password = f"jvm-{run}", uuid.uuid4().hex
+    ks.create_user(st, user, password)
+    ks.grant_stream(st, user, source_topics=[], write_topics=[out], ledger_topic=ledger,
+                    transactional_prefix=f"eos-test-jvm-{run}", group_prefix=None)
+    ref = lambda key: SecretKeyRef(name="kafka", key=key)   # noqa: E731
+    sink_spec = SinkSpec(bootstrapServers=ks.secure_bootstrap(st), topic=out, writer="jvm",
+                         credentials=KafkaCredentials(mechanism="SCRAM-SHA-512", securityProtocol="SASL_SSL",
+                                                      username=ref("user"), password=ref("password")),
+                         tls=KafkaTls(ca=ref("ca.crt")))
+
+    def security(pw: str) -> dict[str, str]:
+        return sink_java_security(sink_spec, KafkaSecrets({"username": user, "password": pw, "ca": ks.ca_pem(st)}))
+
+    try:
+        secure = config(ks.secure_bootstrap(st), out, ledger, run, 0)
+        commits = by_slot(jvm_writer.run_slots(batch_df(spark, range(300)), secure, security=security(password)))
+        assert sum(c["count"] for c in commits.values()) == 300 and not any(c["skipped"] for c in commits.values())
+        audit = audit_ids(bootstrap, out, set(range(300)), TIMEOUT)     # read back over PLAINTEXT, read_committed
+        assert audit.violations() == [] and audit.records == 300, audit.violations()
+        assert open_transactions(bootstrap, [out, ledger]) == set()
+        verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)
+        assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+
+        # Another transactional id (within the user's prefix): the slots' held producers, authenticated when they
+        # connected, would not connect again.
+        wrong = "not-" + password
+        other = dataclasses.replace(config(ks.secure_bootstrap(st), out, ledger, run, 1), tx_prefix=f"{secure.tx_prefix}-b")
+        with pytest.raises(Exception) as refused:
+            jvm_writer.run_slots(batch_df(spark, range(300, 310)), other, security=security(wrong))
+        assert "Authentication failed" in str(refused.value), str(refused.value)[-3000:]
+        assert wrong not in str(refused.value) and password not in str(refused.value)
+        assert len(read_committed(bootstrap, out)) == 300, "the refused batch wrote something"
+
+        settings = str(spark.sparkContext.getConf().getAll())
+        props = str(spark.sparkContext._jvm.System.getProperties())
+        assert password not in settings and password not in props
+    finally:
+        ks.revoke_user(st, user)
+        ks.delete_user(st, user)

@@ -13,7 +13,7 @@ import java.util.Set;
 /** sink.SlotWriterConfig as the driver sends it (eos_job.jvm_writer): JSON, snake_case, one per batch. */
 public final class Config implements java.io.Serializable {
     final String bootstrap;
-    final Map<String, String> producerConfig;   // Java client settings only (security.*, sasl.*, ssl.*)
+    final Map<String, String> producerConfig;   // Java client settings: batch.size, security.*, sasl.*, ssl.*
     final String topic;
     final String ledgerTopic;
     final String txPrefix;
@@ -63,8 +63,10 @@ public final class Config implements java.io.Serializable {
     public static Config parse(String json) {
         try {
             return new Config(Protocol.JSON.readTree(json));
-        } catch (java.io.IOException e) {
-            throw new IllegalArgumentException("the slot writer's configuration is not JSON: " + e.getMessage(), e);
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            // The original message only: Jackson's full one quotes the source, which may carry credentials.
+            throw new IllegalArgumentException("the slot writer's configuration is not JSON: "
+                    + e.getOriginalMessage());
         }
     }
 
