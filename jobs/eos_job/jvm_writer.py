@@ -50,9 +50,6 @@ def run_slots(df, cfg: SlotWriterConfig, faults: dict[str, int] | None = None,
     """Run the batch's slot tasks on the JVM writer; their commit rows, as dicts. ``security``: see
     ``config_json``."""
     global _announced
-    if cfg.dead_letter_topic:
-        raise RuntimeError("sink.writer jvm does not route poison records to sink.deadLetterTopic yet: use "
-                           "sink.writer python, or leave deadLetterTopic unset")
     jvm = df.sparkSession._jvm
     try:
         entry = getattr(jvm, ENTRY)

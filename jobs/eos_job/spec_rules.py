@@ -154,14 +154,11 @@ SOURCE_OPTION_RULES = [_reserved_rule("source.options", SOURCE_RESERVED,
 # release's operator, still running while the CRDs are upgraded, refuses a field it does not know.
 WRITER_DOC = (
     "The slot writer: python (the reference, in the Python workers) or jvm (experimental: Kafka's Java producer in "
-    "the executor JVMs, the same protocol; credentials and tls as the Java client's settings; no deadLetterTopic "
-    "or producerConfig yet). Unset: python.")
+    "the executor JVMs, the same protocol; credentials and tls as the Java client's settings; no producerConfig "
+    "yet). Unset: python.")
 # What the JVM slot writer (sink.writer jvm, experimental: issue 29 part 2) does not do yet: (CEL condition that
 # holds, field, message naming the field and the fix). semantic_errors says the same without Kubernetes.
 JVM_WRITER_LIMITS = [
-    ("!has(self.deadLetterTopic)", "deadLetterTopic",
-     "spec.sink.writer jvm does not route poison records to spec.sink.deadLetterTopic yet: use sink.writer python "
-     "(the default) with a dead-letter topic, or leave deadLetterTopic unset"),
     ("!has(self.producerConfig) || size(self.producerConfig) == 0", "producerConfig",
      "spec.sink.producerConfig holds librdkafka settings, which sink.writer jvm (Kafka's Java producer) does not "
      "take: use sink.writer python, or leave producerConfig empty"),
@@ -172,7 +169,7 @@ def jvm_writer_errors(sink) -> list[str]:
     """JVM_WRITER_LIMITS checked on the model (``semantic_errors``: a job run without Kubernetes)."""
     if sink.writer != "jvm":
         return []
-    broken = {"deadLetterTopic": sink.dead_letter_topic is not None, "producerConfig": bool(sink.producer_config)}
+    broken = {"producerConfig": bool(sink.producer_config)}
     return [f"sink.{field}: {msg}" for _, field, msg in JVM_WRITER_LIMITS if broken[field]]
 
 

@@ -58,13 +58,12 @@ def test_the_java_clients_security_replaces_the_librdkafka_settings():
                     "ssl.truststore.certificates": "PEM"}, sent
 
 
-def test_a_dead_letter_topic_is_refused_before_any_task_runs():
-    with pytest.raises(RuntimeError, match="deadLetterTopic"):
-        jvm_writer.run_slots(object(), cfg(dead_letter_topic="poison"))
+def test_the_dead_letter_topic_and_the_topic_limits_reach_the_jvm_writer():
+    doc = json.loads(jvm_writer.config_json(cfg(dead_letter_topic="poison", topic_limits={"out": 1000})))
+    assert (doc["dead_letter_topic"], doc["topic_limits"]) == ("poison", {"out": 1000})
 
 
-@pytest.mark.parametrize("sink_extra,field", [({"deadLetterTopic": "poison"}, "sink.deadLetterTopic"),
-                                              ({"producerConfig": {"linger.ms": "20"}}, "sink.producerConfig")])
+@pytest.mark.parametrize("sink_extra,field", [({"producerConfig": {"linger.ms": "20"}}, "sink.producerConfig")])
 def test_what_the_jvm_writer_does_not_do_yet_is_refused_naming_the_field(sink_extra, field):
     doc = spec()
     doc["sink"] = {**doc["sink"], **sink_extra}

@@ -15,7 +15,12 @@ exactly as ``writer.BatchWriter`` calls it.
 * ``sink.credentials`` and ``sink.tls``: the stack's secured listener (SASL_SSL, SCRAM, the stack's CA as inline
   PEM, hostname verification), a user with exactly a stream's ACLs: output exact; a wrong password refused by
   the broker; the password in no Spark setting nor JVM system property (the UI's environment page shows those)
-  and in no error.
+  and in no error;
+* dead letters, cross-writer: a batch with poison records (the transformation's ``error`` column) written whole by
+  one writer and replayed by the other (both directions): the replay skips every slot with the first writer's
+  count, digest and dead-letter count, the output holds every good id once, the dead-letter topic each poison
+  record once with the Python writer's headers; the negative control (the replaying JVM writer's ledger skip off)
+  puts every poison record in the dead-letter topic twice, which the same check reports.
 """
 from __future__ import annotations
 
@@ -54,11 +59,11 @@ def topics(stack_env):
 
 
 def config(bootstrap: str, out: str, ledger: str, run: str, batch: int, **kw) -> sink.SlotWriterConfig:
-    return sink.SlotWriterConfig(
-        bootstrap=bootstrap, producer_config={}, topic=out, dead_letter_topic=None, ledger_topic=ledger,
-        tx_prefix=f"eos-test-jvm-{run}", generation=0, stream_uid=f"uid-{run}", checkpoint_id=f"ckpt-{run}",
-        spec_hash="h", transaction_timeout_ms=60000, batch=batch, slots=SLOTS, input=f"in-{batch}",
-        output_hash="o", **kw)
+    return sink.SlotWriterConfig(**{
+        "bootstrap": bootstrap, "producer_config": {}, "topic": out, "dead_letter_topic": None, "ledger_topic": ledger,
+        "tx_prefix": f"eos-test-jvm-{run}", "generation": 0, "stream_uid": f"uid-{run}", "checkpoint_id": f"ckpt-{run}",
+        "spec_hash": "h", "transaction_timeout_ms": 60000, "batch": batch, "slots": SLOTS, "input": f"in-{batch}",
+        "output_hash": "o", **kw})
 
 
 def batch_df(spark, ids):
@@ -221,3 +226,62 @@ def test_the_jvm_writer_commits_over_sasl_ssl_and_keeps_the_password_out_of_spar
     finally:
         ks.revoke_user(st, user)
         ks.delete_user(st, user)
+
+
+def batch_with_poison(spark, ids, poison: set[int]):
+    """``batch_df`` with the transformation's ``error`` column (eos_job.contract): set for the ids of ``poison``."""
+    from pyspark.sql import functions as F
+    df = batch_df(spark, ids)
+    bad = F.col("key").cast("string").isin([str(i) for i in sorted(poison)])
+    return df.withColumn("error", F.when(bad, F.lit("poison: rejected by the job")))
+
+
+def write_python(df, cfg) -> list[dict]:
+    from eos_job.sink import COMMIT_SCHEMA, slot_task
+    return [r.asDict() for r in df.repartition(SLOTS, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()]
+
+
+def dead_letters_of(bootstrap: str, dlq: str) -> list[tuple[int, dict[str, bytes]]]:
+    return [(int(m.key()), dict(m.headers())) for m in read_committed(bootstrap, dlq)]
+
+
+@pytest.mark.parametrize("first,safety", [("python", "on"), ("jvm", "on"), ("python", "off")],
+                         ids=["python-then-jvm", "jvm-then-python", "negative-control-jvm-without-ledger-skip"])
+def test_poison_records_are_dead_letters_once_whichever_writer_replays_the_batch(spark, topics, first, safety):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    bootstrap, out, ledger, run = topics
+    dlq = f"test-jvm-dlq-{run}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(dlq, num_partitions=1, replication_factor=1)])[dlq].result(timeout=60)
+    try:
+        ids, poison = range(300), {i for i in range(300) if i % 10 == 3}
+        df = batch_with_poison(spark, ids, poison)
+        cfg = config(bootstrap, out, ledger, run, 0, dead_letter_topic=dlq)
+        written = by_slot(write_python(df, cfg) if first == "python" else jvm_writer.run_slots(df, cfg))
+        assert sum(c["dead_letters"] for c in written.values()) == len(poison) and \
+            not any(c["skipped"] for c in written.values()), written
+
+        unsafe = frozenset() if safety == "on" else frozenset({"ledger-skip"})
+        again = config(bootstrap, out, ledger, run, 0, dead_letter_topic=dlq, unsafe=unsafe)
+        replay = by_slot(jvm_writer.run_slots(df, again) if first == "python" else write_python(df, again))
+        letters = dead_letters_of(bootstrap, dlq)
+        audit = audit_ids(bootstrap, out, set(ids) - poison, TIMEOUT)
+        assert open_transactions(bootstrap, [out, ledger, dlq]) == set()
+        if safety == "off":
+            # The same checks see the replay's second copy: every poison record twice, every good id twice.
+            assert sorted(k for k, _ in letters) == sorted(list(poison) * 2), letters
+            assert sorted(audit.duplicates) == sorted(set(ids) - poison), audit.violations()
+            return
+        # Skipped whole, agreeing with the first writer on count, digest and dead letters (the slot record).
+        assert all(c["skipped"] and not c["nondeterministic"] for c in replay.values()), replay
+        assert {s: (c["count"], c["digest"], c["dead_letters"]) for s, c in replay.items()} == \
+               {s: (c["count"], c["digest"], c["dead_letters"]) for s, c in written.items()}
+        assert sorted(k for k, _ in letters) == sorted(poison), letters     # each poison record once
+        for key, headers in letters:
+            assert headers["eos.error"] == b"poison: rejected by the job" and headers["eos.topic"] == out.encode()
+            assert headers["eos.batch"] == b"0" and headers["eos.slot"].startswith(b"ckpt-"), headers
+        assert audit.violations() == [] and audit.records == len(ids) - len(poison), audit.violations()
+        verified = audit_sink(bootstrap, [out], ledger, dead_letter_topic=dlq, timeout_s=TIMEOUT)
+        assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+    finally:
+        admin.delete_topics([dlq])[dlq].result(timeout=60)

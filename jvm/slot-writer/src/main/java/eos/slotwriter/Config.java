@@ -15,6 +15,8 @@ public final class Config implements java.io.Serializable {
     final String bootstrap;
     final Map<String, String> producerConfig;   // Java client settings: batch.size, security.*, sasl.*, ssl.*
     final String topic;
+    final String deadLetterTopic;                // null: none (a poison record stops the stream)
+    final Map<String, Integer> topicLimits;      // max.message.bytes of the sink topics, read at start
     final String ledgerTopic;
     final String txPrefix;
     final int generation;
@@ -41,6 +43,9 @@ public final class Config implements java.io.Serializable {
             producerConfig.put(e.getKey(), e.getValue().asText());
         }
         topic = d.get("topic").asText();
+        deadLetterTopic = d.path("dead_letter_topic").isTextual() ? d.get("dead_letter_topic").asText() : null;
+        topicLimits = new java.util.TreeMap<>();
+        d.path("topic_limits").fields().forEachRemaining(e -> topicLimits.put(e.getKey(), e.getValue().asInt()));
         ledgerTopic = d.get("ledger_topic").asText();
         txPrefix = d.get("tx_prefix").asText();
         generation = d.get("generation").asInt();
