@@ -14,20 +14,31 @@ from dataclasses import asdict
 
 from .session import writer_jars
 from .sink import SlotWriterConfig
+from .spec_rules import JVM_PRODUCER_SETTINGS
 
 log = logging.getLogger("eos_job")
 
 ENTRY = "eos.slotwriter.SparkEntry"
 # Producer settings the JVM writer takes from the Python writer's: those with the same name and meaning in
-# Kafka's Java producer (request_limits' batch.size). sink.producerConfig itself is refused with jvm (spec_rules).
+# Kafka's Java producer (request_limits' batch.size). sink.producerConfig goes through java_producer_settings.
 SHARED_PRODUCER_SETTINGS = ("batch.size",)
+
+
+def java_producer_settings(producer_config: dict[str, str]) -> dict[str, str]:
+    """``sink.producerConfig`` (librdkafka names) as the Java producer's settings (spec_rules.JVM_PRODUCER_SETTINGS;
+    a key without an equivalent is refused by the spec's checks before this runs)."""
+    unknown = sorted(k for k in producer_config if k not in JVM_PRODUCER_SETTINGS)
+    if unknown:
+        raise ValueError(f"sink.producerConfig.{unknown[0]}: no equivalent in Kafka's Java producer (sink.writer jvm)")
+    return {JVM_PRODUCER_SETTINGS[k]: str(v) for k, v in producer_config.items()}
 
 
 def config_json(cfg: SlotWriterConfig, faults: dict[str, int] | None = None,
                 security: dict[str, str] | None = None) -> str:
     """What the JVM slot tasks read (eos.slotwriter.Config): the config's fields by name; the producer settings
-    only as far as the Java producer shares them; ``security``: the Java clients' SASL and TLS settings
-    (``ledger.sink_java_security``), which replace the librdkafka ones of ``cfg.producer_config``. The JSON
+    only as far as the Java producer shares them; ``security``: the Java clients' own settings, over those:
+    SASL and TLS (``ledger.sink_java_security``) and ``sink.producerConfig`` mapped (``java_producer_settings``),
+    never the librdkafka ones of ``cfg.producer_config``. The JSON
     travels inside the slot tasks' closure, not in Spark's settings: it may carry credentials. ``faults``:
     test-only fault points: ``commit_returned_slot`` (the slot's commit lands, its answer is lost), ``fail_slot``
     (the slot's task fails on every attempt before it writes)."""

@@ -82,9 +82,13 @@ class BatchWriter:
                          slots=self.slots, epoch=0, audit=spec.sink.audit_headers, unsafe=unsafe,
                          topic_limits=dict(limits.topic_bytes))
         self.sec = sec
-        # sink.writer jvm: the same security for the Java clients, handed to the slot tasks with their config
-        # (jvm_writer), never through Spark settings, which the UI's environment page shows.
-        self.java_sec = sink_java_security(spec.sink) if self.sink_writer == "jvm" else {}
+        # sink.writer jvm: producerConfig mapped and the same security for the Java clients, handed to the slot
+        # tasks with their config (jvm_writer), never through Spark settings, which the UI's environment page shows.
+        self.java_sec = {}
+        if self.sink_writer == "jvm":
+            from .jvm_writer import java_producer_settings
+            self.java_sec = {**java_producer_settings({**spec.sink.producer_config, **limits.producer_overrides()}),
+                             **sink_java_security(spec.sink)}
         self.slot_stats = slot_stats.SlotStats()   # every slot task's counters of this run, summed (slot_stats)
 
     def checkpoint_identity(self) -> str:

@@ -2,7 +2,9 @@
 Pods on the real nodes (tests/e2e/on_nodes.py), the writer's jar the one the image carries
 (``EOS_SLOT_WRITER_JAR``, Dockerfile stage ``slotwriter``; nothing of the test's machine reaches a Pod).
 
-Mid-stream the driver's container is SIGKILLed (every process of it, the JVM's slot tasks included): the operator
+The stream keeps its dead-letter topic (the JVM writer routes poison records there; the unique-id stream makes
+none) and sets ``sink.producerConfig`` in librdkafka's names, which the JVM writer maps to the Java producer's
+(``queue.buffering.max.ms`` to ``linger.ms``, ``compression.codec`` lz4 to ``compression.type``). Mid-stream the driver's container is SIGKILLed (every process of it, the JVM's slot tasks included): the operator
 resolves the ledger the JVM wrote and starts the next driver, which goes on with the JVM writer. The output is
 audited as the other e2e tests audit it (``finish_ids``: every kept id sent, set equality, none twice,
 read_committed; the ledger only grew; no open transaction; every committed slot against the ledger's count and
@@ -18,6 +20,8 @@ from tests.e2e.streams import IDS, NAME, finish_ids, rig
 
 pytestmark = pytest.mark.stack
 
+IMAGE_JAR = "/opt/eos-slot-writer/eos-slot-writer.jar"   # the Dockerfile's EOS_SLOT_WRITER_JAR
+
 
 @pytest.mark.real_nodes
 def test_the_jvm_writer_runs_in_the_image_on_real_nodes_through_a_driver_kill(
@@ -25,9 +29,9 @@ def test_the_jvm_writer_runs_in_the_image_on_real_nodes_through_a_driver_kill(
     with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r:
         doc = r.stream(IDS)
         doc["spec"]["sink"]["writer"] = "jvm"
-        # The JVM writer does not route dead letters yet (spec_rules refuses the pair): the unique-id stream
-        # makes none anyway.
-        doc["spec"]["sink"].pop("deadLetterTopic", None)
+        assert doc["spec"]["sink"]["deadLetterTopic"]     # set (the unique-id stream makes no dead letter)
+        # librdkafka names, which the JVM writer maps to the Java producer's (linger.ms, compression.type).
+        doc["spec"]["sink"]["producerConfig"] = {"queue.buffering.max.ms": "20", "compression.codec": "lz4"}
         feed = r.run_ids(doc, seed=29)
 
         def committed() -> int:
@@ -46,6 +50,7 @@ def test_the_jvm_writer_runs_in_the_image_on_real_nodes_through_a_driver_kill(
                    "two batches by the second driver", 240, r.diag, 1)
         ids = finish_ids(r, feed)
         log = kubectl.run("logs", "-n", namespace, f"{NAME}-driver-1", check=False).stdout
-        assert "not on spark.jars" not in log and "committed" in log, log[-3000:]
+        # The slot tasks ran the image's jar (jvm_writer says so at its first batch).
+        assert f"sink.writer jvm: the slot tasks run eos.slotwriter.SparkEntry of {IMAGE_JAR}" in log, log[-3000:]
         report_result(f"sink.writer jvm in the image on the real nodes: {len(ids)} unique ids exactly once "
                       f"through a driver SIGKILL (resolved {st['resolution']['slots']} slots)")

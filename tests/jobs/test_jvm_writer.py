@@ -63,7 +63,16 @@ def test_the_dead_letter_topic_and_the_topic_limits_reach_the_jvm_writer():
     assert (doc["dead_letter_topic"], doc["topic_limits"]) == ("poison", {"out": 1000})
 
 
-@pytest.mark.parametrize("sink_extra,field", [({"producerConfig": {"linger.ms": "20"}}, "sink.producerConfig")])
+def test_producer_config_is_mapped_to_the_java_producers_names():
+    assert jvm_writer.java_producer_settings({"linger.ms": "20", "compression.codec": "zstd",
+                                              "message.max.bytes": "2000000", "queue.buffering.max.ms": "7"}) == \
+        {"linger.ms": "7", "compression.type": "zstd", "max.request.size": "2000000"}
+    with pytest.raises(ValueError, match="sink.producerConfig.socket.keepalive.enable"):
+        jvm_writer.java_producer_settings({"socket.keepalive.enable": "true"})
+
+
+@pytest.mark.parametrize("sink_extra,field", [({"producerConfig": {"linger.ms": "20", "socket.keepalive.enable": "true"}},
+                                               "sink.producerConfig.socket.keepalive.enable")])
 def test_what_the_jvm_writer_does_not_do_yet_is_refused_naming_the_field(sink_extra, field):
     doc = spec()
     doc["sink"] = {**doc["sink"], **sink_extra}

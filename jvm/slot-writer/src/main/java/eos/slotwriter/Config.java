@@ -13,7 +13,7 @@ import java.util.Set;
 /** sink.SlotWriterConfig as the driver sends it (eos_job.jvm_writer): JSON, snake_case, one per batch. */
 public final class Config implements java.io.Serializable {
     final String bootstrap;
-    final Map<String, String> producerConfig;   // Java client settings: batch.size, security.*, sasl.*, ssl.*
+    final Map<String, String> producerConfig;   // Java client settings: the producer's, security.*, sasl.*, ssl.*
     final String topic;
     final String deadLetterTopic;                // null: none (a poison record stops the stream)
     final Map<String, Integer> topicLimits;      // max.message.bytes of the sink topics, read at start
@@ -75,10 +75,12 @@ public final class Config implements java.io.Serializable {
         }
     }
 
-    /** The clients' common settings: the brokers and the sink's security settings. */
-    Properties clientProps() {
+    /** A client's settings: the brokers, the sink's security settings, and for a producer its own settings too. */
+    Properties clientProps(boolean producer) {
         Properties p = new Properties();
-        p.putAll(producerConfig);
+        producerConfig.forEach((k, v) -> {
+            if (producer || k.startsWith("security.") || k.startsWith("sasl.") || k.startsWith("ssl.")) p.put(k, v);
+        });
         p.put("bootstrap.servers", bootstrap);
         return p;
     }

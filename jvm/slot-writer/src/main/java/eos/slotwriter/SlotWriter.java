@@ -56,12 +56,12 @@ public final class SlotWriter {
         double commitMs;
 
         Held(Config cfg, String txid) {
-            Properties p = cfg.clientProps();
+            Properties p = cfg.clientProps(true);
+            p.putIfAbsent("linger.ms", "5");   // sink.producerConfig's linger.ms (queue.buffering.max.ms) wins
             p.put("transactional.id", cfg.unsafe.contains("fence") ? txid + "-unfenced-" + System.nanoTime() : txid);
             p.put("enable.idempotence", "true");
             p.put("acks", "all");
             p.put("transaction.timeout.ms", String.valueOf(cfg.transactionTimeoutMs));
-            p.put("linger.ms", "5");
             p.put("key.serializer", ByteArraySerializer.class.getName());
             p.put("value.serializer", ByteArraySerializer.class.getName());
             producer = new KafkaProducer<>(p);
@@ -78,7 +78,7 @@ public final class SlotWriter {
         }
 
         private static KafkaConsumer<byte[], byte[]> consumer(Config cfg, String isolation) {
-            Properties c = cfg.clientProps();
+            Properties c = cfg.clientProps(false);
             c.put("isolation.level", isolation);
             c.put("enable.auto.commit", "false");
             c.put("key.deserializer", ByteArrayDeserializer.class.getName());
