@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 from .session import writer_jars
 from .sink import SlotWriterConfig
-from .spec_rules import JVM_PRODUCER_SETTINGS
+from .writer_rules import JVM_PRODUCER_SETTINGS
 
 log = logging.getLogger("eos_job")
 
@@ -25,7 +25,7 @@ SHARED_PRODUCER_SETTINGS = ("batch.size",)
 
 
 def java_producer_settings(producer_config: dict[str, str]) -> dict[str, str]:
-    """``sink.producerConfig`` (librdkafka names) as the Java producer's settings (spec_rules.JVM_PRODUCER_SETTINGS;
+    """``sink.producerConfig`` (librdkafka names) as the Java producer's settings (writer_rules.JVM_PRODUCER_SETTINGS;
     a key without an equivalent is refused by the spec's checks before this runs)."""
     unknown = sorted(k for k in producer_config if k not in JVM_PRODUCER_SETTINGS)
     if unknown:
