@@ -5,6 +5,7 @@
 # Debian packages then come from the build context's docker/offline/{wheels,jars,s3jars,debs}, which those steps
 # bind-mount (nothing of it lands in a layer). `make image` (stack/eos_stack/image.py) fills that folder from the
 # stack's caches and passes a digest of its files as the value, so a change of them rebuilds what uses them.
+# SLOT_WRITER, likewise, for the JVM slot writer's jar alone (stage 3b).
 ARG OFFLINE=
 
 # --- stage 1: the Spark Kafka connector jars, from Maven Central --------------------------
@@ -79,6 +80,26 @@ RUN --mount=type=bind,source=docker,target=/mnt/docker \
     if [ -n "$OFFLINE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/mnt/docker/offline/wheels; fi \
  && python -m venv /tmp/venv && /tmp/venv/bin/pip wheel --no-deps --wheel-dir /wheel .
 
+# --- stage 3b: the JVM slot writer's jar (sink.writer: jvm; jvm/slot-writer) ------------------
+# SLOT_WRITER (a digest of the jar; `make image` sets it): the jar the stack built (eos_stack.slot_writer: `mvn
+# package` with its golden-vector test, keyed by its sources, the vectors, PySpark's and kafka-clients' versions)
+# from docker/offline/slotwriter, so the build compiles nothing and fetches no Maven plugin again. An argument of
+# its own, not OFFLINE: a change of the writer rebuilds this stage and one small layer of the final one, never
+# the Python environment. Unset: the same `mvn package` here, against the deps stage's PySpark jars
+# (compile-time only: nothing of them lands in a layer).
+FROM maven:3.9.9-eclipse-temurin-17 AS slotwriter
+ARG SLOT_WRITER=
+WORKDIR /build
+COPY jvm/slot-writer slot-writer
+COPY tests/conformance/vectors.json vectors.json
+RUN --mount=type=bind,source=docker,target=/mnt/docker \
+    --mount=type=bind,from=deps,source=/opt/eos/lib/python3.11/site-packages/pyspark/jars,target=/pyjars \
+    mkdir /out \
+ && if [ -n "$SLOT_WRITER" ]; then cp /mnt/docker/offline/slotwriter/eos-slot-writer.jar /out/; \
+    else mvn -q -B -f slot-writer/pom.xml -Dpyspark.jars=/pyjars -Deos.vectors=/build/vectors.json package \
+      && cp slot-writer/target/eos-slot-writer-0.jar /out/eos-slot-writer.jar; fi \
+ && ls -l /out
+
 # --- stage 4: runtime ------------------------------------------------------------------------
 FROM python:3.11.11-slim-bookworm
 LABEL org.opencontainers.image.title="spark-eos-operator" \
@@ -114,6 +135,10 @@ ENV PATH=/opt/eos/bin:/opt/java/bin:$PATH \
 COPY jobs/eos_job/__init__.py jobs/eos_job/session.py jobs/eos_job/cds.py /opt/eos-cds/eos_job/
 RUN PYTHONPATH=/opt/eos-cds /opt/eos/bin/python -m eos_job.cds /opt/eos/spark.jsa
 ENV EOS_SPARK_CDS_ARCHIVE=/opt/eos/spark.jsa
+# The JVM slot writer (sink.writer: jvm): session.writer_jars puts it on spark.jars. After the class-data archive,
+# which it is not part of, so a change of the writer's Java sources rebuilds only this small layer.
+COPY --from=slotwriter /out/eos-slot-writer.jar /opt/eos-slot-writer/eos-slot-writer.jar
+ENV EOS_SLOT_WRITER_JAR=/opt/eos-slot-writer/eos-slot-writer.jar
 # The project itself: one small layer.
 COPY --from=build /wheel/ /opt/eos-wheel/
 RUN /opt/eos/bin/pip install --no-deps --no-index --no-cache-dir --disable-pip-version-check /opt/eos-wheel/*.whl

@@ -48,7 +48,7 @@ E2E_LONG_FIRST = ("test_batch_identity_e2e.py", "test_upgrade_safety_e2e.py", "t
                   "test_cluster_mode_e2e.py", "test_kafka_security_e2e.py", "test_real_node_stream.py",
                   "test_job_runtime.py", "test_rollback_partial_e2e.py", "test_snapshot_job.py",
                   "test_operator_e2e.py", "test_operator_upgrade_e2e.py", "test_upgrade_e2e.py",
-                  "test_real_node_oom.py", "test_start_failures_e2e.py",
+                  "test_jvm_writer_e2e.py", "test_real_node_oom.py", "test_start_failures_e2e.py",
                   "test_nondeterminism_e2e.py", "test_operator_gitops.py", "test_stream_epoch_e2e.py",
                   "test_replay_horizon_e2e.py")
 E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py", "test_generations_e2e.py",

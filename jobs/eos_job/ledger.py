@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from . import protocol
 from .clients import LEDGER, consumer_conf
-from .kafka_security import KafkaSecretMissing, KafkaSecrets, librdkafka_config
+from .kafka_security import KafkaSecretMissing, KafkaSecrets, java_config, librdkafka_config
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,16 @@ def sink_security(sink, secrets: KafkaSecrets | None = None) -> dict[str, str]:
     except KafkaSecretMissing as exc:
         raise SinkUnavailable(str(exc)) from None
     return conf
+
+
+def sink_java_security(sink, secrets: KafkaSecrets | None = None) -> dict[str, str]:
+    """``sink_security`` for Kafka's Java client (``sink.writer: jvm``): SASL as ``sasl.jaas.config``, TLS
+    material as inline PEM (``ssl.truststore.type=PEM``), so nothing is written to disk. Never logged."""
+    try:
+        return java_config("sink", sink.credentials, sink.tls,
+                           secrets if secrets is not None else KafkaSecrets.from_env("sink"))
+    except KafkaSecretMissing as exc:
+        raise SinkUnavailable(str(exc)) from None
 
 
 def source_security(source, secrets: KafkaSecrets | None = None) -> dict[str, str]:

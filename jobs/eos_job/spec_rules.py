@@ -18,6 +18,9 @@ import json
 import re
 from typing import Any
 
+# sink.writer's rules live in writer_rules; spec takes WRITER_DOC and jvm_writer_errors from here with the rest.
+from .writer_rules import JVM_WRITER_LIMITS, WRITER_DOC, jvm_writer_errors  # noqa: F401
+
 # ------------------------------------------------------------------ patterns
 _DNS = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_LABEL = rf"^{_DNS}$"                                   # namespaces, label-like names (at most 63)
@@ -150,36 +153,6 @@ SOURCE_OPTION_RULES = [_reserved_rule("source.options", SOURCE_RESERVED,
 
 
 # ----------------------------------------------------------------- CEL rules
-# sink.writer has no CRD default (unset is python): a default would be stored in every stream, and the previous
-# release's operator, still running while the CRDs are upgraded, refuses a field it does not know.
-WRITER_DOC = (
-    "The slot writer: python (the reference, in the Python workers) or jvm (experimental: Kafka's Java producer in "
-    "the executor JVMs, the same protocol; no deadLetterTopic, producerConfig, credentials or tls yet). Unset: "
-    "python.")
-# What the JVM slot writer (sink.writer jvm, experimental: issue 29 part 2) does not do yet: (CEL condition that
-# holds, field, message naming the field and the fix). semantic_errors says the same without Kubernetes.
-JVM_WRITER_LIMITS = [
-    ("!has(self.deadLetterTopic)", "deadLetterTopic",
-     "spec.sink.writer jvm does not route poison records to spec.sink.deadLetterTopic yet: use sink.writer python "
-     "(the default) with a dead-letter topic, or leave deadLetterTopic unset"),
-    ("!has(self.producerConfig) || size(self.producerConfig) == 0", "producerConfig",
-     "spec.sink.producerConfig holds librdkafka settings, which sink.writer jvm (Kafka's Java producer) does not "
-     "take: use sink.writer python, or leave producerConfig empty"),
-    ("!has(self.credentials) && !has(self.tls)", "writer",
-     "spec.sink.writer jvm does not connect with spec.sink.credentials or spec.sink.tls yet: use sink.writer "
-     "python for a secured sink cluster"),
-]
-
-
-def jvm_writer_errors(sink) -> list[str]:
-    """JVM_WRITER_LIMITS checked on the model (``semantic_errors``: a job run without Kubernetes)."""
-    if sink.writer != "jvm":
-        return []
-    broken = {"deadLetterTopic": sink.dead_letter_topic is not None, "producerConfig": bool(sink.producer_config),
-              "writer": sink.credentials is not None or sink.tls is not None}
-    return [f"sink.{field}: {msg}" for _, field, msg in JVM_WRITER_LIMITS if broken[field]]
-
-
 SINK_RULES = [
     {"rule": "!has(self.deadLetterTopic) || self.deadLetterTopic != self.topic", "fieldPath": ".deadLetterTopic",
      "message": "spec.sink.deadLetterTopic must differ from spec.sink.topic (poison records would be mixed into "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import __version__, checkpoint, faults, protocol, slot_stats, source_slots
 from .contract import BatchRefused, DriverSuperseded, JobFailed
-from .ledger import admin_client, base_config, ledger_consumer, read_history, sink_security
+from .ledger import admin_client, base_config, ledger_consumer, read_history, sink_java_security, sink_security
 from .log_format import log_context
 from .request_limits import SinkLimits
 from .sink import COMMIT_SCHEMA, SlotWriterConfig, slot_task
@@ -82,6 +82,13 @@ class BatchWriter:
                          slots=self.slots, epoch=0, audit=spec.sink.audit_headers, unsafe=unsafe,
                          topic_limits=dict(limits.topic_bytes))
         self.sec = sec
+        # sink.writer jvm: producerConfig mapped and the same security for the Java clients, handed to the slot
+        # tasks with their config (jvm_writer), never through Spark settings, which the UI's environment page shows.
+        self.java_sec = {}
+        if self.sink_writer == "jvm":
+            from .jvm_writer import java_producer_settings
+            self.java_sec = {**java_producer_settings({**spec.sink.producer_config, **limits.producer_overrides()}),
+                             **sink_java_security(spec.sink)}
         self.slot_stats = slot_stats.SlotStats()   # every slot task's counters of this run, summed (slot_stats)
 
     def checkpoint_identity(self) -> str:
@@ -266,7 +273,7 @@ class BatchWriter:
         ran = list(range(self.slots)) if self.slots_from == "key" else sorted(set(cfg.slot_map))
         if self.sink_writer == "jvm":
             from . import jvm_writer
-            return ran, jvm_writer.run_slots(df, cfg)
+            return ran, jvm_writer.run_slots(df, cfg, security=self.java_sec)
         if self.slots_from == "key":
             return ran, df.repartition(self.slots, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()
         return ran, df.mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()

@@ -21,7 +21,8 @@ What ``build`` does, in order:
 4. **Offline inputs** for ``--build-arg OFFLINE=...`` (see the Dockerfile): the Python wheels of
    ``pyproject.toml``'s dependencies and build requirements (``pip wheel``, with the project's pip cache),
    the Spark Kafka connector and S3A jars of the stack's cache (:mod:`eos_stack.spark`,
-   :mod:`eos_stack.spark_s3`; the same versions the Dockerfile resolves, checked), and the Debian packages
+   :mod:`eos_stack.spark_s3`; the same versions the Dockerfile resolves, checked), the JVM slot writer's jar
+   the stack built (:mod:`eos_stack.slot_writer`; build argument ``SLOT_WRITER``), and the Debian packages
    of the final stage's ``apt-get install`` with their dependencies, worked out against the final base
    image's own package list by the host's apt. They go into the build context's ``docker/offline/``,
    hard-linked from the caches.
@@ -67,7 +68,8 @@ from .image_bases import STAND_IN_LABEL, ensure_bases, image_labels, suite_of
 from .image_common import (TOOLS, engine_env, ensure_storage, ensure_tools, external_bases, final_apt_packages,
                            home, image_name, image_under_test, podman, qualified, run_argv, stages, storage_driver,
                            write_config)
-from .image_inputs import assemble_context, ensure_debs, ensure_jars, ensure_wheels
+from .image_inputs import (add_slot_writer, assemble_context, ensure_debs, ensure_jars, ensure_slot_writer,
+                           ensure_wheels)
 
 # The names other code takes from here (tests/stack/test_image.py: image.podman, image.run_argv, ...).
 __all__ = ["build", "engine_env", "home", "image_name", "image_under_test", "main", "podman", "run_argv", "status",
@@ -162,6 +164,7 @@ def build(st: Stack, *, tag: str, bases_mode: str) -> dict[str, str]:
     offline = {"wheels": ensure_wheels(st, base_python), "jars": kafka, "s3jars": s3,
                "debs": ensure_debs(st, stages()[-1].base, final_apt_packages())}
     ctx, digest = assemble_context(st, offline)
+    writer = add_slot_writer(ctx, ensure_slot_writer(st, kafka))
     stand_ins = [b for b, k in kinds.items() if k.startswith("stand-in")]
     if stand_ins:
         log(f"NOTE: building on LOCAL STAND-INS for {', '.join(stand_ins)} (Debian {suite_of(bases)} packages, "
@@ -169,6 +172,7 @@ def build(st: Stack, *, tag: str, bases_mode: str) -> dict[str, str]:
     logf = st.dir("logs") / "image-build.log"
     argv = ["buildah", "bud", "--isolation", "oci", "--runtime", shutil.which("runc") or "runc", "--pull=never",
             "--network", "none", "--layers", "--force-rm", "--format", "docker", "--build-arg", f"OFFLINE={digest}",
+            "--build-arg", f"SLOT_WRITER={writer}",
             "--label", f"eos.bases={'stand-in: ' + ', '.join(stand_ins) if stand_ins else 'as pulled'}",
             "-f", str(ctx / "Dockerfile"), "-t", tag, str(ctx)]
     before = image_id(st, tag)

@@ -1,6 +1,7 @@
 """The offline inputs of ``make image`` (step 4, see :mod:`eos_stack.image`) and the build context they go
 into: the Python wheels of ``pyproject.toml``'s dependencies and build requirements (``pip wheel``), the
 Spark Kafka connector and S3A jars of the stack's cache (checked against the versions the Dockerfile resolves),
+the JVM slot writer's jar the stack builds,
 the Debian packages of the final stage's ``apt-get install`` (worked out against the final base image's own
 package list by the host's apt), and the context folder holding exactly what the Dockerfile reads, the
 inputs hard-linked under ``docker/offline/``.
@@ -18,6 +19,7 @@ import time
 import tomllib
 from pathlib import Path
 
+from . import slot_writer
 from .common import REPO, Stack, StackError, log
 from .image_common import DOCKERFILE, copied_sources, home, podman, qualified
 
@@ -97,6 +99,20 @@ def ensure_jars(st: Stack) -> tuple[list[Path], list[Path]]:
                          f"{spark.pyspark_version()}), the defaults of the Dockerfile's "
                          f"{spark_s3.POM.relative_to(REPO)} are {pinned}: make them agree")
     return kafka, s3
+
+
+def ensure_slot_writer(st: Stack, kafka_jars: list[Path]) -> Path:
+    """The JVM slot writer's jar the stack builds (:mod:`eos_stack.slot_writer`; nothing is built when the stack
+    already has it for these sources and versions), for the Dockerfile's ``slotwriter`` stage."""
+    return slot_writer.ensure_jar(st, kafka_jars)
+
+
+def add_slot_writer(ctx: Path, jar: Path) -> str:
+    """The jar into the context's ``docker/offline/slotwriter``; returns a digest of its bytes, the value of the
+    ``SLOT_WRITER`` build argument (apart from OFFLINE's: a change of the writer rebuilds only its stage and the
+    one layer that copies it, not the Python environment)."""
+    link_or_copy(jar, ctx / OFFLINE_DIR / "slotwriter" / slot_writer.JAR)
+    return hashlib.sha256(jar.read_bytes()).hexdigest()[:16]
 
 
 def dpkg_status_of(st: Stack, ref: str) -> str:

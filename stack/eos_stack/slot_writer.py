@@ -75,7 +75,9 @@ def ensure_jar(st: Stack, kafka_jars: list[Path]) -> Path:
     tmp.replace(jar)
     shutil.rmtree(build, ignore_errors=True)
     log(f"JVM slot writer built in {time.monotonic() - t0:.1f}s: {jar}")
-    # Each source change makes another (about 40 KiB): keep the newest three, as the class-data archives.
-    keep_newest([p for p in jar.parent.parent.iterdir() if (p / JAR).is_file()],
+    # Each source change makes another (about 40 KiB): keep the newest three, as the class-data archives, and
+    # always the one the running stack names (another checkout's build, a test's, must not pull it from under it).
+    in_use = Path(st.read_env().get(ENV, "")).parent
+    keep_newest([p for p in jar.parent.parent.iterdir() if (p / JAR).is_file() and p != in_use],
                 mtime=lambda p: (p / JAR).stat().st_mtime)
     return jar

@@ -3,7 +3,9 @@ tests.conformance.make_vectors``): the golden vectors both slot writers are chec
 tests/jobs/test_conformance_vectors.py, the JVM one by jvm/slot-writer's VectorsTest (run by its Maven build).
 
 What they pin: transactional ids, ledger keys and partitions, the audit headers, the slot ledger record's JSON
-bytes (and its decoding), the digest of given record hashes and ``decide_slot``'s table."""
+bytes (and its decoding), the digest of given record hashes, ``decide_slot``'s table and poison records' dead
+letters (``poison.too_large`` and ``poison.dead_letter``: headers, the value cut to the dead-letter topic's
+limit, the reason cut to 4000 characters)."""
 from __future__ import annotations
 
 import itertools
@@ -12,9 +14,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import numpy as np
 
-from eos_job import audit, protocol
+from eos_job import audit, poison, protocol
 
 PATH = Path(__file__).with_name("vectors.json")
 
@@ -52,7 +56,35 @@ def vectors() -> dict:
         decisions.append({"batch": 5, "recorded": _record(rec), "input": inp, "output_hash": out, "epoch": ep,
                           "stream_epoch": sep, "input_slots": slots, "action": d.action.value})
     return {"transactional_ids": ids, "keys": keys, "records": records, "digests": digests,
-            "decisions": decisions}
+            "decisions": decisions, "dead_letters": dead_letters()}
+
+
+def dead_letters() -> list[dict]:
+    """Poison records: the transformation's error (``why`` given), or over a topic's max.message.bytes by itself
+    (``why`` null: ``poison.too_large`` says), and the dead letter each becomes."""
+    cases = []
+    value = bytes(range(256)) * 12   # 3072 bytes
+    for topic, key, val, why, limits, slot in [
+            ("out", b"k1", b"v" * 10, "bad color: 'orange'", {}, 3),
+            ("routed", None, None, "", {}, 0),
+            ("out", b"key", value, "x\u00fc" * 2500, {}, 1),                   # the reason cut to 4000 characters
+            ("out", b"key", value, "cut", {"dlq": 2000}, 1),                    # the value cut to fit the topic
+            ("out", b"key", value, None, {"out": 3000, "dlq": 1_000_000}, 2),   # over its topic's limit
+            ("out", b"key", value, None, {"out": 4000}, 2)]:                    # fits: no dead letter
+        cfg = SimpleNamespace(dead_letter_topic="dlq", checkpoint_id="4f1c2d3e-aaaa-bbbb", generation=2, batch=41,
+                              topic_limits=limits, producer_config={})
+        reason = why if why is not None else poison.too_large(topic, key, val, limits)
+        case = {"topic": topic, "key": key.hex() if key is not None else None,
+                "value": val.hex() if val is not None else None, "error": why, "topic_limits": limits, "slot": slot,
+                "dead_letter_topic": cfg.dead_letter_topic, "checkpoint_id": cfg.checkpoint_id,
+                "generation": cfg.generation, "batch": cfg.batch, "poison": reason, "dead_letter": None}
+        if reason is not None:
+            t, v, k, headers = poison.dead_letter(cfg, topic, key, val, reason, slot)
+            case["dead_letter"] = {"topic": t, "key": k.hex() if k is not None else None,
+                                   "value": v.hex() if v is not None else None,
+                                   "headers": [[hk, hv.hex()] for hk, hv in headers]}
+        cases.append(case)
+    return cases
 
 
 def render() -> str:

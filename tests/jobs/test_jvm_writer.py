@@ -36,13 +36,43 @@ def test_the_config_carries_every_field_and_only_the_shared_producer_settings():
     assert (faulted["fault_commit_returned_slot"], faulted["fault_fail_slot"]) == (1, 2)
 
 
-def test_a_dead_letter_topic_is_refused_before_any_task_runs():
-    with pytest.raises(RuntimeError, match="deadLetterTopic"):
-        jvm_writer.run_slots(object(), cfg(dead_letter_topic="poison"))
+def test_the_java_clients_security_replaces_the_librdkafka_settings():
+    """sink.writer jvm with credentials and tls: the Java client's settings (ledger.sink_java_security) go in the
+    config the slot tasks read; the librdkafka ones of the Python writer's producer config stay out."""
+    from eos_job.kafka_security import KafkaSecrets
+    from eos_job.ledger import sink_java_security
+
+    doc = spec()
+    doc["sink"] = {**doc["sink"], "writer": "jvm",
+                   "credentials": {"mechanism": "SCRAM-SHA-512", "securityProtocol": "SASL_SSL",
+                                   "username": {"name": "k", "key": "user"}, "password": {"name": "k", "key": "pw"}},
+                   "tls": {"ca": {"name": "k", "key": "ca.crt"}}}
+    model = ExactlyOnceStreamSpec.model_validate(doc)
+    assert semantic_errors(model) == []          # no longer refused with jvm
+    security = sink_java_security(model.sink, KafkaSecrets({"username": "u", "password": 'p"w', "ca": "PEM"}))
+    sent = json.loads(jvm_writer.config_json(cfg(), security=security))["producer_config"]
+    assert sent == {"batch.size": "65536", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                    "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                        'username="u" password="p\\"w";',
+                    "ssl.endpoint.identification.algorithm": "https", "ssl.truststore.type": "PEM",
+                    "ssl.truststore.certificates": "PEM"}, sent
 
 
-@pytest.mark.parametrize("sink_extra,field", [({"deadLetterTopic": "poison"}, "sink.deadLetterTopic"),
-                                              ({"producerConfig": {"linger.ms": "20"}}, "sink.producerConfig")])
+def test_the_dead_letter_topic_and_the_topic_limits_reach_the_jvm_writer():
+    doc = json.loads(jvm_writer.config_json(cfg(dead_letter_topic="poison", topic_limits={"out": 1000})))
+    assert (doc["dead_letter_topic"], doc["topic_limits"]) == ("poison", {"out": 1000})
+
+
+def test_producer_config_is_mapped_to_the_java_producers_names():
+    assert jvm_writer.java_producer_settings({"linger.ms": "20", "compression.codec": "zstd",
+                                              "message.max.bytes": "2000000", "queue.buffering.max.ms": "7"}) == \
+        {"linger.ms": "7", "compression.type": "zstd", "max.request.size": "2000000"}
+    with pytest.raises(ValueError, match="sink.producerConfig.socket.keepalive.enable"):
+        jvm_writer.java_producer_settings({"socket.keepalive.enable": "true"})
+
+
+@pytest.mark.parametrize("sink_extra,field", [({"producerConfig": {"linger.ms": "20", "socket.keepalive.enable": "true"}},
+                                               "sink.producerConfig.socket.keepalive.enable")])
 def test_what_the_jvm_writer_does_not_do_yet_is_refused_naming_the_field(sink_extra, field):
     doc = spec()
     doc["sink"] = {**doc["sink"], **sink_extra}

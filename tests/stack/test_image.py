@@ -1,6 +1,6 @@
 """The image `make image` builds from the Dockerfile (stack/eos_stack/image.py), run for real with podman
-(runc, the host's network): who it runs as, its two entry points, the connector jars where Spark takes them
-from, a read-only root with the scratch volume the Pods mount, and Spark's ``executor`` argument reaching the
+(runc, the host's network): who it runs as, its two entry points, the connector jars and the JVM slot
+writer's jar where Spark takes them from, a read-only root with the scratch volume the Pods mount, and Spark's ``executor`` argument reaching the
 entrypoint's executor branch. Quick: no Spark job runs.
 
 It needs the image (``EOS_TEST_IMAGE``, else the chart's default): without it every test fails (never skips) and
@@ -139,6 +139,29 @@ def test_the_connector_jars_are_where_spark_takes_them_from(img):
         s3_size = sum(os.path.getsize(root + j.lstrip("/")) for j in s3_jars)
         assert s3_size < 40 << 20, f"the S3A jars are {s3_size >> 20} MiB: the AWS SDK bundle is back?"
         assert any(n.startswith("spark-kubernetes_2.13-") for n in bundled), "PySpark's jars lack spark-kubernetes"
+    finally:
+        image.podman(img.st, "image", "unmount", img.tag, check=False)
+
+
+def test_the_jvm_slot_writers_jar_is_where_the_runtime_takes_it_from(img):
+    """sink.writer jvm in the image: EOS_SLOT_WRITER_JAR (the Dockerfile's ENV) names the jar the stack built for
+    these sources and versions, byte for byte (the slotwriter stage copies it; make image builds none of its
+    own), it holds the py4j entry point, and the image's runtime puts it on spark.jars (session.writer_jars)."""
+    from eos_stack import slot_writer, spark
+
+    built = slot_writer.ensure_jar(Stack(), spark.ensure_jars(Stack()))
+    path = dict(e.split("=", 1) for e in img.config["Env"]).get(slot_writer.ENV, "")
+    assert path, f"the image sets no {slot_writer.ENV}: built from a Dockerfile without the slotwriter stage?"
+    out = img.ok("python", "-c", "from eos_job.session import writer_jars; print(','.join(writer_jars()))",
+                 env=SCRATCH_ENV)
+    assert out.strip() == path, (out, path)
+    mount = image.podman(img.st, "image", "mount", img.tag).stdout.strip()
+    try:
+        inside = os.path.join(mount, path.lstrip("/"))
+        with open(inside, "rb") as f:
+            assert f.read() == built.read_bytes(), f"{path} in the image is not the stack's {built}"
+        with zipfile.ZipFile(inside) as z:
+            assert "eos/slotwriter/SparkEntry.class" in z.namelist()
     finally:
         image.podman(img.st, "image", "unmount", img.tag, check=False)
 

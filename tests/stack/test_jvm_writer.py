@@ -11,17 +11,27 @@ exactly as ``writer.BatchWriter`` calls it.
   writer with its ledger skip switched off, writes that slot again and the same id audit reports exactly that
   slot's ids twice;
 * cross-writer, JVM → Python: a batch the JVM writer left partial (one slot's task failing on every attempt),
-  finished by the Python writer's slot tasks, which skip what the JVM committed.
+  finished by the Python writer's slot tasks, which skip what the JVM committed;
+* ``sink.credentials`` and ``sink.tls``: the stack's secured listener (SASL_SSL, SCRAM, the stack's CA as inline
+  PEM, hostname verification), a user with exactly a stream's ACLs: output exact; a wrong password refused by
+  the broker; the password in no Spark setting nor JVM system property (the UI's environment page shows those)
+  and in no error;
+* dead letters, cross-writer: a batch with poison records (the transformation's ``error`` column) written whole by
+  one writer and replayed by the other (both directions): the replay skips every slot with the first writer's
+  count, digest and dead-letter count, the output holds every good id once, the dead-letter topic each poison
+  record once with the Python writer's headers; the negative control (the replaying JVM writer's ledger skip off)
+  puts every poison record in the dead-letter topic twice, which the same check reports.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from eos_job import jvm_writer, protocol, sink
-from eos_job.verify import audit_ids, audit_sink, open_transactions
+from eos_job.verify import audit_ids, audit_sink, open_transactions, read_committed
 from tests.stack.conftest import sink_and_ledger
 
 pytestmark = pytest.mark.stack
@@ -32,10 +42,13 @@ TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def spark(stack_env):
+    """A local Spark with this checkout's writer jar (built by Maven if the stack has none for its sources)."""
     from eos_job.session import build_spark_session
-    jar = stack_env.get("EOS_SLOT_WRITER_JAR", "")
-    assert jar and Path(jar).is_file(), f"the stack built no JVM slot writer jar (EOS_SLOT_WRITER_JAR={jar!r})"
-    return build_spark_session("test-jvm-writer", jars=[*stack_env["SPARK_JARS"].split(","), jar])
+    from eos_stack import slot_writer
+    from eos_stack.common import Stack
+    kafka_jars = stack_env["SPARK_JARS"].split(",")
+    jar = str(slot_writer.ensure_jar(Stack(), [Path(j) for j in kafka_jars]))
+    return build_spark_session("test-jvm-writer", jars=[*kafka_jars, jar])
 
 
 @pytest.fixture
@@ -46,11 +59,11 @@ def topics(stack_env):
 
 
 def config(bootstrap: str, out: str, ledger: str, run: str, batch: int, **kw) -> sink.SlotWriterConfig:
-    return sink.SlotWriterConfig(
-        bootstrap=bootstrap, producer_config={}, topic=out, dead_letter_topic=None, ledger_topic=ledger,
-        tx_prefix=f"eos-test-jvm-{run}", generation=0, stream_uid=f"uid-{run}", checkpoint_id=f"ckpt-{run}",
-        spec_hash="h", transaction_timeout_ms=60000, batch=batch, slots=SLOTS, input=f"in-{batch}",
-        output_hash="o", **kw)
+    return sink.SlotWriterConfig(**{
+        "bootstrap": bootstrap, "producer_config": {}, "topic": out, "dead_letter_topic": None, "ledger_topic": ledger,
+        "tx_prefix": f"eos-test-jvm-{run}", "generation": 0, "stream_uid": f"uid-{run}", "checkpoint_id": f"ckpt-{run}",
+        "spec_hash": "h", "transaction_timeout_ms": 60000, "batch": batch, "slots": SLOTS, "input": f"in-{batch}",
+        "output_hash": "o", **kw})
 
 
 def batch_df(spark, ids):
@@ -161,3 +174,114 @@ def test_source_partition_slots_follow_the_drivers_slot_map(spark, topics):
     assert audit.violations() == [] and audit.records == len(ids), audit.violations()
     verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)
     assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+
+
+def test_the_jvm_writer_commits_over_sasl_ssl_and_keeps_the_password_out_of_sparks_settings(spark, topics):
+    import uuid
+
+    from eos_job.kafka_security import KafkaCredentials, KafkaSecrets, KafkaTls, SecretKeyRef
+    from eos_job.ledger import sink_java_security
+    from eos_job.spec import SinkSpec
+    from eos_stack import kafka_security as ks
+    from eos_stack.common import Stack
+
+    bootstrap, out, ledger, run = topics
+    st = Stack()
+    user, password = f"jvm-{run}", uuid.uuid4().hex
+    ks.create_user(st, user, password)
+    ks.grant_stream(st, user, source_topics=[], write_topics=[out], ledger_topic=ledger,
+                    transactional_prefix=f"eos-test-jvm-{run}", group_prefix=None)
+    ref = lambda key: SecretKeyRef(name="kafka", key=key)   # noqa: E731
+    sink_spec = SinkSpec(bootstrapServers=ks.secure_bootstrap(st), topic=out, writer="jvm",
+                         credentials=KafkaCredentials(mechanism="SCRAM-SHA-512", securityProtocol="SASL_SSL",
+                                                      username=ref("user"), password=ref("password")),
+                         tls=KafkaTls(ca=ref("ca.crt")))
+
+    def security(pw: str) -> dict[str, str]:
+        return sink_java_security(sink_spec, KafkaSecrets({"username": user, "password": pw, "ca": ks.ca_pem(st)}))
+
+    try:
+        secure = config(ks.secure_bootstrap(st), out, ledger, run, 0)
+        commits = by_slot(jvm_writer.run_slots(batch_df(spark, range(300)), secure, security=security(password)))
+        assert sum(c["count"] for c in commits.values()) == 300 and not any(c["skipped"] for c in commits.values())
+        audit = audit_ids(bootstrap, out, set(range(300)), TIMEOUT)     # read back over PLAINTEXT, read_committed
+        assert audit.violations() == [] and audit.records == 300, audit.violations()
+        assert open_transactions(bootstrap, [out, ledger]) == set()
+        verified = audit_sink(bootstrap, [out], ledger, timeout_s=TIMEOUT)
+        assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+
+        # Another transactional id (within the user's prefix): the slots' held producers, authenticated when they
+        # connected, would not connect again.
+        wrong = "not-" + password
+        other = dataclasses.replace(config(ks.secure_bootstrap(st), out, ledger, run, 1), tx_prefix=f"{secure.tx_prefix}-b")
+        with pytest.raises(Exception) as refused:
+            jvm_writer.run_slots(batch_df(spark, range(300, 310)), other, security=security(wrong))
+        assert "Authentication failed" in str(refused.value), str(refused.value)[-3000:]
+        assert wrong not in str(refused.value) and password not in str(refused.value)
+        assert len(read_committed(bootstrap, out)) == 300, "the refused batch wrote something"
+
+        settings = str(spark.sparkContext.getConf().getAll())
+        props = str(spark.sparkContext._jvm.System.getProperties())
+        assert password not in settings and password not in props
+    finally:
+        ks.revoke_user(st, user)
+        ks.delete_user(st, user)
+
+
+def batch_with_poison(spark, ids, poison: set[int]):
+    """``batch_df`` with the transformation's ``error`` column (eos_job.contract): set for the ids of ``poison``."""
+    from pyspark.sql import functions as F
+    df = batch_df(spark, ids)
+    bad = F.col("key").cast("string").isin([str(i) for i in sorted(poison)])
+    return df.withColumn("error", F.when(bad, F.lit("poison: rejected by the job")))
+
+
+def write_python(df, cfg) -> list[dict]:
+    from eos_job.sink import COMMIT_SCHEMA, slot_task
+    return [r.asDict() for r in df.repartition(SLOTS, "key").mapInArrow(slot_task(cfg), COMMIT_SCHEMA).collect()]
+
+
+def dead_letters_of(bootstrap: str, dlq: str) -> list[tuple[int, dict[str, bytes]]]:
+    return [(int(m.key()), dict(m.headers())) for m in read_committed(bootstrap, dlq)]
+
+
+@pytest.mark.parametrize("first,safety", [("python", "on"), ("jvm", "on"), ("python", "off")],
+                         ids=["python-then-jvm", "jvm-then-python", "negative-control-jvm-without-ledger-skip"])
+def test_poison_records_are_dead_letters_once_whichever_writer_replays_the_batch(spark, topics, first, safety):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    bootstrap, out, ledger, run = topics
+    dlq = f"test-jvm-dlq-{run}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(dlq, num_partitions=1, replication_factor=1)])[dlq].result(timeout=60)
+    try:
+        ids, poison = range(300), {i for i in range(300) if i % 10 == 3}
+        df = batch_with_poison(spark, ids, poison)
+        cfg = config(bootstrap, out, ledger, run, 0, dead_letter_topic=dlq)
+        written = by_slot(write_python(df, cfg) if first == "python" else jvm_writer.run_slots(df, cfg))
+        assert sum(c["dead_letters"] for c in written.values()) == len(poison) and \
+            not any(c["skipped"] for c in written.values()), written
+
+        unsafe = frozenset() if safety == "on" else frozenset({"ledger-skip"})
+        again = config(bootstrap, out, ledger, run, 0, dead_letter_topic=dlq, unsafe=unsafe)
+        replay = by_slot(jvm_writer.run_slots(df, again) if first == "python" else write_python(df, again))
+        letters = dead_letters_of(bootstrap, dlq)
+        audit = audit_ids(bootstrap, out, set(ids) - poison, TIMEOUT)
+        assert open_transactions(bootstrap, [out, ledger, dlq]) == set()
+        if safety == "off":
+            # The same checks see the replay's second copy: every poison record twice, every good id twice.
+            assert sorted(k for k, _ in letters) == sorted(list(poison) * 2), letters
+            assert sorted(audit.duplicates) == sorted(set(ids) - poison), audit.violations()
+            return
+        # Skipped whole, agreeing with the first writer on count, digest and dead letters (the slot record).
+        assert all(c["skipped"] and not c["nondeterministic"] for c in replay.values()), replay
+        assert {s: (c["count"], c["digest"], c["dead_letters"]) for s, c in replay.items()} == \
+               {s: (c["count"], c["digest"], c["dead_letters"]) for s, c in written.items()}
+        assert sorted(k for k, _ in letters) == sorted(poison), letters     # each poison record once
+        for key, headers in letters:
+            assert headers["eos.error"] == b"poison: rejected by the job" and headers["eos.topic"] == out.encode()
+            assert headers["eos.batch"] == b"0" and headers["eos.slot"].startswith(b"ckpt-"), headers
+        assert audit.violations() == [] and audit.records == len(ids) - len(poison), audit.violations()
+        verified = audit_sink(bootstrap, [out], ledger, dead_letter_topic=dlq, timeout_s=TIMEOUT)
+        assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+    finally:
+        admin.delete_topics([dlq])[dlq].result(timeout=60)

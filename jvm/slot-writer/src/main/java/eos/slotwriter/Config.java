@@ -13,8 +13,10 @@ import java.util.Set;
 /** sink.SlotWriterConfig as the driver sends it (eos_job.jvm_writer): JSON, snake_case, one per batch. */
 public final class Config implements java.io.Serializable {
     final String bootstrap;
-    final Map<String, String> producerConfig;   // Java client settings only (security.*, sasl.*, ssl.*)
+    final Map<String, String> producerConfig;   // Java client settings: the producer's, security.*, sasl.*, ssl.*
     final String topic;
+    final String deadLetterTopic;                // null: none (a poison record stops the stream)
+    final Map<String, Integer> topicLimits;      // max.message.bytes of the sink topics, read at start
     final String ledgerTopic;
     final String txPrefix;
     final int generation;
@@ -41,6 +43,9 @@ public final class Config implements java.io.Serializable {
             producerConfig.put(e.getKey(), e.getValue().asText());
         }
         topic = d.get("topic").asText();
+        deadLetterTopic = d.path("dead_letter_topic").isTextual() ? d.get("dead_letter_topic").asText() : null;
+        topicLimits = new java.util.TreeMap<>();
+        d.path("topic_limits").fields().forEachRemaining(e -> topicLimits.put(e.getKey(), e.getValue().asInt()));
         ledgerTopic = d.get("ledger_topic").asText();
         txPrefix = d.get("tx_prefix").asText();
         generation = d.get("generation").asInt();
@@ -63,15 +68,19 @@ public final class Config implements java.io.Serializable {
     public static Config parse(String json) {
         try {
             return new Config(Protocol.JSON.readTree(json));
-        } catch (java.io.IOException e) {
-            throw new IllegalArgumentException("the slot writer's configuration is not JSON: " + e.getMessage(), e);
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            // The original message only: Jackson's full one quotes the source, which may carry credentials.
+            throw new IllegalArgumentException("the slot writer's configuration is not JSON: "
+                    + e.getOriginalMessage());
         }
     }
 
-    /** The clients' common settings: the brokers and the sink's security settings. */
-    Properties clientProps() {
+    /** A client's settings: the brokers, the sink's security settings, and for a producer its own settings too. */
+    Properties clientProps(boolean producer) {
         Properties p = new Properties();
-        p.putAll(producerConfig);
+        producerConfig.forEach((k, v) -> {
+            if (producer || k.startsWith("security.") || k.startsWith("sasl.") || k.startsWith("ssl.")) p.put(k, v);
+        });
         p.put("bootstrap.servers", bootstrap);
         return p;
     }

@@ -33,9 +33,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * share a producer, as two Python workers never do. The second attempt makes its own producer, whose fence
  * fails the first one's transaction.
  *
- * Not in this first landing (the driver refuses {@code sink.writer: jvm} where they matter): dead-letter
- * routing of poison records, the held-back check's negative control, the fault points of faults.py other than
- * {@code commit-returned}.
+ * Poison records go to the dead-letter topic in the slot's transaction ({@link DeadLetters}). Not in this
+ * landing: the broker-refusal rounds of poison.Verdicts, the held-back check's negative control, the fault points
+ * of faults.py other than {@code commit-returned}.
  */
 public final class SlotWriter {
     private SlotWriter() {}
@@ -56,12 +56,12 @@ public final class SlotWriter {
         double commitMs;
 
         Held(Config cfg, String txid) {
-            Properties p = cfg.clientProps();
+            Properties p = cfg.clientProps(true);
+            p.putIfAbsent("linger.ms", "5");   // sink.producerConfig's linger.ms (queue.buffering.max.ms) wins
             p.put("transactional.id", cfg.unsafe.contains("fence") ? txid + "-unfenced-" + System.nanoTime() : txid);
             p.put("enable.idempotence", "true");
             p.put("acks", "all");
             p.put("transaction.timeout.ms", String.valueOf(cfg.transactionTimeoutMs));
-            p.put("linger.ms", "5");
             p.put("key.serializer", ByteArraySerializer.class.getName());
             p.put("value.serializer", ByteArraySerializer.class.getName());
             producer = new KafkaProducer<>(p);
@@ -78,7 +78,7 @@ public final class SlotWriter {
         }
 
         private static KafkaConsumer<byte[], byte[]> consumer(Config cfg, String isolation) {
-            Properties c = cfg.clientProps();
+            Properties c = cfg.clientProps(false);
             c.put("isolation.level", isolation);
             c.put("enable.auto.commit", "false");
             c.put("key.deserializer", ByteArrayDeserializer.class.getName());
@@ -212,14 +212,14 @@ public final class SlotWriter {
                 if (!rows.anyRows()) {
                     return checkin(cfg, slot, held, c.done(slot, cfg.batch, 0, 0, false, 0, false, attempt).json());
                 }
-                transaction(cfg, held, slot, key, rows);
+                long dead = transaction(cfg, held, slot, key, rows);
                 c.ms("commit_ms", held.commitMs);
                 if (cfg.faultCommitReturnedSlot == slot) {
                     // Test-only (eos_job.jvm_writer's faults): the commit landed, its answer is lost.
                     throw new IllegalStateException("fault: the answer to slot " + slot + "'s commit of batch "
                             + cfg.batch + " was lost (commit-returned)");
                 }
-                return checkin(cfg, slot, held, c.done(slot, cfg.batch, rows.count, rows.digest, false, 0, false,
+                return checkin(cfg, slot, held, c.done(slot, cfg.batch, rows.count, rows.digest, false, dead, false,
                         attempt).json());
             } catch (KafkaException e) {
                 last = e;
@@ -236,25 +236,38 @@ public final class SlotWriter {
                 + MAX_FENCE_ROUNDS + " fenced attempts; last error: " + last, last);
     }
 
-    private static void transaction(Config cfg, Held held, int slot, String key, Rows rows) {
-        List<Header> audit = cfg.audit ? List.of(
+    /** The audit headers (eos_job.audit): every record's when sink.auditHeaders, every dead letter's always. */
+    static List<Header> auditHeaders(Config cfg, int slot) {
+        return List.of(
                 new RecordHeader(Protocol.BATCH_HEADER, Long.toString(cfg.batch).getBytes(StandardCharsets.UTF_8)),
                 new RecordHeader(Protocol.SLOT_HEADER, Protocol.slotHeader(cfg.checkpointId, cfg.generation, slot)
-                        .getBytes(StandardCharsets.UTF_8))) : List.of();
+                        .getBytes(StandardCharsets.UTF_8)));
+    }
+
+    /** One transaction: every record (poison ones as dead letters), the slot's ledger record; the dead letters. */
+    private static long transaction(Config cfg, Held held, int slot, String key, Rows rows) {
+        List<Header> audit = cfg.audit ? auditHeaders(cfg, slot) : List.of();
         KafkaProducer<byte[], byte[]> producer = held.producer;
         held.clean = false;   // A2: from here until commitTransaction returns, the outcome is not known
         producer.beginTransaction();
+        long dead = 0;
         for (Iterator<Rec> it = rows.iterator(); it.hasNext(); ) {
             Rec r = it.next();
+            String topic = r.topic != null ? r.topic : cfg.topic;
+            String why = r.error != null ? r.error : DeadLetters.tooLarge(cfg, topic, r);
+            if (why != null) {
+                dead++;
+                producer.send(DeadLetters.of(cfg, topic, r, why, slot));
+                continue;
+            }
             List<Header> headers = audit;
             if (r.headers != null && !r.headers.isEmpty()) {
                 headers = new ArrayList<>(r.headers);
                 headers.addAll(audit);
             }
-            producer.send(new ProducerRecord<>(r.topic != null ? r.topic : cfg.topic, r.partition, r.key, r.value,
-                    headers));
+            producer.send(new ProducerRecord<>(topic, r.partition, r.key, r.value, headers));
         }
-        Protocol.SlotRecord record = new Protocol.SlotRecord(cfg.batch, rows.count, rows.digest, 0, cfg.specHash,
+        Protocol.SlotRecord record = new Protocol.SlotRecord(cfg.batch, rows.count, rows.digest, dead, cfg.specHash,
                 cfg.input, cfg.outputHash, cfg.epoch);
         producer.send(new ProducerRecord<>(cfg.ledgerTopic, Protocol.ledgerPartition(slot),
                 key.getBytes(StandardCharsets.UTF_8), record.encode()));
@@ -263,6 +276,7 @@ public final class SlotWriter {
         held.commitMs = (System.nanoTime() - t0) / 1e6;
         held.last = record;
         held.clean = true;
+        return dead;
     }
 
     private static void sleep(long ms) {

@@ -30,22 +30,18 @@ public final class SparkEntry {
 
     static final class SlotTask implements FlatMapFunction<Iterator<Row>, String> {
         private final String configJson;
-        private final int key, value, topic, partition, headers, hash;
+        private final int key, value, topic, partition, headers, hash, error;
 
         SlotTask(String configJson, StructType schema) {
             this.configJson = configJson;
             List<String> names = List.of(schema.fieldNames());
-            if (names.contains("error")) {
-                // "SpecRefused: " makes the driver stop for good with this reason (runtime._final), not retry.
-                throw new IllegalArgumentException("SpecRefused: sink.writer jvm does not route records with an "
-                        + "error column to dead letters yet: use sink.writer python for this transformation");
-            }
             key = names.indexOf("key");
             value = names.indexOf("value");
             topic = names.indexOf("topic");
             partition = names.indexOf("partition");
             headers = names.indexOf("headers");
             hash = names.indexOf("__eos_hash");
+            error = names.indexOf("error");
             if (value < 0 || hash < 0) {
                 throw new IllegalArgumentException("the batch has no value or __eos_hash column: " + names);
             }
@@ -79,7 +75,8 @@ public final class SparkEntry {
                 }
             }
             return new Rec(bytes(r, key), bytes(r, value), topic >= 0 && !r.isNullAt(topic) ? r.getString(topic) : null,
-                    partition >= 0 && !r.isNullAt(partition) ? r.getInt(partition) : null, hs, r.getLong(hash));
+                    partition >= 0 && !r.isNullAt(partition) ? r.getInt(partition) : null, hs, r.getLong(hash),
+                    error >= 0 && !r.isNullAt(error) ? r.getString(error) : null);
         }
 
         private static byte[] bytes(Row r, int i) {

@@ -90,6 +90,45 @@ class VectorsTest {
         assertEquals(Set.of("write", "skip", "superseded", "replan", "refuse"), seen);
     }
 
+    private static byte[] hex(JsonNode n) {
+        return n == null || n.isNull() ? null : java.util.HexFormat.of().parseHex(n.asText());
+    }
+
+    @Test
+    void deadLetters() {
+        assertTrue(V.get("dead_letters").size() >= 5);
+        int poison = 0;
+        for (JsonNode d : V.get("dead_letters")) {
+            String json = "{\"bootstrap\":\"\",\"topic\":\"out\",\"ledger_topic\":\"l\",\"tx_prefix\":\"p\","
+                    + "\"generation\":" + d.get("generation") + ",\"stream_uid\":\"u\",\"checkpoint_id\":"
+                    + d.get("checkpoint_id") + ",\"transaction_timeout_ms\":1,\"batch\":" + d.get("batch")
+                    + ",\"dead_letter_topic\":" + d.get("dead_letter_topic") + ",\"topic_limits\":"
+                    + d.get("topic_limits") + "}";
+            Config cfg = Config.parse(json);
+            String topic = d.get("topic").asText();
+            Rec r = new Rec(hex(d.get("key")), hex(d.get("value")), topic, null, null, 0,
+                    d.get("error").isNull() ? null : d.get("error").asText());
+            String why = r.error != null ? r.error : DeadLetters.tooLarge(cfg, topic, r);
+            assertEquals(d.get("poison").isNull() ? null : d.get("poison").asText(), why, d.toString());
+            if (why == null) continue;
+            poison++;
+            var letter = DeadLetters.of(cfg, topic, r, why, d.get("slot").asInt());
+            JsonNode want = d.get("dead_letter");
+            assertEquals(want.get("topic").asText(), letter.topic());
+            assertEquals(want.get("key").isNull() ? null : want.get("key").asText(),
+                    letter.key() == null ? null : java.util.HexFormat.of().formatHex(letter.key()));
+            assertEquals(want.get("value").isNull() ? null : want.get("value").asText(),
+                    letter.value() == null ? null : java.util.HexFormat.of().formatHex(letter.value()));
+            StringBuilder got = new StringBuilder("[");
+            for (var h : letter.headers()) {
+                got.append(got.length() > 1 ? "," : "").append("[\"").append(h.key()).append("\",\"")
+                        .append(java.util.HexFormat.of().formatHex(h.value())).append("\"]");
+            }
+            assertEquals(want.get("headers").toString(), got.append("]").toString());
+        }
+        assertEquals(V.get("dead_letters").size() - 1, poison);
+    }
+
     @Test
     void theTableCheckCanFail() {
         // Negative control of the check above: a decision with the ledger skip left out answers otherwise.
