@@ -6,6 +6,7 @@ series under the query's name, every series the dashboard's driver row uses, and
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 
@@ -17,7 +18,6 @@ from eos_stack.cluster import wait_until
 from eos_stack.common import free_port, port_open
 from eos_operator.children import UI_BIND_ENV
 from examples.colors.generator import produce
-from tests.harness.pod_setup import pod_ip
 
 CHART = prometheus.REPO / "charts" / "spark-eos-operator"
 RELABELINGS = CHART / "files" / "driver-metric-relabelings.yaml"
@@ -38,8 +38,10 @@ def test_a_real_prometheus_scrapes_the_drivers_streaming_metrics_under_its_query
     run = colors_run(max_offsets_per_trigger=500)
     run.setup()
     # As in a driver Pod with metrics on (eos_operator.children): the UI and its servlet on the Pod's own address
-    # (one of 127.0.0.0/8, as the process kubelet gives a Pod), Spark's RPC on loopback.
-    address = pod_ip({"metadata": {"uid": run.run_id}})
+    # (here a loopback address of its own, not 127.0.0.1: all of 127.0.0.0/8 is this machine's), Spark's RPC on
+    # loopback.
+    digest = hashlib.sha256(run.run_id.encode()).digest()
+    address = f"127.{1 + digest[0] % 250}.{digest[1]}.{1 + digest[2] % 254}"
     run.extra_env = {UI_BIND_ENV: address}
     manifest = yaml.safe_load(run.config_path.read_text())
     manifest["spec"]["job"]["metrics"] = {"enabled": True, "port": port}
