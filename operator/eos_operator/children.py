@@ -20,8 +20,6 @@ from eos_job.memory import DRIVER_HEAP_ENV, driver_split_of, executor_spark_conf
 from eos_job.log_format import ATTEMPT_ENV, FORMAT_ENV, current_format
 from eos_job.spec_rules import POD_TEMPLATE_FILE_CONF, sets_runtime_env
 
-from . import test_driver_env
-
 MANAGED_BY = "eos-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
@@ -267,7 +265,7 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
     if snapshot_on_stop:
         # The runtime's --snapshot-on-stop default: any graceful stop of this driver leaves a snapshot.
         env.append({"name": SNAPSHOT_ON_STOP_ENV, "value": snapshot_on_stop})
-    env += kafka_env(spec) + test_driver_env.for_attempt(attempt)
+    env += kafka_env(spec)
     if spec.job.deploy_mode == "cluster":
         # PySpark starts its JVM through spark-submit with these arguments, so the
         # command stays `python -m eos_job run` in both deploy modes.

@@ -68,9 +68,6 @@ def _parser() -> argparse.ArgumentParser:
                      help="accept checkpoint.s3.credentials ambient: the operator reads such a stream's bucket "
                           "with its own identity (environment, instance profile, IRSA, Workload Identity); off, "
                           "such a stream is InvalidSpec")
-    run.add_argument("--test-driver-env", action="append", default=[], metavar="[ATTEMPT:]NAME=VALUE",
-                     help="tests only: add NAME=VALUE to every driver Pod (or attempt ATTEMPT's): negative controls "
-                          "and faults on real nodes (eos_operator.test_driver_env)")
     run.add_argument("--no-informers", action="store_true",
                      help="read Pods, streams and snapshots with a request per reconcile instead of from watches "
                           "(needs no list/watch on Pods; costs a few API requests per stream every interval)")
@@ -132,11 +129,9 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from .handlers import OperatorConfig, build_registry
-    from . import test_driver_env
     from .validation import allow_ambient_s3_credentials, allow_local_store
 
     allow_local_store(args.allow_local_store)
-    test_driver_env.configure(args.test_driver_env)
     allow_ambient_s3_credentials(args.allow_ambient_s3_credentials)
 
     configure_logging(args.log_format, logging.DEBUG if args.verbose else logging.INFO)

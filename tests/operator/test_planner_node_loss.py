@@ -123,26 +123,3 @@ def test_nodes_are_read_only_for_driver_pods_that_look_unwell_and_a_refusal_leav
         raise KubeError(403, "nodes is forbidden")
     kube.get_node = refused
     assert asyncio.run(_unwell_pods_nodes(deps, (on_node(),))) == ()
-
-
-def test_test_driver_env_reaches_the_attempts_it_names_and_refuses_another_form():
-    from eos_operator import children, test_driver_env
-    from eos_operator.children import StreamRef
-    from .test_planner import UID
-
-    s = spec()
-    ref = StreamRef("colors", "default", UID)
-    try:
-        test_driver_env.configure(["EOS_UNSAFE_DISABLE=fence", "0:EOS_FAULT_HOLD_OPEN=600"])
-
-        def env(attempt: int) -> dict:
-            pod_ = children.driver_pod(ref, s, attempt=attempt, tx_generation=0)
-            return {e["name"]: e.get("value") for e in pod_["spec"]["containers"][0]["env"]}
-        assert env(0)["EOS_UNSAFE_DISABLE"] == "fence" and env(0)["EOS_FAULT_HOLD_OPEN"] == "600"
-        assert env(1)["EOS_UNSAFE_DISABLE"] == "fence" and "EOS_FAULT_HOLD_OPEN" not in env(1)
-        with pytest.raises(ValueError, match=r"\[ATTEMPT:\]NAME=VALUE"):
-            test_driver_env.parse("x:NAME=1")
-    finally:
-        test_driver_env.configure([])
-    assert "EOS_UNSAFE_DISABLE" not in {e["name"] for e in children.driver_pod(
-        ref, s, attempt=0, tx_generation=0)["spec"]["containers"][0]["env"]}
