@@ -52,7 +52,7 @@ E2E_LONG_FIRST = ("test_batch_identity_e2e.py", "test_upgrade_safety_e2e.py", "t
                   "test_nondeterminism_e2e.py", "test_operator_gitops.py", "test_stream_epoch_e2e.py",
                   "test_replay_horizon_e2e.py")
 E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py", "test_generations_e2e.py",
-                       "test_json_logs_e2e.py", "test_ledger_guards.py", "test_snapshot_resource_e2e.py",
+                       "test_json_logs_e2e.py", "test_ledger_guards.py", "test_real_node_loss.py", "test_snapshot_resource_e2e.py",
                        "test_source_slots_e2e.py"})
 
 # Tests that stop or kill a part every test shares, or start one that would disturb the others, are marked
@@ -60,8 +60,10 @@ E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py",
 # S3 server has its own instead (the ``private_kafka`` and ``private_s3`` fixtures below), so the chaos tests,
 # the S3-checkpoint and cluster-mode e2e and the S3 stop/start test run two at a time with the rest.
 # The real nodes (tests/stack/test_node*.py) keep out of the process kubelet's way (test_node_placement.py) and
-# run with the rest. None is serial today (the values would say why).
-SERIAL_FILES: dict[str, str] = {}
+# run with the rest; the node-loss test (it stops one) is serial.
+SERIAL_FILES: dict[str, str] = {
+    "e2e/test_real_node_loss.py": "stops a real node's kubelet: another test's Pod could be bound to the lost node",
+}
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,0 +1,204 @@
+"""Node loss on the real nodes: the driver's kubelet stops, the driver keeps running, the operator replaces it on the
+other node after NODE_LOSS_GRACE_SECONDS without waiting for its Pod, and the epoch fence stops the old driver.
+
+The unique-id stream runs under the operator (a host process, as in test_real_node_stream.py) with its driver on a
+real node X. Its backlog is three full batches (0-2), then the source is idle. X's kubelet is stopped (containerd
+and the driver's container keep running: ``node.stop_kubelet``); the node lifecycle controller marks X Unknown
+(kube.py: 20 s without a Lease renewal) and taints it unreachable; the operator says DriverNodeNotReady, then, 30 s
+later, DriverNodeLost: it deletes the old Pod (Terminating for good: no kubelet confirms it) and, the old container
+seen still running, resolves and starts the next driver, which the taint sends to the other node.
+
+Right after the resolution new ids arrive. The old driver, still running on X, starts batch 3 and holds its slot
+transactions open (``EOS_FAULT_HOLD_OPEN`` from batch 3, first driver only, through the test operator's
+``EOS_TEST_DRIVER_ENV``): a zombie mid-commit across the replacement. The new driver takes the next epoch and re-runs
+batch 3 with the same input; then the hold is released (a file in the old Pod's scratch volume, written on the host).
+With the fence the old driver's transactions fail and it stops by itself (its log, read from X's log directory, says
+Superseded or fenced); every id is in the output once (``assert_ids_exactly_once``). Negative control
+(``EOS_UNSAFE_DISABLE=fence`` in every driver): the old driver's held transactions commit on top of the new one's and
+the same audit reports the duplicates. Either way X's kubelet is started again (always, in a finally; the test is
+``serial`` in ``make test``, so no other test runs while X is lost, and any ``up node`` restarts a stopped kubelet),
+removes the old Pod's containers and confirms its deletion.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from kubernetes import client, config
+
+from examples.colors.generator import expected_ids
+
+from eos_job.pod_template import SCRATCH_DIR, SCRATCH_VOLUME
+from eos_job.spec import API_GROUP, API_VERSION, PLURAL
+from eos_operator.children import DRIVER_CONTAINER
+from eos_operator.planner.node_loss import LOST, NODE_LOSS_GRACE_SECONDS, NOT_READY
+from eos_stack.cluster import wait_until
+from tests.e2e.streams import (IDS, NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
+                               assert_ids_exactly_once, wait_ids)
+from tests.e2e.test_real_node_stream import BATCH, on_a_real_node, real_node_stream
+from tests.harness.real_nodes import container_processes, keys_secret, wait_processes_gone
+
+pytestmark = pytest.mark.timeout(900)
+HELD_BATCH = 3        # the backlog is three full batches (0-2, BATCH records each); the old driver holds batch 3
+
+
+def read_pod(v1, namespace: str, name: str):
+    try:
+        return v1.read_namespaced_pod(name, namespace)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def node_ready_status(v1, node: str) -> str:
+    return next(c.status for c in v1.read_node(node).status.conditions if c.type == "Ready")
+
+
+def pod_dir(layout, uid: str) -> Path:
+    return layout.kubelet_root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / SCRATCH_VOLUME
+
+
+def container_log(layout, namespace: str, pod: str, uid: str) -> str:
+    """The container's log as the stopped kubelet's containerd writes it (no kubelet serves `kubectl logs`)."""
+    logs = sorted((layout.home / "pod-logs" / f"{namespace}_{pod}_{uid}" / DRIVER_CONTAINER).glob("*.log"))
+    return "\n".join(p.read_text(errors="replace") for p in logs)
+
+
+@pytest.mark.parametrize("fence", ["on", "off"])
+def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
+        stack_env, nodes, kubectl, namespace, tmp_path, report_result, fence):
+    from eos_stack import node
+    from eos_stack import node_services
+    from eos_stack.common import Stack
+    t_start = time.monotonic()
+    st = Stack()
+    pod_env = node_services.pod_env(st)
+    topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
+    ledger = topics.ledger(namespace, NAME)
+    kubectl.apply(keys_secret(stack_env), namespace)
+    release, journal = f"{SCRATCH_DIR}/release", f"{SCRATCH_DIR}/faults.journal"
+    driver_env = [[0, "EOS_FAULT_HOLD_OPEN", "600"], [0, "EOS_FAULT_FROM_BATCH", str(HELD_BATCH)],
+                  [0, "EOS_FAULT_HOLD_RELEASE", release], [0, "EOS_FAULT_JOURNAL", journal]]
+    if fence == "off":
+        driver_env.append([None, "EOS_UNSAFE_DISABLE", "fence"])
+    operator = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log",
+                               EOS_TEST_DRIVER_ENV=json.dumps(driver_env)).start()
+    api = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
+    v1, crs = client.CoreV1Api(api), client.CustomObjectsApi(api)
+
+    def status() -> dict:
+        return crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME).get("status") or {}
+
+    def committed() -> int:
+        batch = status().get("lastCommittedBatch")
+        return -1 if batch is None else batch
+
+    diagnose = Diagnostics(kubectl, namespace, operator)
+    feed = IdFeed(topics.bootstrap, topics.events)     # its sends only (no thread): every id sent is known
+    stopped = None            # the layout of the node whose kubelet this test stopped
+    try:
+        feed.send(3 * BATCH, 11, 0)
+        doc = real_node_stream(topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-node-loss/{namespace}")
+        doc["spec"]["job"].pop("metrics", None)
+        doc["spec"]["sink"]["transactionTimeoutMs"] = 300_000     # the held transactions outlive the replacement
+        crs.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, doc)
+        first = wait_until(lambda: (lambda p: p if p is not None and p.status.phase == "Running" else None)(
+            read_pod(v1, namespace, f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300, diagnose, 1)
+        first_node = on_a_real_node(kubectl.json("get", "pod", f"{NAME}-driver-0", "-n", namespace), nodes)
+        wait_until(lambda: committed() >= HELD_BATCH - 1, f"batches 0-{HELD_BATCH - 1} committed", 420, diagnose, 1)
+        uid, cid = first.metadata.uid, first.status.container_statuses[0].container_id
+        stopped = next(n for n in nodes if n.name == first_node)
+        assert container_processes(cid), "the first driver's container runs no process"
+
+        t_lost = time.monotonic()
+        node.stop_kubelet(st, first_node)
+        wait_until(lambda: node_ready_status(v1, first_node) != "True", f"{first_node} NotReady", 120, diagnose, 1)
+        not_ready_s = time.monotonic() - t_lost
+        # The operator's stated behaviour: it says so, waits the grace, then replaces the driver.
+        wait_until(lambda: NOT_READY in kubectl.events(namespace, NAME), "the DriverNodeNotReady event", 60,
+                   diagnose, 1)
+        assert status()["conditions"] and any(c["type"] == "Ready" and c["reason"] == NOT_READY
+                                              for c in status()["conditions"]), status()
+        wait_until(lambda: "Resolved" in kubectl.events(namespace, NAME)[kubectl.events(namespace, NAME).index(
+            NOT_READY):], "the replacement's resolution", NODE_LOSS_GRACE_SECONDS + 120, diagnose, 0.5)
+        replaced_s = time.monotonic() - t_lost
+        reasons = kubectl.events(namespace, NAME)
+        assert LOST in reasons and reasons.index(NOT_READY) < reasons.index(LOST) < len(reasons), reasons
+        # The old container still runs (the replacement did not wait for it) and its Pod is still there.
+        alive = container_processes(cid)
+        assert alive, "the old driver's container stopped before the replacement: nothing to fence"
+        old = v1.read_namespaced_pod(f"{NAME}-driver-0", namespace)
+        assert old.metadata.deletion_timestamp is not None and old.spec.node_name == first_node, old.metadata
+        # New ids now: the old driver (still running, the new one still starting) begins batch 3 and holds it.
+        feed.send(BATCH // 2, 12, 3 * BATCH)
+        scratch = pod_dir(stopped, uid)
+        old_log = lambda: container_log(stopped, namespace, f"{NAME}-driver-0", uid)   # noqa: E731
+        # Without the fence the old driver writes on (its producers are not fenced) and holds batch 3 open; with it,
+        # the resolution fenced its writer and it fails at its next write (seen below).
+        held = wait_until(lambda: read_text(scratch / "faults.journal") if "holding the transaction" in read_text(
+            scratch / "faults.journal") else None, "the old driver holding batch 3 open", 120,
+            lambda: diagnose() + "\nold driver log:\n" + old_log()[-4000:], 0.5) if fence == "off" else ""
+        running = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
+                                      and s.get("lifecycleState") == "Running" else None)(status()),
+                             "the replacement driver to run", 300, diagnose, 1)
+        second_node = on_a_real_node(kubectl.json("get", "pod", f"{NAME}-driver-1", "-n", namespace), nodes)
+        assert second_node != first_node, f"the replacement landed on the lost node {first_node}"
+        wait_until(lambda: committed() >= HELD_BATCH, "the replacement to commit batch 3", 420, diagnose, 1)
+        (scratch / "release").touch()     # the old driver's held transactions (if any) try to commit now
+        if fence == "on":
+            # Fenced: it stops by itself while its node is still lost.
+            gone_s = wait_processes_gone(alive, timeout=180)
+            log = old_log()
+            assert "Superseded" in log or "fenc" in log.lower(), log[-4000:]
+            fenced = f"the old driver stopped by itself {gone_s:.0f} s after the release ({'Superseded' if 'Superseded' in log else 'fenced'})"
+        else:
+            wait_until(lambda: "committing the held transaction" in read_text(scratch / "faults.journal"),
+                       "the old driver to commit its held transactions", 60, diagnose, 0.5)
+            fenced = "the old driver committed its held batch 3 (fence off)"
+        feed.send(BATCH // 2, 13, 3 * BATCH + BATCH // 2)
+        expected = set().union(*(expected_ids(n, seed, start) for n, seed, start in feed.chunks))
+        wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=300)
+        t_back = time.monotonic()
+        node.up(st)                        # X's kubelet again: it stops the old Pod's containers, the Pod goes
+        stopped = None
+        wait_until(lambda: not [p for p in kubectl.pods(namespace) if p["metadata"]["name"] == f"{NAME}-driver-0"],
+                   "the old driver Pod removed by its kubelet", 180, diagnose, 1)
+        wait_processes_gone(alive, timeout=60)
+        back_s = time.monotonic() - t_back
+        if fence == "on":
+            assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
+            verdict = f"{len(expected)} ids exactly once"
+        else:
+            with pytest.raises(AssertionError, match="not exactly once") as seen:
+                assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
+            verdict = f"negative control: the audit reported {str(seen.value)[:200]}"
+        assert running["restartCount"] >= 1, running     # node loss counts as a failure (restartStrategy)
+        report_result(f"node loss (fence {fence}): {first_node}'s kubelet stopped; NotReady after {not_ready_s:.0f} s, "
+                      f"replaced (resolved) {replaced_s:.0f} s after the stop with the old container running "
+                      f"({len(alive)} processes) and its Pod Terminating; {NAME}-driver-1 on {second_node}; "
+                      f"{'held batch 3: ' + held.strip().splitlines()[-1] + '; ' if held else ''}{fenced}; kubelet back, "
+                      f"old Pod gone {back_s:.0f} s later; {verdict}; {time.monotonic() - t_start:.0f} s in all")
+    finally:
+        if stopped is not None:
+            try:
+                node.up(st)                # always: the other tests share the nodes
+            except Exception as exc:  # noqa: BLE001 - reported, the test has failed already
+                print(f"cleanup: restarting {stopped.name}'s kubelet failed: {exc}")
+        try:
+            crs.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
+            wait_until(lambda: not kubectl.pods(namespace), "the stream's Pods deleted", 120)
+        except Exception as exc:  # noqa: BLE001 - cleanup; the namespace fixture releases what is left
+            print(f"cleanup: {exc}")
+        operator.stop()
+        api.close()
