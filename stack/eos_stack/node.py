@@ -303,8 +303,8 @@ def _up(st: Stack) -> dict[str, str]:
         wait_for(lambda n=n: _alive(st, f"{n.name}-kubelet") and node_ready(st, n.name, since if n.name in fresh else 0.0),
                  f"Node {n.name} Ready",
                  180, on_fail=lambda n=n: st.log_tail(f"{n.name}-kubelet"), interval=1)
-        # The kubelet registers with the not-ready taint; the node lifecycle controller, which would lift it,
-        # does not run in this stack (kube.py): lift it once the Node is Ready.
+        # The kubelet registers with the not-ready taint; the node lifecycle controller lifts it (kube.py), but a
+        # controller-manager started by older code runs none: lift it once the Node is Ready.
         kubectl(st, "taint", "nodes", n.name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
         # Kept from the process kubelet's Pods (node_config.TAINT): also on a Node registered before the taint.
         kubectl(st, "taint", "nodes", n.name, f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}", "--overwrite")
