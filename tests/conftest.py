@@ -52,7 +52,8 @@ E2E_LONG_FIRST = ("test_batch_identity_e2e.py", "test_upgrade_safety_e2e.py", "t
                   "test_nondeterminism_e2e.py", "test_operator_gitops.py", "test_stream_epoch_e2e.py",
                   "test_replay_horizon_e2e.py")
 E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py", "test_generations_e2e.py",
-                       "test_json_logs_e2e.py", "test_ledger_guards.py", "test_real_node_loss.py", "test_snapshot_resource_e2e.py",
+                       "test_json_logs_e2e.py", "test_ledger_guards.py", "test_real_node_loss.py",
+                       "test_snapshot_resource_e2e.py",
                        "test_source_slots_e2e.py"})
 
 # Tests that stop or kill a part every test shares, or start one that would disturb the others, are marked

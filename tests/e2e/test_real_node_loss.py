@@ -115,7 +115,8 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
         doc["spec"]["sink"]["transactionTimeoutMs"] = 300_000     # the held transactions outlive the replacement
         crs.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, doc)
         first = wait_until(lambda: (lambda p: p if p is not None and p.status.phase == "Running" else None)(
-            read_pod(v1, namespace, f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300, diagnose, 1)
+            read_pod(v1, namespace, f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300,
+            diagnose, 1)
         first_node = on_a_real_node(kubectl.json("get", "pod", f"{NAME}-driver-0", "-n", namespace), nodes)
         wait_until(lambda: committed() >= HELD_BATCH - 1, f"batches 0-{HELD_BATCH - 1} committed", 420, diagnose, 1)
         uid, cid = first.metadata.uid, first.status.container_statuses[0].container_id
@@ -167,7 +168,8 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
             gone_s = wait_processes_gone(alive, timeout=180)
             log = old_log()
             assert "Superseded" in log or "fenc" in log.lower(), log[-4000:]
-            fenced = f"the old driver stopped by itself {gone_s:.0f} s after the release ({'Superseded' if 'Superseded' in log else 'fenced'})"
+            how = "Superseded" if "Superseded" in log else "fenced"
+            fenced = f"the old driver stopped by itself {gone_s:.0f} s after the release ({how})"
         else:
             wait_until(lambda: "committing the held transaction" in read_text(scratch / "faults.journal"),
                        "the old driver to commit its held transactions", 60, diagnose, 0.5)
@@ -182,6 +184,8 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
                    "the old driver Pod removed by its kubelet", 180, diagnose, 1)
         wait_processes_gone(alive, timeout=60)
         back_s = time.monotonic() - t_back
+        holding = ("held batch 3 open across the replacement" if "holding the transaction" in held
+                   else "was fenced before it held batch 3 open")
         if fence == "on":
             assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
             verdict = f"{len(expected)} ids exactly once"
@@ -193,7 +197,7 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
         report_result(f"node loss (fence {fence}): {first_node}'s kubelet stopped; NotReady after {not_ready_s:.0f} s, "
                       f"replaced (resolved) {replaced_s:.0f} s after the stop with the old container running "
                       f"({len(alive)} processes) and its Pod Terminating; {NAME}-driver-1 on {second_node}; "
-                      f"the old driver {'held batch 3 open across the replacement' if 'holding the transaction' in held else 'did not reach batch 3 open'}; {fenced}; kubelet back, "
+                      f"the old driver {holding}; {fenced}; kubelet back, "
                       f"old Pod gone {back_s:.0f} s later; {verdict}; {time.monotonic() - t_start:.0f} s in all")
     finally:
         if stopped is not None:
