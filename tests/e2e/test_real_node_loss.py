@@ -2,16 +2,16 @@
 other node after NODE_LOSS_GRACE_SECONDS without waiting for its Pod, and the epoch fence stops the old driver.
 
 The unique-id stream runs under the operator (a host process, as in test_real_node_stream.py) with its driver on a
-real node X. Its backlog is three full batches (0-2), then the source is idle. X's kubelet is stopped (containerd
+real node X. Its backlog is less than a batch (batch 0), then the source is idle. X's kubelet is stopped (containerd
 and the driver's container keep running: ``node.stop_kubelet``); the node lifecycle controller marks X Unknown
 (kube.py: 20 s without a Lease renewal) and taints it unreachable; the operator says DriverNodeNotReady, then, 30 s
 later, DriverNodeLost: it deletes the old Pod (Terminating for good: no kubelet confirms it) and, the old container
 seen still running, resolves and starts the next driver, which the taint sends to the other node.
 
-Right after the resolution new ids arrive. The old driver, still running on X, starts batch 3 and holds its slot
-transactions open (``EOS_FAULT_HOLD_OPEN`` from batch 3, first driver only, through the test operator's
+Right after the resolution new ids arrive. The old driver, still running on X, starts batch 1 and holds its slot
+transactions open (``EOS_FAULT_HOLD_OPEN`` from batch 1, first driver only, through the test operator's
 ``EOS_TEST_DRIVER_ENV``): a zombie mid-commit across the replacement. The new driver takes the next epoch and re-runs
-batch 3 with the same input; then the hold is released (a file in the old Pod's scratch volume, written on the host).
+batch 1 with the same input; then the hold is released (a file in the old Pod's scratch volume, written on the host).
 With the fence the old driver's transactions fail and it stops by itself (its log, read from X's log directory, says
 Superseded or fenced); every id is in the output once (``assert_ids_exactly_once``). Negative control
 (``EOS_UNSAFE_DISABLE=fence`` in every driver): the old driver's held transactions commit on top of the new one's and
@@ -43,7 +43,7 @@ from tests.e2e.test_real_node_stream import BATCH, on_a_real_node, real_node_str
 from tests.harness.real_nodes import container_processes, keys_secret, wait_processes_gone
 
 pytestmark = pytest.mark.timeout(900)
-HELD_BATCH = 3        # the backlog is three full batches (0-2, BATCH records each); the old driver holds batch 3
+HELD_BATCH = 1        # the backlog, less than a batch (BATCH records at most), is batch 0; the old driver holds batch 1
 
 
 def read_pod(v1, namespace: str, name: str):
@@ -109,7 +109,7 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
     feed = IdFeed(topics.bootstrap, topics.events)     # its sends only (no thread): every id sent is known
     stopped = None            # the layout of the node whose kubelet this test stopped
     try:
-        feed.send(3 * BATCH, 11, 0)
+        feed.send(BATCH // 2, 11, 0)
         doc = real_node_stream(topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-node-loss/{namespace}")
         doc["spec"]["job"].pop("metrics", None)
         doc["spec"]["sink"]["transactionTimeoutMs"] = 300_000     # the held transactions outlive the replacement
@@ -118,7 +118,7 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
             read_pod(v1, namespace, f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300,
             diagnose, 1)
         first_node = on_a_real_node(kubectl.json("get", "pod", f"{NAME}-driver-0", "-n", namespace), nodes)
-        wait_until(lambda: committed() >= HELD_BATCH - 1, f"batches 0-{HELD_BATCH - 1} committed", 420, diagnose, 1)
+        wait_until(lambda: committed() >= HELD_BATCH - 1, "the backlog's batch committed", 420, diagnose, 1)
         uid, cid = first.metadata.uid, first.status.container_statuses[0].container_id
         stopped = next(n for n in nodes if n.name == first_node)
         assert container_processes(cid), "the first driver's container runs no process"
@@ -142,14 +142,14 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
         assert alive, "the old driver's container stopped before the replacement: nothing to fence"
         old = v1.read_namespaced_pod(f"{NAME}-driver-0", namespace)
         assert old.metadata.deletion_timestamp is not None and old.spec.node_name == first_node, old.metadata
-        # New ids now: the old driver (still running, the new one still starting) begins batch 3 and holds it.
-        feed.send(BATCH // 2, 12, 3 * BATCH)
+        # New ids now: the old driver (still running, the new one still starting) begins batch 1 and holds it.
+        feed.send(BATCH // 2, 12, BATCH // 2)
         scratch = pod_dir(stopped, uid)
         old_log = lambda: container_log(stopped, namespace, f"{NAME}-driver-0", uid)   # noqa: E731
-        # Without the fence the old driver writes on (its producers are not fenced) and holds batch 3 open; with it,
-        # the resolution fenced its writer and it fails at its next write (seen below).
+        # Without the fence the old driver writes on (its producers are not fenced) and holds batch 1 open; with it,
+        # it holds too, or fails first if a write of its own meets the resolution's fence (reported below).
         held = wait_until(lambda: read_text(scratch / "faults.journal") if "holding the transaction" in read_text(
-            scratch / "faults.journal") else None, "the old driver holding batch 3 open", 120,
+            scratch / "faults.journal") else None, "the old driver holding batch 1 open", 120,
             lambda: diagnose() + "\nold driver log:\n" + old_log()[-4000:], 0.5) if fence == "off" else ""
         running = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
                                       and s.get("lifecycleState") == "Running" else None)(status()),
@@ -159,7 +159,7 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
         # From its log, not status: without the fence the old driver's open transactions hold the ledger's
         # read_committed end back (the operator's progress read) until the release.
         wait_until(lambda: re.search(rf"batch {HELD_BATCH} committed:", kubectl.run(
-            "logs", "-n", namespace, f"{NAME}-driver-1", check=False).stdout), "the replacement to commit batch 3",
+            "logs", "-n", namespace, f"{NAME}-driver-1", check=False).stdout), "the replacement to commit batch 1",
             420, diagnose, 1)
         held = held or read_text(scratch / "faults.journal")   # with the fence: held too, unless fenced before
         (scratch / "release").touch()     # the old driver's held transactions (if any) try to commit now
@@ -173,8 +173,8 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
         else:
             wait_until(lambda: "committing the held transaction" in read_text(scratch / "faults.journal"),
                        "the old driver to commit its held transactions", 60, diagnose, 0.5)
-            fenced = "the old driver committed its held batch 3 (fence off)"
-        feed.send(BATCH // 2, 13, 3 * BATCH + BATCH // 2)
+            fenced = "the old driver committed its held batch 1 (fence off)"
+        feed.send(BATCH // 2, 13, BATCH)
         expected = set().union(*(expected_ids(n, seed, start) for n, seed, start in feed.chunks))
         wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=300)
         t_back = time.monotonic()
@@ -184,8 +184,8 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
                    "the old driver Pod removed by its kubelet", 180, diagnose, 1)
         wait_processes_gone(alive, timeout=60)
         back_s = time.monotonic() - t_back
-        holding = ("held batch 3 open across the replacement" if "holding the transaction" in held
-                   else "was fenced before it held batch 3 open")
+        holding = ("held batch 1 open across the replacement" if "holding the transaction" in held
+                   else "was fenced before it held batch 1 open")
         if fence == "on":
             assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
             verdict = f"{len(expected)} ids exactly once"
