@@ -92,7 +92,7 @@ def _readable(message: str) -> str:
 class NodeView:
     """The Node a driver Pod runs on, as read when the Pod looked unwell (not Ready, or being deleted)."""
     name: str
-    ready: str = "True"                      # the Ready condition's status: True, False, Unknown; "Gone": no Node
+    ready: str = "True"                      # the Ready condition's status: True, False, Unknown
     since: str | None = None                 # the Ready condition's lastTransitionTime
     reason: str | None = None                # its reason (NodeStatusUnknown: the kubelet stopped posting)
 
@@ -101,10 +101,13 @@ class NodeView:
         return self.ready != "True"
 
 
-def node_view(name: str, node: dict[str, Any] | None) -> NodeView:
-    """A NodeView from a Node as the API returns it; None (404) is a Node that no longer exists."""
+def node_view(name: str, node: dict[str, Any] | None) -> NodeView | None:
+    """A NodeView from a Node as the API returns it. None for a Node the API does not have (404): that is not a
+    lost node here. On a cluster the Pod garbage collector force-deletes the Pods of a deleted Node (the driver is
+    then gone, as after any deletion); the tests' process kubelet (tests/harness/kubelet.py) binds Pods to a node
+    name that has no Node object at all, and its Pods must be waited for as before."""
     if node is None:
-        return NodeView(name, ready="Gone")
+        return None
     ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
     return NodeView(name, ready=ready.get("status") or "Unknown", since=ready.get("lastTransitionTime"),
                     reason=ready.get("reason"))

@@ -114,16 +114,19 @@ async def _unwell_pods_nodes(deps: Deps, pods: tuple) -> tuple[NodeView, ...]:
     """The Nodes of the driver Pods that look unwell: Running but not Ready (the node lifecycle controller marks a
     lost node's Pods so), or being deleted. One GET each; none while every driver is well. Unreadable (the chart's
     namespaced install grants no Node read, or the API fails): left out, and the planner treats the Pod as before
-    (it waits for it to go)."""
+    (it waits for it to go). A Node the API does not have is left out too (``node_view``)."""
     names = sorted({p.node for p in pods
                     if p.node and not p.terminal and (p.not_ready or p.deleting or p.phase == "Unknown")})
     found = []
     for node in names:
         try:
-            found.append(node_view(node, await deps.kube.get_node(node)))
+            view = node_view(node, await deps.kube.get_node(node))
         except KubeError as exc:
             log.warning("node %s of a driver Pod that looks unwell cannot be read (%s): node loss is not "
                         "detected for it", node, exc)
+            continue
+        if view is not None:
+            found.append(view)
     return tuple(found)
 
 

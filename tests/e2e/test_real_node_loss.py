@@ -8,16 +8,28 @@ and the driver's container keep running: ``node.stop_kubelet``); the node lifecy
 later, DriverNodeLost: it deletes the old Pod (Terminating for good: no kubelet confirms it) and, the old container
 seen still running, resolves and starts the next driver, which the taint sends to the other node.
 
-Right after the resolution new ids arrive. The old driver, still running on X, starts batch 1 and holds its slot
-transactions open (``EOS_FAULT_HOLD_OPEN`` from batch 1, first driver only, through the test operator's
-``EOS_TEST_DRIVER_ENV``): a zombie mid-commit across the replacement. The new driver takes the next epoch and re-runs
-batch 1 with the same input; then the hold is released (a file in the old Pod's scratch volume, written on the host).
-With the fence the old driver's transactions fail and it stops by itself (its log, read from X's log directory, says
-Superseded or fenced); every id is in the output once (``assert_ids_exactly_once``). Negative control
-(``EOS_UNSAFE_DISABLE=fence`` in every driver): the old driver's held transactions commit on top of the new one's and
-the same audit reports the duplicates. Either way X's kubelet is started again (always, in a finally; the test is
-``serial`` in ``make test``, so no other test runs while X is lost, and any ``up node`` restarts a stopped kubelet),
-removes the old Pod's containers and confirms its deletion.
+Right after the resolution new ids arrive: the old driver, still running on X, starts batch 1. Two guards of the
+protocol stop such a zombie, each on its own, and the cases switch them off in the drivers
+(``EOS_UNSAFE_DISABLE`` through the test operator's ``EOS_TEST_DRIVER_ENV``; ``EOS_FAULT_HOLD_OPEN`` from batch 1,
+first driver only, holds its slot transactions open until a file in the old Pod's scratch volume, written on the
+host, releases them):
+
+* ``guarded`` (every safety on; ``make test``): the old driver's first write of batch 1, its input record in ledger
+  partition 0, goes through the stream's driver transactional id, which the resolution fenced: the write fails and
+  the driver stops ``Superseded`` ("ledger writer was fenced") before any slot transaction opens.
+* ``writer-fence`` (``fence`` off, soak): the same guard, with the slot fence off: that guard alone stops it.
+* ``slot-fence`` (``stream-epoch`` off, soak: the partition-0 writer takes an id of its own): the old driver records
+  batch 1 and holds its slot transactions open across the replacement, a zombie mid-commit. The new driver's start
+  fences every slot id (its epoch stamp and markers), so the held transactions abort; after the release the old
+  driver's commit fails, and it stops by itself, ``Superseded``.
+* ``unguarded`` (``fence`` and ``stream-epoch`` off, soak): the negative control. The old driver holds batch 1 open,
+  the new driver re-runs batch 1 (a read the held transactions hold back is taken as the answer), and after the
+  release the old driver's transactions commit on top: the same audit reports the duplicates.
+
+The guarded cases end with every id in the output once (``assert_ids_exactly_once``). The old driver's log (read
+from X's log directory: no kubelet serves it) is kept as ``old-driver.log`` in the test's folder. X's kubelet is
+started again (always, in a finally; the test is ``serial`` in ``make test``, so no other test runs while X is lost,
+and any ``up node`` restarts a stopped kubelet), removes the old Pod's containers and confirms its deletion.
 """
 from __future__ import annotations
 
@@ -37,13 +49,19 @@ from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 from eos_operator.children import DRIVER_CONTAINER
 from eos_operator.planner.node_loss import LOST, NODE_LOSS_GRACE_SECONDS, NOT_READY
 from eos_stack.cluster import wait_until
-from tests.e2e.streams import (IDS, NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
+from tests.e2e.streams import (NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
                                assert_ids_exactly_once, wait_ids)
 from tests.e2e.test_real_node_stream import BATCH, on_a_real_node, real_node_stream
 from tests.harness.real_nodes import container_processes, keys_secret, wait_processes_gone
 
 pytestmark = pytest.mark.timeout(900)
 HELD_BATCH = 1        # the backlog, less than a batch (BATCH records at most), is batch 0; the old driver holds batch 1
+WRITER_FENCED = "ledger writer was fenced"       # epoch.write_driver_record's DriverSuperseded
+HOLDING = "holding the transaction"              # faults.py's journal line
+CASES = [pytest.param("", id="guarded"),
+         pytest.param("fence", id="writer-fence", marks=pytest.mark.soak),
+         pytest.param("stream-epoch", id="slot-fence", marks=pytest.mark.soak),
+         pytest.param("fence,stream-epoch", id="unguarded", marks=pytest.mark.soak)]
 
 
 def read_pod(v1, namespace: str, name: str):
@@ -76,9 +94,15 @@ def container_log(layout, namespace: str, pod: str, uid: str) -> str:
     return "\n".join(p.read_text(errors="replace") for p in logs)
 
 
-@pytest.mark.parametrize("fence", ["on", "off"])
+def evidence(log: str) -> str:
+    """The old driver's log lines that say how it ended (for the report)."""
+    keys = ("Superseded", "fenced", "fencing again", "UNSAFE", "fault injection", "committed:")
+    return " | ".join(line.strip()[-220:] for line in log.splitlines() if any(k in line for k in keys))[-1500:]
+
+
+@pytest.mark.parametrize("unsafe", CASES)
 def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
-        stack_env, nodes, kubectl, namespace, tmp_path, report_result, fence):
+        stack_env, nodes, kubectl, namespace, tmp_path, report_result, unsafe):
     from eos_stack import node
     from eos_stack import node_services
     from eos_stack.common import Stack
@@ -91,8 +115,11 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
     release, journal = f"{SCRATCH_DIR}/release", f"{SCRATCH_DIR}/faults.journal"
     driver_env = [[0, "EOS_FAULT_HOLD_OPEN", "600"], [0, "EOS_FAULT_FROM_BATCH", str(HELD_BATCH)],
                   [0, "EOS_FAULT_HOLD_RELEASE", release], [0, "EOS_FAULT_JOURNAL", journal]]
-    if fence == "off":
-        driver_env.append([None, "EOS_UNSAFE_DISABLE", "fence"])
+    if unsafe:
+        driver_env.append([None, "EOS_UNSAFE_DISABLE", unsafe])
+    off = set(filter(None, unsafe.split(",")))
+    holds = "stream-epoch" in off          # the partition-0 writer's guard off: the old driver gets to hold batch 1
+    exact = not {"fence", "stream-epoch"} <= off
     operator = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log",
                                EOS_TEST_DRIVER_ENV=json.dumps(driver_env)).start()
     api = config.new_client_from_config(config_file=stack_env["KUBECONFIG"])
@@ -108,6 +135,13 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
     diagnose = Diagnostics(kubectl, namespace, operator)
     feed = IdFeed(topics.bootstrap, topics.events)     # its sends only (no thread): every id sent is known
     stopped = None            # the layout of the node whose kubelet this test stopped
+    old_log = lambda: ""      # noqa: E731 - the old driver's log once its Pod is known
+
+    def keep_old_log() -> str:
+        text = old_log()
+        if text:
+            (tmp_path / "old-driver.log").write_text(text)
+        return text
     try:
         feed.send(BATCH // 2, 11, 0)
         doc = real_node_stream(topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-node-loss/{namespace}")
@@ -145,12 +179,18 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
         # New ids now: the old driver (still running, the new one still starting) begins batch 1 and holds it.
         feed.send(BATCH // 2, 12, BATCH // 2)
         scratch = pod_dir(stopped, uid)
-        old_log = lambda: container_log(stopped, namespace, f"{NAME}-driver-0", uid)   # noqa: E731
-        # Without the fence the old driver writes on (its producers are not fenced) and holds batch 1 open; with it,
-        # it holds too, or fails first if a write of its own meets the resolution's fence (reported below).
-        held = wait_until(lambda: read_text(scratch / "faults.journal") if "holding the transaction" in read_text(
-            scratch / "faults.journal") else None, "the old driver holding batch 1 open", 120,
-            lambda: diagnose() + "\nold driver log:\n" + old_log()[-4000:], 0.5) if fence == "off" else ""
+        old_log = lambda: container_log(stopped, namespace, f"{NAME}-driver-0", uid)   # noqa: E731, F811
+        journal = lambda: read_text(scratch / "faults.journal")                        # noqa: E731
+        if holds:
+            wait_until(lambda: HOLDING in journal(), "the old driver holding batch 1 open", 120,
+                       lambda: diagnose() + "\nold driver log:\n" + old_log()[-4000:], 0.5)
+        else:
+            # The resolution fenced the driver id: the old driver's batch-1 input record fails, it stops by itself.
+            gone_s = wait_processes_gone(alive, timeout=120)
+            log = keep_old_log()
+            assert WRITER_FENCED in log and HOLDING not in journal(), evidence(log) or log[-4000:]
+            fenced = (f"the old driver stopped by itself {gone_s:.0f} s after the new ids, before holding anything "
+                      f"({WRITER_FENCED}: its partition-0 writer, fenced by the resolution)")
         running = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
                                       and s.get("lifecycleState") == "Running" else None)(status()),
                              "the replacement driver to run", 300, diagnose, 1)
@@ -161,46 +201,44 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
         wait_until(lambda: re.search(rf"batch {HELD_BATCH} committed:", kubectl.run(
             "logs", "-n", namespace, f"{NAME}-driver-1", check=False).stdout), "the replacement to commit batch 1",
             420, diagnose, 1)
-        held = held or read_text(scratch / "faults.journal")   # with the fence: held too, unless fenced before
         (scratch / "release").touch()     # the old driver's held transactions (if any) try to commit now
-        if fence == "on":
-            # Fenced: it stops by itself while its node is still lost.
+        if holds and exact:
+            # The slot fence: the new driver's start fenced every slot id; it stops by itself, its node still lost.
             gone_s = wait_processes_gone(alive, timeout=180)
-            log = old_log()
-            assert "Superseded" in log or "fenc" in log.lower(), log[-4000:]
-            how = "Superseded" if "Superseded" in log else "fenced"
-            fenced = f"the old driver stopped by itself {gone_s:.0f} s after the release ({how})"
-        else:
-            wait_until(lambda: "committing the held transaction" in read_text(scratch / "faults.journal"),
+            log = keep_old_log()
+            assert "Superseded" in log and WRITER_FENCED not in log, evidence(log) or log[-4000:]
+            fenced = f"the old driver held batch 1 open, then stopped by itself {gone_s:.0f} s after the release"
+        elif holds:
+            wait_until(lambda: "committing the held transaction" in journal(),
                        "the old driver to commit its held transactions", 60, diagnose, 0.5)
-            fenced = "the old driver committed its held batch 1 (fence off)"
+            fenced = "the old driver held batch 1 open and committed it after the release (unguarded)"
         feed.send(BATCH // 2, 13, BATCH)
         expected = set().union(*(expected_ids(n, seed, start) for n, seed, start in feed.chunks))
         wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=300)
         t_back = time.monotonic()
+        log = keep_old_log()
         node.up(st)                        # X's kubelet again: it stops the old Pod's containers, the Pod goes
         stopped = None
         wait_until(lambda: not [p for p in kubectl.pods(namespace) if p["metadata"]["name"] == f"{NAME}-driver-0"],
                    "the old driver Pod removed by its kubelet", 180, diagnose, 1)
         wait_processes_gone(alive, timeout=60)
         back_s = time.monotonic() - t_back
-        holding = ("held batch 1 open across the replacement" if "holding the transaction" in held
-                   else "was fenced before it held batch 1 open")
-        if fence == "on":
+        if exact:
             assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
             verdict = f"{len(expected)} ids exactly once"
         else:
             with pytest.raises(AssertionError, match="not exactly once") as seen:
                 assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
-            verdict = f"negative control: the audit reported {str(seen.value)[:200]}"
+            verdict = f"negative control: the audit reported {str(seen.value)[:300]}"
         assert running["restartCount"] >= 1, running     # node loss counts as a failure (restartStrategy)
-        report_result(f"node loss (fence {fence}): {first_node}'s kubelet stopped; NotReady after {not_ready_s:.0f} s, "
-                      f"replaced (resolved) {replaced_s:.0f} s after the stop with the old container running "
-                      f"({len(alive)} processes) and its Pod Terminating; {NAME}-driver-1 on {second_node}; "
-                      f"the old driver {holding}; {fenced}; kubelet back, "
-                      f"old Pod gone {back_s:.0f} s later; {verdict}; {time.monotonic() - t_start:.0f} s in all")
+        report_result(f"node loss ({unsafe or 'every safety on'}): {first_node}'s kubelet stopped; NotReady after "
+                      f"{not_ready_s:.0f} s, replaced (resolved) {replaced_s:.0f} s after the stop with the old "
+                      f"container running ({len(alive)} processes) and its Pod Terminating; {NAME}-driver-1 on "
+                      f"{second_node}; {fenced}; kubelet back, old Pod gone {back_s:.0f} s later; {verdict}; "
+                      f"{time.monotonic() - t_start:.0f} s in all; old driver's log: {evidence(log)}")
     finally:
         if stopped is not None:
+            keep_old_log()
             try:
                 node.up(st)                # always: the other tests share the nodes
             except Exception as exc:  # noqa: BLE001 - reported, the test has failed already

@@ -49,7 +49,7 @@ def test_pod_and_node_views_read_what_the_node_lifecycle_controller_writes():
                                       {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
                                        "lastTransitionTime": LOST_AT}]}}
     assert node_view("node-a", node) == unknown()
-    assert node_view("node-a", None).lost and node_view("node-a", None).ready == "Gone"
+    assert node_view("node-a", None) is None      # no Node object: not read as lost
     node["status"]["conditions"][1].update(status="True")
     assert not node_view("node-a", node).lost
 
@@ -87,9 +87,9 @@ def test_past_the_grace_a_replacement_starts_while_the_old_pod_is_still_there():
     assert cond(launch, "Progressing").reason == "Resolving"
 
 
-def test_a_node_that_no_longer_exists_is_lost_at_once():
+def test_a_node_whose_condition_has_no_time_is_lost_for_good():
     s = spec()
-    p = plan(s, running_status(s), seen(on_node(deleting=True), nodes=[NodeView("node-a", ready="Gone")], at=1))
+    p = plan(s, running_status(s), seen(on_node(deleting=True), nodes=[NodeView("node-a", ready="Unknown")], at=1))
     assert LOST in reasons(p) and p.status.pending_launch is not None
 
 
@@ -118,6 +118,11 @@ def test_nodes_are_read_only_for_driver_pods_that_look_unwell_and_a_refusal_leav
     assert asyncio.run(_unwell_pods_nodes(deps, (well,))) == () and kube.node_reads == []
     got = asyncio.run(_unwell_pods_nodes(deps, (well, on_node("colors-driver-1"))))
     assert got == (NodeView("node-a", ready="Unknown", since=LOST_AT),) and kube.node_reads == ["node-a"]
+
+    # A node name with no Node object (the process kubelet's stand-in node, or a deleted Node): left out, so its
+    # Terminating driver is waited for as before.
+    assert asyncio.run(_unwell_pods_nodes(deps, (on_node("colors-driver-2", node="eos-process-kubelet"),))) == ()
+    assert kube.node_reads[-1] == "eos-process-kubelet"
 
     async def refused(name):
         raise KubeError(403, "nodes is forbidden")

@@ -1,6 +1,7 @@
-"""A driver whose node is lost: its kubelet stopped posting (the Node's Ready condition Unknown or False) or the
-Node is gone. The Pod then stays as it was (Running, or Terminating forever once deleted: no kubelet confirms a
-deletion), and its container may still run and write. See docs/operations.md#node-loss and amendment 2026-11-29
+"""A driver whose node is lost: its kubelet stopped posting (the Node's Ready condition Unknown or False). A Node
+the API does not have is not lost here (``observed.node_view``: a cluster's Pod garbage collector deletes its Pods;
+the tests' process kubelet binds Pods to a node name with no Node object). The Pod then stays as it was (Running,
+or Terminating forever once deleted: no kubelet confirms a deletion), and its container may still run and write. See docs/operations.md#node-loss and amendment 2026-11-29
 in docs/protocol-amendments.md.
 
 The operator waits ``NODE_LOSS_GRACE_SECONDS`` from the Ready condition's transition (a kubelet restart or a
@@ -38,9 +39,9 @@ def lost_node(obs: Observed, pod: PodView | None) -> NodeView | None:
 
 
 def seconds_lost(obs: Observed, node: NodeView) -> float:
-    """How long the Node has been lost: since its Ready condition left True; a Node that is gone, or one whose
-    condition has no time, counts as lost for good."""
-    since = parse(node.since) if node.ready != "Gone" else None
+    """How long the Node has been lost: since its Ready condition left True; one whose condition has no time
+    counts as lost for good."""
+    since = parse(node.since) if node.since else None
     return seconds_between(since, obs.now) if since is not None else float("inf")
 
 
@@ -51,8 +52,6 @@ def replaceable(obs: Observed, pod: PodView) -> bool:
 
 
 def describe(node: NodeView) -> str:
-    if node.ready == "Gone":
-        return f"node {node.name} no longer exists"
     return (f"node {node.name} is not Ready (Ready {node.ready}" + (f", {node.reason}" if node.reason else "")
             + (f", since {node.since}" if node.since else "") + ")")
 
