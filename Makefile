@@ -54,7 +54,7 @@ test-unit: venv
 # stops here). Then the real-stack tiers (chaos first, the longest; then stack, chart, e2e; see tests/conftest.py),
 # each with its own per-test timeout, all two at a time (pytest-xdist, work stealing): a test that kills or
 # stops a broker or an S3 server has its own (tests/harness/private.py); then alone the tests marked `serial`
-# (the node-loss test). Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest* for .ci/run to show
+# (none today). Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest* for .ci/run to show
 # when something fails.
 export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
@@ -67,7 +67,7 @@ test: venv
 	[ $$unit -eq 0 ] || exit 1; \
 	[ $$ready -eq 0 ] || { echo "make test: the stack, the image or the real nodes could not be made (log above: $$prep_log)"; exit 1; }
 	$(PY) -m pytest -n 2 --dist worksteal --durations=25 --basetemp=$(EOS_STATE)/pytest -m "not unit and not soak and not serial" tests
-	@# Tests marked serial (tests/conftest.py SERIAL_FILES, the node-loss test) run alone; exit 5 is "none collected".
+	@# Tests marked serial (tests/conftest.py SERIAL_FILES, empty today) run alone; exit 5 is "none collected".
 	$(PY) -m pytest --durations=10 --basetemp=$(EOS_STATE)/pytest-serial -m "serial and not soak" tests || [ $$? -eq 5 ]
 
 # The chaos tests at length: 100 kills (EOS_CHAOS_RUNS) and 100 lifecycle operations through the operator

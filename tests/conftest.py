@@ -61,10 +61,9 @@ E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py",
 # S3 server has its own instead (the ``private_kafka`` and ``private_s3`` fixtures below), so the chaos tests,
 # the S3-checkpoint and cluster-mode e2e and the S3 stop/start test run two at a time with the rest.
 # The real nodes (tests/stack/test_node*.py) keep out of the process kubelet's way (test_node_placement.py) and
-# run with the rest; the node-loss test (it stops one) is serial.
-SERIAL_FILES: dict[str, str] = {
-    "e2e/test_real_node_loss.py": "stops a real node's kubelet: another test's Pod could be bound to the lost node",
-}
+# run with the rest. None is serial today (the values would say why); the node-loss test, which stops a real
+# node's kubelet, is marked stops_a_node instead (the node lock below).
+SERIAL_FILES: dict[str, str] = {}
 
 
 @pytest.hookimpl(hookwrapper=True)

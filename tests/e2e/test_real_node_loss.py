@@ -28,8 +28,9 @@ host, releases them):
 
 The guarded cases end with every id in the output once (``assert_ids_exactly_once``). The old driver's log (read
 from X's log directory: no kubelet serves it) is kept as ``old-driver.log`` in the test's folder. X's kubelet is
-started again (always, in a finally; the test is ``serial`` in ``make test``, so no other test runs while X is lost,
-and any ``up node`` restarts a stopped kubelet), removes the old Pod's containers and confirms its deletion.
+started again (always, in a finally; any ``up node`` restarts a stopped kubelet too), removes the old Pod's
+containers and confirms its deletion. The test is marked ``stops_a_node``: no other test uses the real nodes while X
+is lost (tests/harness/node_lock.py), the process kubelet's tests go on beside it.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ from tests.e2e.streams import (NAME, ColorsTopics, Diagnostics, IdFeed, Operator
 from tests.e2e.test_real_node_stream import BATCH, on_a_real_node, real_node_stream
 from tests.harness.real_nodes import container_processes, keys_secret, wait_processes_gone
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.stops_a_node]
 HELD_BATCH = 1        # the backlog, less than a batch (BATCH records at most), is batch 0; the old driver holds batch 1
 WRITER_FENCED = "ledger writer was fenced"       # epoch.write_driver_record's DriverSuperseded
 HOLDING = "holding the transaction"              # faults.py's journal line
