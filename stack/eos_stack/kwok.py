@@ -104,8 +104,10 @@ class KwokNodes:
         wait_for(self.ready, f"kwok's Nodes {self.names} Ready (log {self.log_file})", 60,
                  on_fail=lambda: self.log_file.read_text(errors="replace")[-3000:])
         for name in self.names:
-            # The API server taints a new Node not-ready; the node lifecycle controller, which the stack does not
-            # run, lifts it once the Node is Ready: done here.
+            # The API server taints a new Node not-ready; the node lifecycle controller lifts it once the Node is
+            # Ready, but one started by older code runs none: done here too. kwok renews each Node's Lease every
+            # 10 s (its 40 s lease duration / 4), inside the controller's 20 s grace (kube.py), so the fake Nodes
+            # stay Ready and their Pods are not marked or evicted.
             self.core.patch_node(name, {"spec": {"taints": [TAINT]}})
         return self
 

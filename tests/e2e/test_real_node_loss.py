@@ -96,9 +96,11 @@ def container_log(layout, namespace: str, pod: str, uid: str) -> str:
 
 
 def evidence(log: str) -> str:
-    """The old driver's log lines that say how it ended (for the report)."""
-    keys = ("Superseded", "fenced", "fencing again", "UNSAFE", "fault injection", "committed:")
-    return " | ".join(line.strip()[-220:] for line in log.splitlines() if any(k in line for k in keys))[-1500:]
+    """The old driver's log lines from batch 1 on that say how it ended (for the report), without the CRI prefix."""
+    keys = ("Superseded", "fenced", "fencing again", "fault injection", "batch 1 committed", "Failed:")
+    lines = [line.split(" F ", 1)[-1].strip()[:240] for line in log.splitlines()
+             if any(k in line for k in keys) and "UNSAFE" not in line]
+    return " | ".join(lines[:8])
 
 
 @pytest.mark.parametrize("unsafe", CASES)
