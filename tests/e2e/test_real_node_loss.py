@@ -19,11 +19,12 @@ host, releases them):
   the driver stops ``Superseded`` ("ledger writer was fenced") before any slot transaction opens.
 * ``writer-fence`` (``fence`` off, soak): the same guard, with the slot fence off: that guard alone stops it.
 * ``slot-fence`` (``stream-epoch`` off, soak: the partition-0 writer takes an id of its own): the old driver records
-  batch 1 and holds its slot transactions open across the replacement, a zombie mid-commit. The new driver's start
-  fences every slot id (its epoch stamp and markers), so the held transactions abort; after the release the old
-  driver's commit fails, and it stops by itself, ``Superseded``.
-* ``unguarded`` (``fence`` and ``stream-epoch`` off, soak): the negative control. The old driver holds batch 1 open,
-  the new driver re-runs batch 1 (a read the held transactions hold back is taken as the answer), and after the
+  batch 1 and goes on to its slot transactions, through the producers it kept from batch 0 (amendment A2: no
+  fence, no read), which the resolution fenced: their writes fail ("fenced by a newer instance"), and once the
+  hold is released its next fence and read meet the new driver's epoch: it stops by itself, ``Superseded``.
+* ``unguarded`` (``fence`` and ``stream-epoch`` off, soak): the negative control. Its producers' ids are its own, so
+  the resolution fenced nothing of the old driver: it holds batch 1's transactions open across the replacement, the
+  new driver re-runs batch 1 (a read the held transactions hold back is taken as the answer), and after the
   release the old driver's transactions commit on top: the same audit reports the duplicates.
 
 The guarded cases end with every id in the output once (``assert_ids_exactly_once``). The old driver's log (read
@@ -59,6 +60,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.stops_a_node]
 HELD_BATCH = 1        # the backlog, less than a batch (BATCH records at most), is batch 0; the old driver holds batch 1
 WRITER_FENCED = "ledger writer was fenced"       # epoch.write_driver_record's DriverSuperseded
 HOLDING = "holding the transaction"              # faults.py's journal line
+SLOT_FENCED = "fenced by a newer instance"       # librdkafka's _FENCED, a slot producer's write refused
 CASES = [pytest.param("", id="guarded"),
          pytest.param("fence", id="writer-fence", marks=pytest.mark.soak),
          pytest.param("stream-epoch", id="slot-fence", marks=pytest.mark.soak),
@@ -209,12 +211,14 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
             # The slot fence: the new driver's start fenced every slot id; it stops by itself, its node still lost.
             gone_s = wait_processes_gone(alive, timeout=180)
             log = keep_old_log()
-            assert "Superseded" in log and WRITER_FENCED not in log, evidence(log) or log[-4000:]
-            fenced = f"the old driver held batch 1 open, then stopped by itself {gone_s:.0f} s after the release"
+            assert "Superseded" in log and SLOT_FENCED in log and WRITER_FENCED not in log, evidence(log) or log[-4000:]
+            fenced = (f"the old driver's batch-1 slot writes failed ({SLOT_FENCED}: its producers, kept from batch 0, "
+                      f"fenced by the resolution); it stopped by itself {gone_s:.0f} s after the release")
         elif holds:
             wait_until(lambda: "committing the held transaction" in journal(),
                        "the old driver to commit its held transactions", 60, diagnose, 0.5)
-            fenced = "the old driver held batch 1 open and committed it after the release (unguarded)"
+            fenced = ("the old driver held batch 1's transactions open across the replacement and committed them "
+                      "after the release (unguarded)")
         feed.send(BATCH // 2, 13, BATCH)
         expected = set().union(*(expected_ids(n, seed, start) for n, seed, start in feed.chunks))
         wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=300)
