@@ -1,14 +1,15 @@
 """A driver whose node is lost: its kubelet stopped posting (the Node's Ready condition Unknown or False). A Node
 the API does not have is not lost here (``observed.node_view``: a cluster's Pod garbage collector deletes its Pods;
 the tests' process kubelet binds Pods to a node name with no Node object). The Pod then stays as it was (Running,
-or Terminating forever once deleted: no kubelet confirms a deletion), and its container may still run and write. See docs/operations.md#node-loss and amendment 2026-11-29
-in docs/protocol-amendments.md.
+or Terminating forever once deleted: no kubelet confirms a deletion), and its container may still run and write.
+See docs/operations.md#node-loss and amendment A4 in docs/protocol-amendments.md.
 
 The operator waits ``NODE_LOSS_GRACE_SECONDS`` from the Ready condition's transition (a kubelet restart or a
 short network cut heals in that time), saying so (event ``DriverNodeNotReady``, Ready False). Then it deletes the
 old Pod (it stays Terminating until the kubelet returns and stops it) and starts a replacement through the
-restart strategy (a failure, event ``DriverNodeLost``) without waiting for the old Pod to go: the new driver's
-epoch fences every slot, so the old driver, if it still runs, cannot commit again and stops itself
+restart strategy (a failure, event ``DriverNodeLost``) without waiting for the old Pod to go: the resolution
+before it fences the stream's driver id and every slot id, and the new driver stamps its epoch on every slot, so
+the old driver, if it still runs, fails at its next write (a batch record or a slot's) and stops itself
 (``Superseded``). The new Pod lands on another node: the lost one is tainted unreachable (NoSchedule).
 """
 from __future__ import annotations
@@ -74,6 +75,6 @@ def driver_node_lost(step: StreamStep, spec: ExactlyOnceStreamSpec) -> Plan:
     # Deleted first: the Pod stays Terminating until the node's kubelet returns and stops its containers.
     stop_pods(step, [pod])
     return driver_failed(step, spec, f"{text} for {waited:.0f}s: the driver may still run there; replaced on "
-                                     "another node without waiting for the Pod to go (the new driver's epoch "
-                                     "fences every slot; the old one stops Superseded at its next commit)",
+                                     "another node without waiting for the Pod to go (resolution fences the "
+                                     "old driver's transactional ids: it stops Superseded at its next write)",
                          failed_reason=LOST)
