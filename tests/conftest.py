@@ -46,14 +46,14 @@ ORDER = ("unit", "chaos", "unit-stack", "stack", "chart", "e2e")
 # that is in neither fails tests/operator/test_test_order.py, so none drops out of the order unnoticed.
 E2E_LONG_FIRST = ("test_batch_identity_e2e.py", "test_upgrade_safety_e2e.py", "test_s3_checkpoint.py",
                   "test_cluster_mode_e2e.py", "test_kafka_security_e2e.py", "test_real_node_stream.py",
-                  "test_job_runtime.py", "test_rollback_partial_e2e.py", "test_snapshot_job.py",
+                  "test_job_runtime.py", "test_real_node_loss.py", "test_rollback_partial_e2e.py",
+                  "test_snapshot_job.py",
                   "test_operator_e2e.py", "test_operator_upgrade_e2e.py", "test_upgrade_e2e.py",
                   "test_jvm_writer_e2e.py", "test_real_node_oom.py", "test_start_failures_e2e.py",
                   "test_nondeterminism_e2e.py", "test_operator_gitops.py", "test_stream_epoch_e2e.py",
                   "test_replay_horizon_e2e.py")
 E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py", "test_generations_e2e.py",
-                       "test_json_logs_e2e.py", "test_ledger_guards.py", "test_real_node_loss.py",
-                       "test_snapshot_resource_e2e.py",
+                       "test_json_logs_e2e.py", "test_ledger_guards.py", "test_snapshot_resource_e2e.py",
                        "test_source_slots_e2e.py"})
 
 # Tests that stop or kill a part every test shares, or start one that would disturb the others, are marked
