@@ -235,8 +235,8 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
                    "committed batch 1 itself in its next fenced round, before the new epoch" if re.search(
                        rf"batch {HELD_BATCH} committed:", log) else "wrote nothing of batch 1")
             fenced = (f"the old driver's batch-1 slot writes were refused ({SLOT_FENCED}: its producers, kept from "
-                      f"batch 0, fenced by the resolution); it {how}; it stopped by itself {gone_s:.0f} s after the "
-                      f"last ids ({'Superseded' if 'Superseded' in log else 'see its log'})")
+                      f"batch 0, fenced by the resolution); it {how}; it had stopped by itself at the latest "
+                      f"{gone_s:.0f} s after the last ids ({'Superseded' if 'Superseded' in log else 'see its log'})")
         t_back = time.monotonic()
         log = keep_old_log()
         node.up(st)                        # X's kubelet again: it stops the old Pod's containers, the Pod goes
