@@ -46,7 +46,8 @@ ORDER = ("unit", "chaos", "unit-stack", "stack", "chart", "e2e")
 # that is in neither fails tests/operator/test_test_order.py, so none drops out of the order unnoticed.
 E2E_LONG_FIRST = ("test_batch_identity_e2e.py", "test_upgrade_safety_e2e.py", "test_s3_checkpoint.py",
                   "test_cluster_mode_e2e.py", "test_kafka_security_e2e.py", "test_real_node_stream.py",
-                  "test_job_runtime.py", "test_rollback_partial_e2e.py", "test_snapshot_job.py",
+                  "test_job_runtime.py", "test_real_node_loss.py", "test_rollback_partial_e2e.py",
+                  "test_snapshot_job.py",
                   "test_operator_e2e.py", "test_operator_upgrade_e2e.py", "test_upgrade_e2e.py",
                   "test_jvm_writer_e2e.py", "test_real_node_oom.py", "test_start_failures_e2e.py",
                   "test_nondeterminism_e2e.py", "test_operator_gitops.py", "test_stream_epoch_e2e.py",
@@ -60,7 +61,8 @@ E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py",
 # S3 server has its own instead (the ``private_kafka`` and ``private_s3`` fixtures below), so the chaos tests,
 # the S3-checkpoint and cluster-mode e2e and the S3 stop/start test run two at a time with the rest.
 # The real nodes (tests/stack/test_node*.py) keep out of the process kubelet's way (test_node_placement.py) and
-# run with the rest. None is serial today (the values would say why).
+# run with the rest. None is serial today (the values would say why); the node-loss test, which stops a real
+# node's kubelet, is marked stops_a_node instead (the node lock below).
 SERIAL_FILES: dict[str, str] = {}
 
 

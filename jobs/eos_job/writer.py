@@ -305,8 +305,14 @@ class BatchWriter:
             b = self.base
             newest = newest_epoch(b["bootstrap"], self.sec, b["ledger_topic"], b["stream_uid"])
             # Not chained: the driver's exit reads the first DriverSuperseded of the query's traceback.
-            raise DriverSuperseded(f"a newer driver (epoch {newest}) runs this stream; this one (epoch "
-                                   f"{b['epoch']}) stops: {exc}") from None
+            if newest > b["epoch"]:
+                raise DriverSuperseded(f"a newer driver (epoch {newest}) runs this stream; this one (epoch "
+                                       f"{b['epoch']}) stops: {exc}") from None
+            # No newer epoch yet: the resolution before a newer driver's start fenced the writer (a driver on a
+            # lost node, replaced while it runs: docs/operations.md#node-loss).
+            raise DriverSuperseded(f"a newer driver of this stream is starting (its resolution fenced this "
+                                   f"driver's writer; no epoch above this one's, {b['epoch']}, yet): this one "
+                                   f"stops: {exc}") from None
 
     def _nondeterministic_total(self) -> int:
         """Detections so far, from the ledger's last batch record (read once per driver)."""

@@ -229,6 +229,10 @@ class KubernetesApi:
                                      query={"labelSelector": selector_string(labels)})
         return list((result or {}).get("items") or [])
 
+    async def get_node(self, name: str) -> dict[str, Any] | None:
+        """A Node by name (cluster-scoped; None: there is none). Read only for a driver Pod that looks unwell."""
+        return await self._get(f"/api/v1/nodes/{quote(name)}")
+
     async def _find_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         # A list by name, not a GET: the operator's Role may list Pods but not get them.
         result = await self._request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods",

@@ -34,6 +34,7 @@ class PodView:
     node: str | None = None                  # spec.nodeName: where it runs
     deleting_since: str | None = None        # metadata.deletionTimestamp
     evicted: bool = False                    # DisruptionTarget condition, reason EvictionByEvictionAPI (a drain)
+    not_ready: bool = False                  # Ready condition False while Running (e.g. its node is lost)
 
     @property
     def terminal(self) -> bool:
@@ -85,6 +86,31 @@ def _readable(message: str) -> str:
         if isinstance(doc, dict) and doc.get("error"):
             return f"{doc.get('reason', 'Error')}: {doc['error']}"
     return message
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """The Node a driver Pod runs on, as read when the Pod looked unwell (not Ready, or being deleted)."""
+    name: str
+    ready: str = "True"                      # the Ready condition's status: True, False, Unknown
+    since: str | None = None                 # the Ready condition's lastTransitionTime
+    reason: str | None = None                # its reason (NodeStatusUnknown: the kubelet stopped posting)
+
+    @property
+    def lost(self) -> bool:
+        return self.ready != "True"
+
+
+def node_view(name: str, node: dict[str, Any] | None) -> NodeView | None:
+    """A NodeView from a Node as the API returns it. None for a Node the API does not have (404): that is not a
+    lost node here. On a cluster the Pod garbage collector force-deletes the Pods of a deleted Node (the driver is
+    then gone, as after any deletion); the tests' process kubelet (tests/harness/kubelet.py) binds Pods to a node
+    name that has no Node object at all, and its Pods must be waited for as before."""
+    if node is None:
+        return None
+    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    return NodeView(name, ready=ready.get("status") or "Unknown", since=ready.get("lastTransitionTime"),
+                    reason=ready.get("reason"))
 
 
 @dataclass(frozen=True)
@@ -160,6 +186,12 @@ class Observed:
     # The Service <name>-ui as read (None: none there, or not read: only while job.metrics.uiService is on or
     # status.uiService names it).
     ui_service: ServiceView | None = None
+    # The Nodes of driver Pods that looked unwell (not Ready while Running, or being deleted); Nodes not read
+    # (healthy Pods, or the operator may not read Nodes) are not here.
+    nodes: tuple[NodeView, ...] = ()
+
+    def node(self, name: str | None) -> NodeView | None:
+        return next((n for n in self.nodes if n.name == name), None) if name else None
 
     def pod(self, name: str | None) -> PodView | None:
         if name is None:
@@ -231,6 +263,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         reason = status.get("reason")
     evicted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
                   and c.get("reason") == EVICTION_REASON for c in status.get("conditions") or [])
+    not_ready = status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "False" for c in status.get("conditions") or [])
     raw_attempt = labels.get(LABEL_ATTEMPT)
     attempt = int(raw_attempt) if raw_attempt is not None and raw_attempt.isdigit() else None
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
@@ -239,4 +273,5 @@ def pod_view(pod: dict[str, Any]) -> PodView:
                    node=(pod.get("spec") or {}).get("nodeName"), deleting_since=meta.get("deletionTimestamp"),
                    deleting=bool(meta.get("deletionTimestamp")), exit_code=exit_code, reason=reason,
                    message=message, attempt=attempt, started_at=started, owner_uid=owner,
-                   action=labels.get(LABEL_SNAPSHOT_ACTION), finished_at=finished, evicted=evicted)
+                   action=labels.get(LABEL_SNAPSHOT_ACTION), finished_at=finished, evicted=evicted,
+                   not_ready=not_ready)

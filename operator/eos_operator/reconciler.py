@@ -26,7 +26,7 @@ from .children import StreamRef
 from .loop import act, converge, dump_status, post_events, write_first
 from .metrics import StreamMetrics
 from .op_metrics import OperatorMetrics
-from .observed import Observed, RestoreSource, SnapshotView, pod_view, snapshot_info
+from .observed import NodeView, Observed, RestoreSource, SnapshotView, node_view, pod_view, snapshot_info
 from .start_failures import refused_object
 from .upgrades import current_checkpoint_dir
 from .validation import InvalidSpec, validate_spec
@@ -101,12 +101,33 @@ async def observe(obj: dict[str, Any], status: ExactlyOnceStreamStatus,
         ref = children.StreamRef(name, namespace, meta["uid"])
         horizon = await deps.progress.replay_horizon(children.run_config(ref, spec, status.tx_generation), kafka)
     ui = await _ui_service(deps, namespace, name, status, spec)
+    nodes = await _unwell_pods_nodes(deps, pods)
     return Observed(name=name, namespace=namespace, uid=meta["uid"], generation=int(meta.get("generation") or 0),
                     now=deps.clock.now(), pods=pods, deleting=bool(meta.get("deletionTimestamp")),
                     last_committed_batch=batch, nondeterministic_slots=nondet, runtime_version=runtime,
                     snapshot=snapshot, store_readable=readable, checkpoint_state=ckpt_state, snapshots=tuple(snaps),
                     aux_pods=aux_pods, restore_source=restore, wanted_by_others=wanted, replay_horizon=horizon,
-                    ui_service=ui)
+                    ui_service=ui, nodes=nodes)
+
+
+async def _unwell_pods_nodes(deps: Deps, pods: tuple) -> tuple[NodeView, ...]:
+    """The Nodes of the driver Pods that look unwell: Running but not Ready (the node lifecycle controller marks a
+    lost node's Pods so), or being deleted. One GET each; none while every driver is well. Unreadable (the chart's
+    namespaced install grants no Node read, or the API fails): left out, and the planner treats the Pod as before
+    (it waits for it to go). A Node the API does not have is left out too (``node_view``)."""
+    names = sorted({p.node for p in pods
+                    if p.node and not p.terminal and (p.not_ready or p.deleting or p.phase == "Unknown")})
+    found = []
+    for node in names:
+        try:
+            view = node_view(node, await deps.kube.get_node(node))
+        except KubeError as exc:
+            log.warning("node %s of a driver Pod that looks unwell cannot be read (%s): node loss is not "
+                        "detected for it", node, exc)
+            continue
+        if view is not None:
+            found.append(view)
+    return tuple(found)
 
 
 async def _ui_service(deps: Deps, namespace: str, name: str, status: ExactlyOnceStreamStatus,

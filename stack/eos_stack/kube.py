@@ -483,9 +483,15 @@ def up(st: Stack) -> dict[str, str]:
         # deployment and replicaset: the chart's operator Deployment runs (tests/e2e: its Pod in a container).
         # endpointslice: a Service's EndpointSlices, where the real nodes' cluster DNS (node_dns.py) finds a
         # headless Service's Pods. disruption: PodDisruptionBudget status; without it the Eviction API refuses
-        # every Pod a budget covers.
+        # every Pod a budget covers. nodelifecycle and taint-eviction-controller: a real node whose kubelet stops
+        # posting its Lease is marked Unknown (NotReady) after the grace period below, its Pods not Ready, and the
+        # Node tainted unreachable (NoSchedule: no new Pod lands there; NoExecute: the Pods' default 300 s
+        # tolerations, then deleted), as on a cluster (docs/operations.md#node-loss).
         "--controllers=garbagecollector,namespace,persistentvolume-binder,pvc-protection,pv-protection,"
-        "deployment,replicaset,endpointslice,disruption",
+        "deployment,replicaset,endpointslice,disruption,nodelifecycle,taint-eviction-controller",
+        # 20 s without a Lease renewal (the kubelets renew every 10 s) instead of 50 s, checked every 2 s: the
+        # node-loss test waits less; the controller only reads the two Nodes' Leases.
+        "--node-monitor-grace-period=20s", "--node-monitor-period=2s",
         "--use-service-account-credentials=false",
         "--leader-elect=false",
         "--bind-address=127.0.0.1", f"--secure-port={ports['controller_manager']}",

@@ -33,6 +33,10 @@ STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-hear
 LABEL = "eos.dev/kwok"
 TAINT = {"key": "eos.dev/kwok", "value": "fake", "effect": "NoSchedule"}
 POD_CIDR = "10.250.0.0/16"   # 65k fake Pod IPs: only ever written into Pod status
+# kwok renews each fake Node's Lease every LEASE_SECONDS / 4 = 10 s, as a kubelet does. Without the flag the binary
+# keeps no Lease at all (seen: 404), only a status heartbeat about every 22 s, past the stack's 20 s
+# node-monitor grace (kube.py): the node lifecycle controller could mark the fake Nodes NotReady and evict their Pods.
+LEASE_SECONDS = 40
 
 
 def folder(st: Stack) -> Path:
@@ -95,7 +99,7 @@ class KwokNodes:
         exe = ensure_binary(st)
         argv = [str(exe), "--kubeconfig", self.kubeconfig, "--config", str(stages_file(st)),
                 "--manage-nodes-with-label-selector", f"{LABEL}={self.run}", "--cidr", POD_CIDR,
-                "--node-ip", "10.250.255.254"]
+                "--node-ip", "10.250.255.254", "--node-lease-duration-seconds", str(LEASE_SECONDS)]
         with open(self.log_file, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log(f"kwok {KWOK_VERSION} (pid {self.proc.pid}) managing Nodes {LABEL}={self.run}")
@@ -104,8 +108,9 @@ class KwokNodes:
         wait_for(self.ready, f"kwok's Nodes {self.names} Ready (log {self.log_file})", 60,
                  on_fail=lambda: self.log_file.read_text(errors="replace")[-3000:])
         for name in self.names:
-            # The API server taints a new Node not-ready; the node lifecycle controller, which the stack does not
-            # run, lifts it once the Node is Ready: done here.
+            # The API server taints a new Node not-ready; the node lifecycle controller lifts it once the Node is
+            # Ready, but one started by older code runs none: done here too. The Lease (LEASE_SECONDS) keeps the
+            # fake Nodes Ready under that controller's 20 s grace (kube.py): their Pods are not marked or evicted.
             self.core.patch_node(name, {"spec": {"taints": [TAINT]}})
         return self
 

@@ -205,9 +205,9 @@ def healthz(port: int) -> bool:
 
 
 def node_ready(st: Stack, name: str, since: float = 0.0) -> bool:
-    """The Node is Ready, by a status the kubelet posted at or after ``since``: no node lifecycle controller runs
-    here to mark a stopped kubelet's Node NotReady, its last Ready condition stays. (A kubelet posts its status
-    when it starts, then every 5 minutes unless it changes: give ``since`` only for a kubelet just started.)"""
+    """The Node is Ready, by a status the kubelet posted at or after ``since`` (the node lifecycle controller marks
+    a stopped kubelet's Node Unknown 20 s after its last Lease renewal, kube.py; a kubelet posts its status when it
+    starts, then every 5 minutes unless it changes: give ``since`` only for a kubelet just started)."""
     from datetime import datetime
     proc = kubectl(st, "get", "node", name, "-o", "json", check=False)
     if proc.returncode != 0:
@@ -215,6 +215,18 @@ def node_ready(st: Stack, name: str, since: float = 0.0) -> bool:
     conds = json.loads(proc.stdout)["status"].get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" and datetime.fromisoformat(
         c["lastHeartbeatTime"].replace("Z", "+00:00")).timestamp() >= since for c in conds)
+
+
+def stop_kubelet(st: Stack, name: str) -> int:
+    """Stop node ``name``'s kubelet alone (SIGTERM; its containerd and the containers it runs stay: a node whose
+    kubelet is lost). Returns the stopped kubelet's pid. ``up`` starts it again (any ``up node`` does: a stopped
+    kubelet never outlives the next run that asks for the nodes)."""
+    daemon = f"{name}-kubelet"
+    pid = st.running_pid(daemon)
+    if pid is None:
+        raise StackError(f"{daemon} does not run")
+    st.stop_daemon(daemon)
+    return pid
 
 
 def start_scheduler(st: Stack, port: int) -> None:
@@ -291,8 +303,8 @@ def _up(st: Stack) -> dict[str, str]:
         wait_for(lambda n=n: _alive(st, f"{n.name}-kubelet") and node_ready(st, n.name, since if n.name in fresh else 0.0),
                  f"Node {n.name} Ready",
                  180, on_fail=lambda n=n: st.log_tail(f"{n.name}-kubelet"), interval=1)
-        # The kubelet registers with the not-ready taint; the node lifecycle controller, which would lift it,
-        # does not run in this stack (kube.py): lift it once the Node is Ready.
+        # The kubelet registers with the not-ready taint; the node lifecycle controller lifts it (kube.py), but a
+        # controller-manager started by older code runs none: lift it once the Node is Ready.
         kubectl(st, "taint", "nodes", n.name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
         # Kept from the process kubelet's Pods (node_config.TAINT): also on a Node registered before the taint.
         kubectl(st, "taint", "nodes", n.name, f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}", "--overwrite")

@@ -65,6 +65,8 @@ ADAPTER_CALLS: dict[Call, str] = {
     Call("patch", GROUP, SNAPSHOTS, "status"): "adapters.patch_snapshot_status: the snapshot's write-ahead log",
     Call("get", "", "secrets"): "adapters.secret_value: the S3 keys and Kafka credentials a stream names, by name "
                                 "in its namespace (rbac.secretNamespaces in a cluster-wide install)",
+    Call("get", "", "nodes", cluster_scoped=True): "kube_api.get_node: the Node of a driver Pod that looks unwell "
+                                                   "(node loss; cluster-wide installs only, by name)",
 }
 KOPF_CALLS: dict[Call, str] = {
     Call("list", GROUP, PLURAL): "kopf: the watch stream starts with a list",
@@ -92,8 +94,8 @@ LEASE_CALLS: dict[Call, str] = {
     Call("update", "coordination.k8s.io", "leases"): "leader: renew, release, or take an expired Lease over",
 }
 
-NAMESPACED_CALLS = sorted({*ADAPTER_CALLS, *KOPF_CALLS}, key=str)
-CLUSTER_CALLS = sorted(KOPF_CLUSTER_CALLS, key=str)
+NAMESPACED_CALLS = sorted({c for c in (*ADAPTER_CALLS, *KOPF_CALLS) if not c.cluster_scoped}, key=str)
+CLUSTER_CALLS = sorted({*KOPF_CLUSTER_CALLS, *(c for c in ADAPTER_CALLS if c.cluster_scoped)}, key=str)
 ALL_CALLS = NAMESPACED_CALLS + CLUSTER_CALLS
 # Granted per namespace (watched, or listed in rbac.secretNamespaces), cluster-wide only as an opt-in.
 SECRET_CALLS = [Call("get", "", "secrets")]
@@ -124,21 +126,22 @@ FORBIDDEN = [
 ]
 
 _PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
-                   r"/namespaces/(?P<ns>[^/]+)/(?P<resource>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
+                   r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
 
 
 def call_of_request(method: str, url: str) -> Call:
-    """The RBAC verb and resource of one namespaced REST request (the API server's own mapping)."""
+    """The RBAC verb and resource of one REST request (the API server's own mapping); cluster-scoped without
+    a namespace in its path."""
     parts = urlsplit(url)
     m = _PATH.match(parts.path)
     if not m:
-        raise ValueError(f"not a namespaced resource path: {url}")
+        raise ValueError(f"not a resource path: {url}")
     named = m["name"] is not None
     watch = parse_qs(parts.query).get("watch", ["false"])[0] in ("true", "1")
     verb = {"GET": ("get" if named else ("watch" if watch else "list")),
             "POST": "create", "PUT": "update", "PATCH": "patch",
             "DELETE": ("delete" if named else "deletecollection")}[method.upper()]
-    return Call(verb, m["group"] or "", m["resource"], m["sub"] or "")
+    return Call(verb, m["group"] or "", m["resource"], m["sub"] or "", cluster_scoped=m["ns"] is None)
 
 
 # ------------------------------------------------------- refusals in an operator's log

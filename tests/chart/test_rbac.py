@@ -105,7 +105,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
     exercised = {"get_stream", "list_streams", "patch_stream_status", "list_driver_pods", "create_pod", "delete_pod",
                  "apply_config_map", "apply_service", "get_service", "delete_config_map", "delete_service", "post_event",
                  "list_snapshots", "get_snapshot", "create_snapshot", "delete_snapshot", "patch_snapshot_status",
-                 "list_pods", "read_secret"}
+                 "list_pods", "read_secret", "get_node"}
     protocol = {n for n, v in vars(Kube).items() if callable(v) and not n.startswith("_")}
     assert protocol == exercised, (
         f"the Kube protocol changed ({sorted(protocol ^ exercised)}): record the new calls here, "
@@ -138,6 +138,7 @@ def test_the_adapter_makes_exactly_the_listed_requests():
             await api.delete_snapshot("ns", "s-n1")
             await api.list_pods("ns", snapshot_selector("s-n1"))
             await api.read_secret("ns", "s3-keys")
+            await api.get_node("node-1")
             await api.post_event(SnapshotRef("s-n1", "ns", "uid-2"), "Normal", "SnapshotStarted", "started")
 
         asyncio.run(drive())
@@ -180,7 +181,8 @@ def test_the_chart_rules_grant_exactly_the_listed_calls(helm: Helm):
                 for resource in rule["resources"]:
                     res, _, sub = resource.partition("/")
                     for verb in rule["verbs"]:
-                        call = Call(verb, group, res, sub, cluster_scoped=group == "apiextensions.k8s.io")
+                        call = Call(verb, group, res, sub, cluster_scoped=group == "apiextensions.k8s.io"
+                                    or res == "nodes")
                         assert call in ALL_CALLS + LEASES, f"the chart grants {call}, which the operator never does"
 
 

@@ -84,6 +84,20 @@ if forget:
             status.last_reconciled_spec = json.dumps(spec, sort_keys=True, separators=(",", ":"))
         return status
     reconciler.parse_status = parse_forgetting
+driver_env = os.environ.get("EOS_TEST_DRIVER_ENV")
+if driver_env:
+    # The real nodes' negative controls and faults: a stream cannot set the runtime's EOS_* variables
+    # (job.podTemplate refuses them), so the operator under test adds them to the driver Pods it creates. JSON
+    # [[attempt or null for every attempt, name, value], ...].
+    import json
+    from eos_operator import children
+    _driver_pod = children.driver_pod
+    extra = json.loads(driver_env)
+    def driver_pod_with_env(ref, spec, *, attempt, **kw):
+        pod = _driver_pod(ref, spec, attempt=attempt, **kw)
+        pod["spec"]["containers"][0]["env"] += [{"name": n, "value": v} for a, n, v in extra if a in (None, attempt)]
+        return pod
+    children.driver_pod = driver_pod_with_env
 sys.exit(cli.main(sys.argv[1:]))
 '''
 

@@ -36,6 +36,8 @@ class FakeKube:
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.secret_reads: list[tuple[str, str]] = []
+        self.nodes: dict[str, dict[str, Any]] = {}             # Node objects by name (get_node)
+        self.node_reads: list[str] = []
         self.events: list[tuple[str, str, str, str]] = []   # (object name, type, reason, message)
         self.event_kinds: list[str] = []                      # involvedObject kind of each of self.events
         self.created_pods: list[str] = []
@@ -252,6 +254,10 @@ class FakeKube:
                 merged[k] = copy.deepcopy(v)
         obj["status"] = merged
         self._bump(obj)
+
+    async def get_node(self, name: str) -> dict[str, Any] | None:
+        self.node_reads.append(name)
+        return copy.deepcopy(self.nodes.get(name))
 
     async def list_driver_pods(self, namespace: str, stream: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self.driver_pods(namespace, stream))

@@ -108,6 +108,12 @@ start (the CRD is installed before the operator by Helm's crds/) and logs a warn
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+# Nodes, get by name only: the Node of a driver Pod that looks unwell (not Ready, or being deleted), to tell a
+# lost node from a slow Pod (docs/operations.md#node-loss). A namespaced install (watchNamespaces) grants nothing
+# cluster-wide: its operator cannot tell, and waits for such a Pod to go as before.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
 {{- end -}}
 
 {{/*

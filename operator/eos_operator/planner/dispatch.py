@@ -19,6 +19,7 @@ dispatches on one :class:`ReconciliationState`, derived from status and observat
                             +---restartNonce-- FAILED   UPGRADE_BLOCKED <------+--> LAUNCHING (upgrade)
 
     NO_DRIVER (created or resumed) --> LAUNCHING;  DRIVER_TERMINATING waits for the Pod to go.
+    DRIVER_NODE_LOST waits NODE_LOSS_GRACE_SECONDS, then --> LAUNCHING with the old Pod still there (node_loss.py).
 
 launch.py walks a launch through its steps, upgrade.py an upgrade's, restarts.py applies the
 restart strategy, housekeeping.py asks for snapshots and prunes them. Last, in any state, spark_ui.py adds the
@@ -41,6 +42,7 @@ from ..upgrades import classify, run_affecting_changes
 from ..validation import InvalidSpec
 from .housekeeping import snapshot_housekeeping
 from .launch import continue_launch, plan_deletion
+from .node_loss import driver_node_lost, lost_node
 from .spark_ui import plan_ui_service
 from .restarts import (REFUSALS, batch_refused, driver_evicted, driver_failed, keep_failed_driver,
                        release_failed_driver, start_launch)
@@ -60,6 +62,7 @@ class ReconciliationState(Enum):
     NO_DRIVER = "no driver and none launched: created or resumed"
     DRIVER_GONE = "the driver Pod disappeared"
     DRIVER_FAILED = "the driver Pod ended"
+    DRIVER_NODE_LOST = "the driver Pod's node is NotReady or gone"
     DRIVER_TERMINATING = "the driver Pod is being deleted"
     SPEC_CHANGED = "the driver runs an older spec"
     RUNNING = "the driver runs the current spec"
@@ -84,6 +87,8 @@ def reconciliation_state(spec: ExactlyOnceStreamSpec, st: ExactlyOnceStreamStatu
         return ReconciliationState.DRIVER_GONE
     if pod.phase in ("Failed", "Succeeded"):
         return ReconciliationState.DRIVER_FAILED
+    if lost_node(observed, pod) is not None:
+        return ReconciliationState.DRIVER_NODE_LOST
     if pod.deleting:
         return ReconciliationState.DRIVER_TERMINATING
     if run_affecting_changes(st.last_reconciled_spec, spec):
@@ -358,6 +363,7 @@ _BRANCHES = {
     ReconciliationState.NO_DRIVER: _no_driver,
     ReconciliationState.DRIVER_GONE: _driver_gone,
     ReconciliationState.DRIVER_FAILED: _driver_ended,
+    ReconciliationState.DRIVER_NODE_LOST: driver_node_lost,
     ReconciliationState.DRIVER_TERMINATING: _driver_terminating,
     ReconciliationState.SPEC_CHANGED: _spec_changed,
     ReconciliationState.RUNNING: _driver_up,

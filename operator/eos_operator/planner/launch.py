@@ -30,6 +30,7 @@ from .step import POLL_SECONDS, Cond, StreamStep, abandon_upgrade, degraded, kep
 DELETION_SLACK_SECONDS = 60.0   # past the driver's grace period: a deletion that waits says so
 from .upgrade import after_stop, drain, needs_drain, restore_source_missing, restore_text, spec_changed
 from .probe import needs_probe, probe
+from .node_loss import replaceable
 
 
 def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: PendingLaunch) -> Plan:
@@ -58,9 +59,14 @@ def continue_launch(step: StreamStep, spec: ExactlyOnceStreamSpec, launch: Pendi
                         ("True", progressing_reason, f"retrying {launch.pod} in {wait:.0f}s"), degraded_cond)
         return step.done(requeue_after=max(wait, 0.1))
 
-    # 2. Never two drivers: every other driver Pod of the stream must be gone first.
+    # 2. Never two drivers: every other driver Pod of the stream must be gone first, but one on a node lost
+    # for NODE_LOSS_GRACE_SECONDS (deleted, it stays until the node's kubelet returns): the new driver's epoch
+    # fences it (node_loss.py).
     others = [p for p in obs.pods if (p.name != launch.pod or p.owner_uid not in (None, obs.uid))
               and not kept(step, p)]
+    lost = [p for p in others if replaceable(obs, p)]
+    stop_pods(step, lost)
+    others = [p for p in others if p not in lost]
     if others:
         stop_pods(step, others)
         names = ", ".join(p.name for p in others)

@@ -128,9 +128,10 @@ def release_failed_driver(step: StreamStep) -> None:
     st.failed_driver = None
 
 
-def driver_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str, hint: str = "") -> Plan:
+def driver_failed(step: StreamStep, spec: ExactlyOnceStreamSpec, error: str, hint: str = "",
+                  failed_reason: str = "DriverFailed") -> Plan:
     st = step.st
-    restart, delay, explanation = apply_failure(step, spec, error, attempt=None, failed_reason="DriverFailed",
+    restart, delay, explanation = apply_failure(step, spec, error, attempt=None, failed_reason=failed_reason,
                                                 hint=hint)
     if not restart:
         return exhausted(step, explanation)
