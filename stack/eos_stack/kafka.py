@@ -64,7 +64,7 @@ PODS_LISTENER = "PODS"
 def config_text(st: Stack) -> str:
     """The broker's ``server.properties``; a running broker started with other text is restarted by ``up``."""
     p = ports(st)
-    sec = kafka_security.LISTENER
+    sec, pods_sec = kafka_security.LISTENER, kafka_security.PODS_LISTENER
     props = {
         # KRaft, one process that is both the only controller and the only broker.
         "process.roles": "broker,controller",
@@ -75,13 +75,17 @@ def config_text(st: Stack) -> str:
         # tests security; SASL_SSL: SCRAM users, TLS, ACLs (kafka_security). PODS: PLAINTEXT too, for Pods on
         # the real nodes (node_services.py): bound on loopback, advertised at the stack's services address,
         # where the node part forwards it (a Pod cannot reach 127.0.0.1; nothing off the machine reaches it).
+        # PODS_SASL_SSL: the SASL_SSL listener again for Pods, the same way (its certificate names the services
+        # address too: kafka_security.subject_alt_names).
         "listeners": f"PLAINTEXT://127.0.0.1:{p['client']},CONTROLLER://127.0.0.1:{p['controller']},"
-                     f"{sec}://127.0.0.1:{p['sasl_ssl']},{PODS_LISTENER}://127.0.0.1:{p['pods']}",
+                     f"{sec}://127.0.0.1:{p['sasl_ssl']},{PODS_LISTENER}://127.0.0.1:{p['pods']},"
+                     f"{pods_sec}://127.0.0.1:{p['pods_sasl_ssl']}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p['client']},{sec}://127.0.0.1:{p['sasl_ssl']},"
-                                f"{PODS_LISTENER}://{services_ip(st.state)}:{p['pods']}",
+                                f"{PODS_LISTENER}://{services_ip(st.state)}:{p['pods']},"
+                                f"{pods_sec}://{services_ip(st.state)}:{p['pods_sasl_ssl']}",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,{sec}:{sec},"
-                                          f"{PODS_LISTENER}:PLAINTEXT",
+                                          f"{PODS_LISTENER}:PLAINTEXT,{pods_sec}:SASL_SSL",
         **kafka_security.broker_props(st),
         "log.dirs": str(data_dir(st)),
         # One node: the internal topics cannot have more than one replica.

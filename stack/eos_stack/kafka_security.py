@@ -23,8 +23,10 @@ from typing import Iterable
 
 from . import kafka_ports
 from .common import Stack, StackError, log, require_tool, run
+from .node_config import services_ip
 
 LISTENER = "SASL_SSL"
+PODS_LISTENER = "PODS_SASL_SSL"   # the same on the services address, for Pods on the real nodes (kafka.py)
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 ADMIN = "admin"
 SCRAM_ITERATIONS = 8192  # Kafka's minimum is 4096; SCRAM-SHA-512 allows up to 16384
@@ -107,22 +109,31 @@ SERVER_EXT = """\
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1, DNS:localhost
+subjectAltName = {san}
 authorityKeyIdentifier = keyid
 """
 
 
+def subject_alt_names(st: Stack) -> str:
+    """The names the broker's certificate holds: loopback for this machine's clients, and the stack's services
+    address for Pods on the real nodes (the ``PODS_SASL_SSL`` listener advertises it: kafka.py)."""
+    return f"IP:127.0.0.1, DNS:localhost, IP:{services_ip(st.state)}"
+
+
 def ensure_tls(st: Stack) -> Path:
-    """Make the CA and the broker's key store once (in a scratch folder, renamed when complete)."""
+    """Make the CA and the broker's key store once (in a scratch folder, renamed when complete); again when the
+    names the certificate must hold changed (a stack made before the Pods' secured listener)."""
     out = tls_dir(st)
-    if ca_file(st).exists() and keystore_file(st).exists():
+    san = subject_alt_names(st)
+    made_for = out / "subject-alt-names"
+    if ca_file(st).exists() and keystore_file(st).exists() and made_for.exists() and made_for.read_text() == san:
         return out
     openssl = require_tool("openssl", OPENSSL_HINT)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     (tmp / "ca.cnf").write_text(CA_CNF)
-    (tmp / "server.ext").write_text(SERVER_EXT)
+    (tmp / "server.ext").write_text(SERVER_EXT.format(san=san))
     days = "3650"
 
     def ossl(*args: str, env: dict[str, str] | None = None) -> None:
@@ -155,33 +166,37 @@ def ensure_tls(st: Stack) -> Path:
     os.chmod(tmp / "server-keystore.pem", 0o600)
     os.chmod(tmp / "ca.crt", 0o644)
     os.chmod(tmp / "server.crt", 0o644)
+    (tmp / "subject-alt-names").write_text(san)
     os.chmod(tmp, 0o755)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    log(f"made the Kafka TLS material (a local CA, a server certificate for 127.0.0.1/localhost) in {out}")
+    log(f"made the Kafka TLS material (a local CA, a server certificate for {san}) in {out}")
     return out
 
 
 # -- broker configuration --------------------------------------------------------
 def broker_props(st: Stack) -> dict[str, str]:
     """The security part of ``server.properties`` (listeners themselves: :func:`eos_stack.kafka.write_config`)."""
-    pre = f"listener.name.{LISTENER.lower()}."
-    props = {
-        "sasl.enabled.mechanisms": ",".join(MECHANISMS),
-        **{f"{pre}{m.lower()}.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-           for m in MECHANISMS},
-        f"{pre}ssl.keystore.type": "PEM",
-        f"{pre}ssl.keystore.location": str(keystore_file(st)),
-        f"{pre}ssl.key.password": credentials(st)["key_password"],
-        f"{pre}ssl.truststore.type": "PEM",
-        f"{pre}ssl.truststore.location": str(ca_file(st)),
-        f"{pre}ssl.client.auth": "none",
+    props = {"sasl.enabled.mechanisms": ",".join(MECHANISMS)}
+    for listener in (LISTENER, PODS_LISTENER):   # the same users, ACLs and certificate on both
+        pre = f"listener.name.{listener.lower()}."
+        props.update({
+            **{f"{pre}{m.lower()}.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+               "required;" for m in MECHANISMS},
+            f"{pre}ssl.keystore.type": "PEM",
+            f"{pre}ssl.keystore.location": str(keystore_file(st)),
+            f"{pre}ssl.key.password": credentials(st)["key_password"],
+            f"{pre}ssl.truststore.type": "PEM",
+            f"{pre}ssl.truststore.location": str(ca_file(st)),
+            f"{pre}ssl.client.auth": "none",
+        })
+    props.update({
         # ACLs decide, except for the super users: ANONYMOUS is the principal of the PLAINTEXT and the
         # controller listener (the broker itself, every existing client), admin the SCRAM administrator.
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": f"User:ANONYMOUS;User:{ADMIN}",
         "allow.everyone.if.no.acl.found": "false",
-    }
+    })
     return props
 
 

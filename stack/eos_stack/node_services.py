@@ -11,9 +11,12 @@ local address: no forwarding, no masquerade); nothing off the machine routes to 
   through ``hostAliases`` (``node_config.host_aliases``): that name is in its certificate, the address is not.
 - ``<services>:<kafka pods port>`` -> Kafka's ``PODS`` listener (kafka.py), which advertises the services
   address, so the broker's metadata sends a Pod's client back through the forwarder (transactions included).
+- ``<services>:<kafka pods SASL_SSL port>`` -> Kafka's ``PODS_SASL_SSL`` listener: the SASL_SSL listener's users,
+  ACLs and CA, with a certificate that names the services address too (kafka_security.subject_alt_names).
 - ``<services>:<s3 port>`` -> MinIO.
 
-.stack/env gets ``POD_KUBE_APISERVER``, ``POD_KAFKA_BOOTSTRAP``, ``POD_S3_ENDPOINT`` and ``EOS_SERVICES_IP``.
+.stack/env gets ``POD_KUBE_APISERVER``, ``POD_KAFKA_BOOTSTRAP``, ``POD_KAFKA_SECURE_BOOTSTRAP``, ``POD_S3_ENDPOINT``
+and ``EOS_SERVICES_IP``.
 """
 from __future__ import annotations
 
@@ -26,13 +29,15 @@ from .common import Stack, log, port_open, run, wait_for
 from .node_config import API_HOSTNAME, services_iface, services_ip
 
 FORWARDER = "node-forward"
-ENV_KEYS = ["POD_KUBE_APISERVER", "POD_KAFKA_BOOTSTRAP", "POD_S3_ENDPOINT", "EOS_SERVICES_IP"]
+ENV_KEYS = ["POD_KUBE_APISERVER", "POD_KAFKA_BOOTSTRAP", "POD_KAFKA_SECURE_BOOTSTRAP", "POD_S3_ENDPOINT",
+            "EOS_SERVICES_IP"]
 
 
 def mappings(st: Stack) -> dict[str, int]:
     """What the forwarder relays: name -> loopback port, the same port on the services address."""
-    return {"kube-apiserver": kube.load_ports(st)["apiserver"], "kafka": kafka.ports(st)["pods"],
-            "s3": s3.port(st)}
+    kafka_ports = kafka.ports(st)
+    return {"kube-apiserver": kube.load_ports(st)["apiserver"], "kafka": kafka_ports["pods"],
+            "kafka-secured": kafka_ports["pods_sasl_ssl"], "s3": s3.port(st)}
 
 
 def ensure_address(st: Stack) -> str:
@@ -59,8 +64,8 @@ def up(st: Stack) -> dict[str, str]:
         st.start_daemon(FORWARDER, argv, marker="eos_stack.forward", cwd=Path(__file__).resolve().parents[1])
     wait_for(lambda: st.running_pid(FORWARDER) and all(port_open(p, ip) for p in ports.values()),
              f"the forwarder on {ip}", 30, on_fail=lambda: st.log_tail(FORWARDER))
-    if not port_open(ports["kafka"]):
-        log("node: Kafka runs without its PODS listener (started by older code): Pods on the real nodes cannot "
+    if not (port_open(ports["kafka"]) and port_open(ports["kafka-secured"])):
+        log("node: Kafka runs without its Pods' listeners (started by older code): Pods on the real nodes cannot "
             "reach it until `python -m eos_stack up kafka` restarts it with the current configuration")
     return pod_env(st)
 
@@ -69,7 +74,8 @@ def pod_env(st: Stack) -> dict[str, str]:
     """Where Pods reach the services (what ``up`` adds to .stack/env), computed from the kept ports."""
     ip, ports = services_ip(st.state), mappings(st)
     return {"POD_KUBE_APISERVER": f"https://{API_HOSTNAME}:{ports['kube-apiserver']}",
-            "POD_KAFKA_BOOTSTRAP": f"{ip}:{ports['kafka']}", "POD_S3_ENDPOINT": f"http://{ip}:{ports['s3']}",
+            "POD_KAFKA_BOOTSTRAP": f"{ip}:{ports['kafka']}", "POD_KAFKA_SECURE_BOOTSTRAP": f"{ip}:{ports['kafka-secured']}",
+            "POD_S3_ENDPOINT": f"http://{ip}:{ports['s3']}",
             "EOS_SERVICES_IP": ip}
 
 

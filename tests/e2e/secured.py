@@ -17,9 +17,10 @@ def kube_secret(name: str, data: dict[str, str]) -> dict[str, Any]:
 
 
 def secure(manifest: dict[str, Any], stack_env: dict[str, str], kubectl: Kubectl, namespace: str, *,
-           source_topics: list[str], write_topics: list[str], ledger: str) -> str:
-    """``manifest`` with source and sink only through the broker's SASL_SSL listener: a SCRAM-SHA-512 user
-    of its own with exactly a stream's ACLs, its password and the CA in Secrets the spec references.
+           source_topics: list[str], write_topics: list[str], ledger: str, bootstrap: str | None = None) -> str:
+    """``manifest`` with source and sink only through the broker's SASL_SSL listener (``bootstrap``; unset: the
+    one on loopback, else e.g. the Pods' one on the services address): a SCRAM-SHA-512 user of its own with
+    exactly a stream's ACLs, its password and the CA in Secrets the spec references.
     Returns the password (for the tests that look for leaks)."""
     st, name = Stack(), manifest["metadata"]["name"]
     user, password = f"stream-{namespace}-{name}", pysecrets.token_urlsafe(18)
@@ -33,5 +34,5 @@ def secure(manifest: dict[str, Any], stack_env: dict[str, str], kubectl: Kubectl
                                 "password": {"name": "kafka-user", "key": "password"}},
                 "tls": {"ca": {"name": "kafka-ca", "key": "ca.crt"}}}
     for end in ("source", "sink"):
-        manifest["spec"][end].update(bootstrapServers=stack_env["KAFKA_SECURE_BOOTSTRAP"], **security)
+        manifest["spec"][end].update(bootstrapServers=bootstrap or stack_env["KAFKA_SECURE_BOOTSTRAP"], **security)
     return password

@@ -3,7 +3,9 @@ upgrade over the same listener is test_upgrade_e2e.py).
 
 Its user (SCRAM-SHA-512, a local CA's TLS) holds exactly the ACLs a stream needs (``grant_stream``): read
 its source topic, write its sink and dead-letter topics and its ledger, transactional ids under its prefix.
-The driver gets the password and CA from the stream's Secrets by ``secretKeyRef``; the operator reads the
+The driver Pods run on the real nodes and reach the broker's SASL_SSL listener for Pods (on the stack's
+services address, whose certificate names that address); the operator, a process on this machine, reaches
+the same listener. The driver gets the password and CA from the stream's Secrets by ``secretKeyRef``; the operator reads the
 same Secrets for resolution, progress and the replay horizon. Through a driver SIGKILL every id is in the
 sink exactly once, and the operator's replay-horizon reads of the source work over the listener. A wrong
 password and a missing ACL each give their named status (``KafkaAuthenticationFailed``, ``KafkaAuthorizationFailed``) and one event, no restart counted, and
@@ -33,16 +35,18 @@ def _ready(kubectl, namespace: str) -> dict:
     return next((c for c in s.get("conditions") or [] if c["type"] == "Ready"), {})
 
 
-def test_secured_stream_is_exact_and_names_what_kafka_refuses(stack_env, kubectl, namespace, kubelet, operator,
-                                                              tmp_path, report_result):
+@pytest.mark.real_nodes
+def test_secured_stream_is_exact_and_names_what_kafka_refuses(stack_env, nodes, kubectl, namespace, kubelet, operator,
+                                                              on_nodes, tmp_path, report_result):
     st, diag = Stack(), Diagnostics(kubectl, namespace, operator, kubelet)
-    secure_bootstrap = stack_env["KAFKA_SECURE_BOOTSTRAP"]
+    secure_bootstrap = on_nodes.pod_env["POD_KAFKA_SECURE_BOOTSTRAP"]   # the SASL_SSL listener for Pods
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])           # made (and verified) as the PLAINTEXT admin
     ledger = topics.ledger(namespace, NAME)
     manifest = colors_stream(NAME, topics, tmp_path, attempts=5, delay=1.0, module="examples.colors.ids")
     manifest["spec"]["upgradeMode"] = "snapshot"
+    manifest = on_nodes.place(manifest)
     password = secure(manifest, stack_env, kubectl, namespace, source_topics=[topics.events],
-                      write_topics=[topics.counts, topics.dlq], ledger=ledger)
+                      write_topics=[topics.counts, topics.dlq], ledger=ledger, bootstrap=secure_bootstrap)
     user = f"stream-{namespace}-{NAME}"
     prefix = f"eos-{namespace}-{NAME}-"
     produce(topics.bootstrap, topics.events, 3000)

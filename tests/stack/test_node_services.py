@@ -6,7 +6,9 @@ One ``restricted`` Pod of the project's image, placed by the real scheduler: it 
 transactions (one committed, one aborted, one committed) and reads the topic ``read_committed``; it lists the
 Pods of its namespace with its ServiceAccount's token (a projected token, checked against the stack CA through
 the name in the API server's certificate) and is refused the Secrets (the token's identity, not an admin's);
-it reads an object the test put in MinIO, with keys from a Secret. Its route table has no default route, and
+it reads an object the test put in MinIO, with keys from a Secret; it commits a transaction through the
+broker's SASL_SSL listener for Pods (SCRAM, the certificate checked against the services address) and reads
+the topic back through it. Its route table has no default route, and
 the servers' loopback ports do not answer it (the negative control: why the services address is needed).
 The host then reads the same topic: ``read_committed`` sees what the Pod saw, ``read_uncommitted`` the aborted
 records too (so the aborted transaction reached the broker: the isolation did the filtering).
@@ -21,7 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kubernetes import client
 
-from eos_stack import kube, node_services, s3
+from eos_stack import kafka_security, kube, node_services, s3
 from eos_stack.common import Stack
 from eos_stack.node_config import host_aliases
 from tests.harness.real_nodes import finished, real_pod, wait_pod
@@ -63,6 +65,27 @@ while "c-3" not in seen and time.monotonic() < deadline:
         seen.append(m.value().decode())
 c.close()
 out["kafka"] = seen
+
+# The SASL_SSL listener for Pods: SCRAM, TLS from the stack's CA, the broker's certificate checked against the
+# services address (librdkafka verifies the host name by default).
+secured = {"bootstrap.servers": env["POD_KAFKA_SECURE_BOOTSTRAP"], "security.protocol": "SASL_SSL",
+           "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": env["KAFKA_USER"],
+           "sasl.password": env["KAFKA_PASSWORD"], "ssl.ca.location": "/var/run/eos/api/kafka-ca.crt"}
+p = Producer({**secured, "transactional.id": "pod-sasl-" + uuid.uuid4().hex})
+p.init_transactions(60)
+p.begin_transaction()
+p.produce(topic, value="s-0")
+p.commit_transaction(60)
+c = Consumer({**secured, "group.id": "pod-" + uuid.uuid4().hex, "isolation.level": "read_committed",
+              "enable.auto.commit": False})
+c.assign([TopicPartition(topic, 0, 0)])
+seen, deadline = [], time.monotonic() + 60
+while "s-0" not in seen and time.monotonic() < deadline:
+    m = c.poll(1.0)
+    if m is not None and m.error() is None:
+        seen.append(m.value().decode())
+c.close()
+out["kafka_sasl_ssl"] = seen
 
 from kubernetes import client
 cfg = client.Configuration()
@@ -126,10 +149,12 @@ def test_a_restricted_pod_on_a_real_node_reaches_kafka_the_api_server_and_minio(
     rbac_api.create_namespaced_role(ns, objs["role"])
     rbac_api.create_namespaced_role_binding(ns, objs["binding"])
     v1.create_namespaced_config_map(ns, {"metadata": {"name": "api-ca"},
-                                         "data": {"ca.crt": (kube.pki_dir(st) / "ca.crt").read_text()}})
+                                         "data": {"ca.crt": (kube.pki_dir(st) / "ca.crt").read_text(),
+                                                  "kafka-ca.crt": kafka_security.ca_pem(st)}})
     creds = s3.credentials(st)
+    kafka_user, kafka_password = kafka_security.admin_credentials(st)
     v1.create_namespaced_secret(ns, {"metadata": {"name": "s3"}, "stringData": {
-        "access": creds["access_key"], "secret": creds["secret_key"]}})
+        "access": creds["access_key"], "secret": creds["secret_key"], "kafka": kafka_password}})
     obj = f"{s3.BUCKET}/node-services/{ns}.txt"
     token = uuid.uuid4().hex
     with s3.filesystem(st).open_output_stream(obj) as f:
@@ -137,16 +162,19 @@ def test_a_restricted_pod_on_a_real_node_reaches_kafka_the_api_server_and_minio(
 
     body = real_pod("reach", ["python", "-c", POD_SCRIPT], env={
         "POD_KAFKA_BOOTSTRAP": env["POD_KAFKA_BOOTSTRAP"], "POD_KUBE_APISERVER": env["POD_KUBE_APISERVER"],
+        "POD_KAFKA_SECURE_BOOTSTRAP": env["POD_KAFKA_SECURE_BOOTSTRAP"], "KAFKA_USER": kafka_user,
         "POD_S3_ENDPOINT": env["POD_S3_ENDPOINT"], "S3_REGION": s3.REGION, "S3_OBJECT": obj, "TOPIC": topic,
         "NS": ns, "LOOPBACK_PORTS": ",".join(str(p) for p in node_services.mappings(st).values())},
         serviceAccountName="reader", automountServiceAccountToken=False,
         hostAliases=host_aliases(st.state),
         volumes=[{"name": "api", "projected": {"sources": [
             {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
-            {"configMap": {"name": "api-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}])
+            {"configMap": {"name": "api-ca", "items": [{"key": "ca.crt", "path": "ca.crt"},
+                                                       {"key": "kafka-ca.crt", "path": "kafka-ca.crt"}]}}]}}])
     container = body["spec"]["containers"][0]
     container["env"] += [{"name": name, "valueFrom": {"secretKeyRef": {"name": "s3", "key": key}}}
-                         for name, key in (("S3_ACCESS_KEY", "access"), ("S3_SECRET_KEY", "secret"))]
+                         for name, key in (("S3_ACCESS_KEY", "access"), ("S3_SECRET_KEY", "secret"),
+                                           ("KAFKA_PASSWORD", "kafka"))]
     container["volumeMounts"] = [{"name": "api", "mountPath": "/var/run/eos/api", "readOnly": True}]
     v1.create_namespaced_pod(ns, body)
     done = wait_pod(v1, ns, "reach", finished, "the Pod to reach the services and finish", timeout=300)
@@ -156,9 +184,10 @@ def test_a_restricted_pod_on_a_real_node_reaches_kafka_the_api_server_and_minio(
     result = json.loads(next(line for line in logs.splitlines() if line.startswith("RESULT ")).split(" ", 1)[1])
 
     assert result["default_route"] is False, "the Pod has a default route: packets could leave the machine"
-    assert result["loopback"] == [False, False, False], result["loopback"]
+    assert result["loopback"] == [False] * len(node_services.mappings(st)), result["loopback"]
     committed = ["c-0", "c-1", "c-2", "c-3"]
     assert result["kafka"] == committed, result["kafka"]
+    assert result["kafka_sasl_ssl"] == [*committed, "s-0"], result["kafka_sasl_ssl"]
     assert result["pods"] == ["reach"], result["pods"]
     assert result["secrets"] == 403, result["secrets"]
     assert result["s3"] == token
