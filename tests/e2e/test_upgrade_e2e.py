@@ -1,5 +1,5 @@
-"""The snapshot upgrade on the real stack: operator, process kubelet, real runtime, real Kafka, and the
-checkpoint on the stack's S3 server (the production shape: ``checkpoint.store: s3``, keys in a Secret; Kafka
+"""The snapshot upgrade on the real stack: operator, the driver Pods on the real nodes, real runtime, real Kafka,
+and the checkpoint on the stack's S3 server (the production shape: ``checkpoint.store: s3``, keys in a Secret; Kafka
 only through the SASL_SSL listener as the stream's own SCRAM user with its ACLs).
 
 The unique-id stream through a stateful operator (``tests/e2e/jobs/ids_deduped.py``: deduplication by id, every
@@ -33,10 +33,9 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
 
 from eos_job.storage import Loc, S3Options  # noqa: E402
 from eos_job.verify import audit_ids, read_committed  # noqa: E402
-from eos_stack.cluster import PYTHONPATH, OperatorProcess, condition, wait_until  # noqa: E402
+from eos_stack.cluster import OperatorProcess, condition, wait_until  # noqa: E402
 from examples.colors.local_run import create_topics  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
-from tests.harness.kubelet import ProcessKubelet  # noqa: E402
 from examples.colors.generator import expected_ids, produce  # noqa: E402
 from tests.e2e.secured import secure  # noqa: E402
 from tests.e2e.streams import IdFeed, assert_ids_exactly_once, wait_ids  # noqa: E402
@@ -61,10 +60,11 @@ def log_time(path: Path, text: str) -> float | None:
 
 
 
+@pytest.mark.real_nodes
 @pytest.mark.parametrize("state", ["snapshot", pytest.param("dropped", marks=pytest.mark.soak)],
                          ids=["state-from-the-snapshot", "negative-control-without-it"])
-def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kubectl, namespace, tmp_path,
-                                                                        report_result, state):
+def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, nodes, kubectl, namespace, on_nodes,
+                                                                        tmp_path, report_result, state):
     """``negative-control-without-it`` (``make soak``: it costs a whole run): the same upgrade with
     ``upgradeMode: stateless`` from the latest offsets, a fresh checkpoint without the state; the ids sent again
     must come out twice (and only they: the rest is not re-read)."""
@@ -73,7 +73,8 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
     src, counts, dlq = f"up-colors-events-{run_id}", f"up-colors-counts-{run_id}", f"up-colors-dlq-{run_id}"
     create_topics(bootstrap, {src: 3, counts: 3, dlq: 1})
     ledger = f"{counts}.eos-ledger.{namespace}.{NAME}"
-    bucket, endpoint = stack_env["S3_BUCKET"], stack_env["S3_ENDPOINT"]
+    # The bucket at the services address: the driver Pods and the operator (on this machine) reach it there.
+    bucket, endpoint = stack_env["S3_BUCKET"], on_nodes.pod_env["POD_S3_ENDPOINT"]
     kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ckpt-keys"}, "type": "Opaque",
                    "data": {k: base64.b64encode(stack_env[v].encode()).decode()
                             for k, v in (("id", "S3_ACCESS_KEY"), ("secret", "S3_SECRET_KEY"))}}, namespace)
@@ -86,16 +87,18 @@ def test_snapshot_upgrades_mid_flow_write_everything_exactly_once(stack_env, kub
     stream["spec"]["checkpoint"] = {"store": "s3", "path": prefix, "s3": {
         "bucket": bucket, "endpoint": endpoint, "pathStyleAccess": True,
         "accessKeyId": {"name": "ckpt-keys", "key": "id"}, "secretAccessKey": {"name": "ckpt-keys", "key": "secret"}}}
-    # Kafka as production runs it: source and sink only through the SASL_SSL listener, the stream's own user.
-    secure(stream, stack_env, kubectl, namespace, source_topics=[src], write_topics=[counts, dlq], ledger=ledger)
+    stream = on_nodes.place(stream)
+    # Kafka as production runs it: source and sink only through the SASL_SSL listener (the Pods' one on the
+    # services address), the stream's own user.
+    secure(stream, stack_env, kubectl, namespace, source_topics=[src], write_topics=[counts, dlq], ledger=ledger,
+           bootstrap=on_nodes.pod_env["POD_KAFKA_SECURE_BOOTSTRAP"])
     s3 = S3Options(endpoint=endpoint, path_style=True, access_key=stack_env["S3_ACCESS_KEY"],
                    secret_key=stack_env["S3_SECRET_KEY"])
     assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} & set(os.environ), \
         "the operator must read S3 with the Secret's keys, not keys of its environment"
     feed = IdFeed(bootstrap, src, chunk=50, pause=1.0)
     output = lambda: len(read_committed(bootstrap, counts))   # noqa: E731 - records in the sink, read_committed
-    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
-                        extra_env={"PYTHONPATH": PYTHONPATH}) as kubelet:
+    with on_nodes.pods(tmp_path / "kubelet") as kubelet:
         operator = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator.log").start()
 
         def diag() -> str:
