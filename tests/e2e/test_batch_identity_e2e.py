@@ -96,8 +96,13 @@ def test_restore_of_an_older_snapshot_re_runs_the_ledgers_batches_not_new_ones(c
         assert not audit.duplicates and not audit.unexpected
 
 
-@pytest.mark.parametrize("writer", ["python", "jvm"])
-@pytest.mark.parametrize("safety", ["on", "off"], ids=["ledger-skip", "negative-control-without-it"])
+# The JVM writer's control in `make soak`: tests/stack/test_jvm_writer.py's control of the JVM's ledger skip runs
+# in `make test`.
+@pytest.mark.parametrize("safety, writer", [
+    pytest.param("on", "python", id="ledger-skip-python"),
+    pytest.param("off", "python", id="negative-control-without-it-python"),
+    pytest.param("on", "jvm", id="ledger-skip-jvm"),
+    pytest.param("off", "jvm", id="negative-control-without-it-jvm", marks=pytest.mark.soak)])
 def test_a_batch_replayed_after_it_reached_the_sink_is_skipped_not_written_again(colors_run, safety, writer):
     """The driver dies after every slot of batch 0 committed, before Spark's commit log: the restart replays
     batch 0. With the ledger's skip every id is written once; without it the verifier sees duplicates. With

@@ -106,7 +106,10 @@ def _config_b(cfg_a, restored, snap):
                                     "restore_from": str(snap)})
 
 
-@pytest.mark.parametrize("safety", ["on", "off"], ids=["stream-epoch", "negative-control-without-it"])
+# The control in `make soak` (57 s in make test before): tests/stack/test_stream_epoch.py's control of the same
+# switch runs in `make test`.
+@pytest.mark.parametrize("safety", ["on", pytest.param("off", marks=pytest.mark.soak)],
+                         ids=["stream-epoch", "negative-control-without-it"])
 def test_a_stopped_driver_of_an_older_generation_stops_when_it_comes_back(colors_run, tmp_path, safety,
                                                                            report_result):
     unsafe = {"EOS_UNSAFE_DISABLE": "stream-epoch"} if safety == "off" else {}
