@@ -57,7 +57,7 @@ from eos_stack.cluster import wait_until
 from tests.e2e.streams import (NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
                                assert_ids_exactly_once, wait_ids)
 from tests.e2e.test_real_node_stream import BATCH, on_a_real_node, real_node_stream
-from tests.harness.real_nodes import container_processes, keys_secret, wait_processes_gone
+from tests.harness.real_nodes import container_processes, keys_secret, read_pod, wait_processes_gone
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.stops_a_node]
 HELD_BATCH = 1        # the backlog, less than a batch (BATCH records at most), is batch 0; the old driver holds batch 1
@@ -68,15 +68,6 @@ CASES = [pytest.param("", id="guarded"),
          pytest.param("fence", id="writer-fence", marks=pytest.mark.soak),
          pytest.param("stream-epoch", id="slot-fence", marks=pytest.mark.soak),
          pytest.param("fence,stream-epoch", id="unguarded", marks=pytest.mark.soak)]
-
-
-def read_pod(v1, namespace: str, name: str):
-    try:
-        return v1.read_namespaced_pod(name, namespace)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def read_text(path: Path) -> str:

@@ -27,7 +27,7 @@ from eos_job.spec import API_GROUP, API_VERSION, PLURAL
 from eos_stack.cluster import wait_until
 from tests.e2e.streams import NAME, ColorsTopics, Diagnostics, OperatorProcess
 from tests.e2e.test_real_node_stream import keys_secret, on_a_real_node, real_node_stream
-from tests.harness.real_nodes import pod_processes
+from tests.harness.real_nodes import pod_processes, read_pod
 
 pytestmark = pytest.mark.timeout(600)
 HOG = "examples.colors.hog"
@@ -64,12 +64,7 @@ def test_a_driver_past_its_memory_limit_is_oom_killed_and_the_operator_names_the
         return crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME).get("status") or {}
 
     def driver(name: str):
-        try:
-            return v1.read_namespaced_pod(name, namespace)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return read_pod(v1, namespace, name)
 
     diagnose = Diagnostics(kubectl, namespace, operator)
     doc = real_node_stream(topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-oom/{namespace}")

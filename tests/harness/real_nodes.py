@@ -77,6 +77,17 @@ def wait_pod(v1, ns: str, name: str, check, what: str, timeout: float = 180):
                          + "\n".join(f"{e.reason}: {e.message}" for e in events))
 
 
+def read_pod(v1, namespace: str, name: str):
+    """The Pod, or None when it does not exist (any other API error is raised)."""
+    from kubernetes import client
+    try:
+        return v1.read_namespaced_pod(name, namespace)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def finished(pod) -> bool:
     return pod.status.phase in ("Succeeded", "Failed")
 
