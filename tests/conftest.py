@@ -44,9 +44,14 @@ ORDER = ("unit", "chaos", "unit-stack", "stack", "chart", "e2e")
 # their seconds in the clean-clone run of 2026-11-28 (docs/measurements.md). Every other e2e file (not the chaos
 # tier's test_chaos*.py) is named in E2E_SHORT and runs after these in collection order: a new or renamed file
 # that is in neither fails tests/operator/test_test_order.py, so none drops out of the order unnoticed.
-E2E_LONG_FIRST = ("test_batch_identity_e2e.py", "test_upgrade_safety_e2e.py", "test_s3_checkpoint.py",
+# The node-loss test holds the real nodes alone (``stops_a_node``): it goes first, while the other worker has
+# plenty that does not use them; at the end, two real-node tests waiting for it made a tail (the clean-clone run
+# of 2026-11-29, fourteenth session: the rollback ran last). The rollback (about 220 s) goes early for the same
+# reason.
+E2E_LONG_FIRST = ("test_real_node_loss.py", "test_batch_identity_e2e.py", "test_rollback_partial_e2e.py",
+                  "test_upgrade_safety_e2e.py", "test_s3_checkpoint.py",
                   "test_cluster_mode_e2e.py", "test_kafka_security_e2e.py", "test_real_node_stream.py",
-                  "test_job_runtime.py", "test_real_node_loss.py", "test_rollback_partial_e2e.py",
+                  "test_job_runtime.py",
                   "test_snapshot_job.py",
                   "test_operator_e2e.py", "test_operator_upgrade_e2e.py", "test_upgrade_e2e.py",
                   "test_jvm_writer_e2e.py", "test_real_node_oom.py", "test_start_failures_e2e.py",
