@@ -57,7 +57,8 @@ from eos_stack.cluster import wait_until
 from tests.e2e.streams import (NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
                                assert_ids_exactly_once, wait_ids)
 from tests.e2e.test_real_node_stream import BATCH, on_a_real_node, real_node_stream
-from tests.harness.real_nodes import container_processes, keys_secret, read_pod, wait_processes_gone
+from tests.harness.real_nodes import (committed_batch, container_processes, keys_secret, read_pod, stream_status,
+                                      wait_processes_gone)
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.stops_a_node]
 HELD_BATCH = 1        # the backlog, less than a batch (BATCH records at most), is batch 0; the old driver holds batch 1
@@ -126,11 +127,10 @@ def test_a_lost_nodes_driver_is_replaced_on_the_other_node_and_fenced(
     v1, crs = client.CoreV1Api(api), client.CustomObjectsApi(api)
 
     def status() -> dict:
-        return crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME).get("status") or {}
+        return stream_status(crs, namespace, NAME)
 
     def committed() -> int:
-        batch = status().get("lastCommittedBatch")
-        return -1 if batch is None else batch
+        return committed_batch(status())
 
     diagnose = Diagnostics(kubectl, namespace, operator)
     feed = IdFeed(topics.bootstrap, topics.events)     # its sends only (no thread): every id sent is known

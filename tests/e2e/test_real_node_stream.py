@@ -61,7 +61,8 @@ from eos_stack.node_config import SCHEDULER_NAME
 from examples.colors.manifest import colors_manifest
 from tests.e2e.streams import (IDS, NAME, ColorsTopics, Diagnostics, IdFeed, OperatorProcess,
                                assert_ids_exactly_once, wait_ids)
-from tests.harness.real_nodes import (LogFollower, keys_secret, node_image, pod_processes, stream_template,
+from tests.harness.real_nodes import (LogFollower, committed_batch, keys_secret, node_image, pod_processes,
+                                      stream_status, stream_template,
                                       wait_processes_gone, what_the_kill_hit)
 
 pytestmark = pytest.mark.timeout(1200)
@@ -216,12 +217,10 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
     v1, crs = client.CoreV1Api(api), client.CustomObjectsApi(api)
 
     def status() -> dict:
-        # Through the API at the stream's own group and version, not kubectl's discovery (see docs/testing.md).
-        return crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME).get("status") or {}
+        return stream_status(crs, namespace, NAME)
 
     def committed() -> int:
-        batch = status().get("lastCommittedBatch")
-        return -1 if batch is None else batch      # batch 0 counts
+        return committed_batch(status())
 
     def driver_log() -> str:
         d = status().get("driverPod") or f"{NAME}-driver-0"

@@ -88,6 +88,19 @@ def read_pod(v1, namespace: str, name: str):
         raise
 
 
+def stream_status(crs, namespace: str, name: str) -> dict:
+    """The stream's status through the API at the stream's own group and version, not kubectl's discovery
+    (docs/testing.md)."""
+    from eos_job.spec import API_GROUP, API_VERSION, PLURAL
+    return crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, name).get("status") or {}
+
+
+def committed_batch(status: dict) -> int:
+    """``status.lastCommittedBatch``, -1 before the first (batch 0 counts)."""
+    batch = status.get("lastCommittedBatch")
+    return -1 if batch is None else batch
+
+
 def finished(pod) -> bool:
     return pod.status.phase in ("Succeeded", "Failed")
 
