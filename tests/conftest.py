@@ -176,7 +176,9 @@ def nodes(stack_env):
             node_images.load_images(st, n, node_images.ensure_pause(st), ref)
     for n in layouts(st.state, node.count()):
         if node_image() not in node.ctr(n, "images", "ls", "-q").split():
-            pytest.fail(f"{node_image()} is not in {n.name}'s containerd: build it with `make image`", pytrace=False)
+            pytest.fail(f"{node_image()} is not in {n.name}'s containerd: build it with `make image`; if it was "
+                        f"pulled above, something deleted it (the kubelet's image GC or disk-pressure eviction: "
+                        f"{st.state / 'logs' / (n.name + '-kubelet.log')})", pytrace=False)
     return layouts(st.state, node.count())
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -119,8 +120,10 @@ class Diagnostics:
         try:
             for s in self.kubectl.json("get", "exactlyoncestreams", "-n", self.namespace)["items"]:
                 parts.append(f"stream {s['metadata']['name']} status: {json.dumps(s.get('status'), indent=1)}")
-            parts.append("pods: " + ", ".join(f"{p['metadata']['name']}={p.get('status', {}).get('phase')}"
-                                              for p in self.kubectl.pods(self.namespace)))
+            parts.append("pods: " + ", ".join(_pod_line(p) for p in self.kubectl.pods(self.namespace)))
+            if os.environ.get("EOS_NODES"):
+                parts.append("nodes: " + "; ".join(_node_line(n) for n in self.kubectl.json("get", "nodes")["items"]
+                                                   if n["metadata"]["name"] in os.environ["EOS_NODES"].split(",")))
             parts.append(self.kubectl.run("get", "events", "-n", self.namespace, check=False).stdout)
         except Exception as exc:  # noqa: BLE001 - diagnostics must not hide the failure
             parts.append(f"(could not read state: {exc})")
@@ -134,6 +137,25 @@ class Diagnostics:
         return "\n".join(parts)
 
 
+
+
+def _pod_line(pod: dict) -> str:
+    """``name=phase`` with why a Pod is not running: Evicted, unschedulable (taints, resources), waiting reason."""
+    st = pod.get("status", {})
+    why = [st.get("reason")] + [f"{c['type']}: {c.get('message')}" for c in st.get("conditions", [])
+                                if c.get("status") == "False" and c.get("message")]
+    why += [cs["state"]["waiting"].get("reason") for cs in st.get("containerStatuses", [])
+            if "waiting" in cs.get("state", {})]
+    why = [w for w in why if w]
+    return f"{pod['metadata']['name']}={st.get('phase')}" + (f" ({'; '.join(why)[:300]})" if why else "")
+
+
+def _node_line(node: dict) -> str:
+    """A real node's conditions that are not as they should be (Ready not True, a pressure True) and its taints."""
+    bad = [f"{c['type']}={c['status']}" for c in node.get("status", {}).get("conditions", [])
+           if (c["type"] == "Ready") != (c["status"] == "True")]
+    taints = [f"{t['key']}:{t['effect']}" for t in node.get("spec", {}).get("taints", [])]
+    return f"{node['metadata']['name']} {' '.join(bad) or 'Ready'} taints=[{', '.join(taints)}]"
 
 
 class ColorsTopics:
