@@ -39,6 +39,11 @@ RUN_CONFIG_ENV = "EOS_RUN_CONFIG"
 # value ever passes through the operator, the ConfigMap or the logs.
 SNAPSHOT_ON_STOP_ENV = "EOS_SNAPSHOT_ON_STOP"   # read by eos_job.cli
 DRIVER_CONTAINER = "driver"
+# The driver's (and every helper Pod's) command line is the container's ``args``, not its ``command``: the image's
+# entrypoint stays, tini as PID 1 and docker/entrypoint.sh, which runs its arguments as given. A ``command`` would
+# make Python PID 1 of the container: it reaps no orphan (PySpark's workers), and a signal sent from inside the
+# container (the fault hooks' driver kill) cannot kill PID 1 (seen on the real nodes: the JVM died, the driver
+# lived on and exited 1). A job image must keep that entrypoint (built FROM the project's image it does).
 DRIVER_COMMAND = ["python", "-m", "eos_job", "run", "--config-env", RUN_CONFIG_ENV]
 TERMINATION_GRACE_SECONDS = 60
 DRIVER_PORT = 7078
@@ -290,7 +295,7 @@ def driver_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, attempt: int, tx_
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,
         "image": spec.job.image,
-        "command": list(DRIVER_COMMAND),
+        "args": list(DRIVER_COMMAND),
         "env": env,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -394,7 +399,8 @@ def aux_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, component: str, atte
                                   LABEL_ATTEMPT: str(attempt)}
     container = body["spec"]["containers"][0]
     container["name"] = component
-    container["command"] = ["python", "-m", "eos_job", *args]
+    container.pop("command", None)
+    container["args"] = ["python", "-m", "eos_job", *args]
     container.pop("ports", None)
     # Always Spark local mode: no executors, so no executor template and none of cluster mode's settings.
     container["volumeMounts"] = [m for m in container.get("volumeMounts", []) if m["name"] != "executor-template"]

@@ -152,7 +152,7 @@ def snapshot_pod(ref: SnapshotRef, stream: str, access: SnapshotAccess, *, name:
     container: dict[str, Any] = {
         "name": children.SNAPSHOT_CONTAINER,
         "image": access.image,
-        "command": list(command),
+        "args": list(command),   # the image's entrypoint stays (children.DRIVER_COMMAND)
         # The CLI writes its result as compact JSON; on a crash the log tail says why.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

@@ -277,9 +277,11 @@ class Rig:
     for one namespace; with ``on_nodes``, the rig's streams are placed on the real nodes (``place``)."""
 
     def __init__(self, stack_env: dict[str, str], kubectl: Kubectl, namespace: str, tmp_path: Path,
-                 kubelet: "ProcessKubelet | NodePods", on_nodes: NodeStreams | None = None):
+                 kubelet: "ProcessKubelet | NodePods", on_nodes: NodeStreams | None = None,
+                 driver_env: list | None = None):
         self.env, self.kubectl, self.ns, self.tmp = stack_env, kubectl, namespace, tmp_path
         self.on_nodes = on_nodes
+        self.driver_env = driver_env
         self.bootstrap = stack_env["KAFKA_BOOTSTRAP"]
         self.topics = ColorsTopics(self.bootstrap)
         self.kubelet = kubelet
@@ -289,6 +291,8 @@ class Rig:
 
     def start_operator(self, metrics_port: int | None = None, leader_election: bool = False,
                        log: str = "operator.log", **switches: str) -> OperatorProcess:
+        if self.driver_env:
+            switches.setdefault("EOS_TEST_DRIVER_ENV", json.dumps(self.driver_env))
         self.operator = OperatorProcess(self.env["KUBECONFIG"], self.ns, self.tmp / log, metrics_port=metrics_port,
                                         leader_election=leader_election, **switches).start()
         self.diag.operator = self.operator
@@ -357,18 +361,20 @@ class Rig:
 
 
 @contextlib.contextmanager
-def rig(stack_env, kubectl, namespace, tmp_path, env_for=None, on_nodes: NodeStreams | None = None
-        ) -> Iterator[Rig]:
+def rig(stack_env, kubectl, namespace, tmp_path, env_for=None, on_nodes: NodeStreams | None = None,
+        driver_env: list | None = None) -> Iterator[Rig]:
     """A ``Rig``; with ``on_nodes`` (the ``on_nodes`` fixture) its Pods run on the real nodes, else on a process
-    kubelet (``env_for``: one Pod's own environment, which only the process kubelet can give)."""
+    kubelet (``env_for``: one Pod's own environment, which only the process kubelet can give). On the real nodes
+    a driver's own variables (the ``EOS_FAULT_*`` of one attempt) are ``driver_env``, ``[[attempt or None, name,
+    value], ...]``: the operator under test adds them to the driver Pods it creates (``EOS_TEST_DRIVER_ENV``)."""
     if on_nodes is not None:
-        assert env_for is None, "the real nodes give no Pod an environment of its own (tests/e2e/on_nodes.py)"
+        assert env_for is None, "the real nodes give no Pod an environment of its own: use driver_env"
         runner = on_nodes.pods(tmp_path / "kubelet")
     else:
         runner = ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
                                 extra_env={"PYTHONPATH": PYTHONPATH}, env_for=env_for)
     with runner as kubelet:
-        r = Rig(stack_env, kubectl, namespace, tmp_path, kubelet, on_nodes)
+        r = Rig(stack_env, kubectl, namespace, tmp_path, kubelet, on_nodes, driver_env)
         try:
             yield r
         finally:

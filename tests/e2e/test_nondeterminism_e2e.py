@@ -1,19 +1,22 @@
 """A non-deterministic job on the real stack: the driver dies after a batch reached the sink, the
 restart replays it, every slot is skipped (nothing twice) and the differing output is detected,
-carried in the ledger and reported by the operator (event, status, metric)."""
+carried in the ledger and reported by the operator (event, status, metric). The drivers run on the real nodes
+(tests/e2e/on_nodes.py); the first one's fault is its own variable, added by the operator under test
+(``driver_env``: a real kubelet gives a Pod only what its spec says)."""
 from __future__ import annotations
+
+import pytest
 
 from eos_stack.common import free_port
 from tests.e2e.streams import NAME, finish_exact, rig, scrape
 
 
+@pytest.mark.real_nodes
 def test_a_replay_that_differs_from_the_sink_is_reported_and_nothing_is_written_twice(
-        stack_env, kubectl, namespace, tmp_path, report_result):
-    def env_for(pod: str) -> dict[str, str]:
-        # The first driver dies after batch 0 is wholly in the sink, before Spark's commits/0.
-        return {"EOS_FAULT_KILL_BEFORE_COMMIT_LOG": "1"} if pod == f"{NAME}-driver-0" else {}
-
-    with rig(stack_env, kubectl, namespace, tmp_path, env_for=env_for) as r:
+        stack_env, nodes, kubectl, namespace, on_nodes, tmp_path, report_result):
+    # The first driver (attempt 0) dies after batch 0 is wholly in the sink, before Spark's commits/0.
+    driver_env = [[0, "EOS_FAULT_KILL_BEFORE_COMMIT_LOG", "1"]]
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes, driver_env=driver_env) as r:
         port = free_port()
         doc = r.stream()
         doc["spec"]["job"]["module"] = "tests.e2e.jobs.colors_nondeterministic"

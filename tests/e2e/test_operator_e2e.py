@@ -117,7 +117,7 @@ def test_kill_restart_suspend_resume_delete(stack_env, kubectl, namespace, kubel
     assert run_cfg["checkpointDir"] == f"s3a://{stack_env['S3_BUCKET']}/e2e/{namespace}/{name}/live", run_cfg
     assert run_cfg["stream"]["name"] == name
     pod = kubectl.json("get", "pod", "colors-driver-0", "-n", namespace)
-    assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "eos_job", "run", "--config-env",
+    assert pod["spec"]["containers"][0]["args"] == ["python", "-m", "eos_job", "run", "--config-env",
                                                        "EOS_RUN_CONFIG"]
     assert pod["metadata"]["ownerReferences"][0]["name"] == name
     assert kubectl.events(namespace, name)[:3] == ["Resolved", "Submitted", "Running"]

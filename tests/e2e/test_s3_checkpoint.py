@@ -199,7 +199,10 @@ def test_unique_ids_exactly_once_with_the_checkpoint_on_s3(private_s3, s3_env, c
                   f"snapshot on S3, an S3 outage of {outage:.0f}s and a restore on S3")
 
 
-@pytest.mark.parametrize("safety", ["on", "off"], ids=["ledger-skip", "negative-control-without-it"])
+# The control in `make soak`: the same switch (ledger-skip) is turned off in `make test` by
+# test_batch_identity_e2e.py (the Python writer) and tests/stack/test_broker_kill_at_commit.py.
+@pytest.mark.parametrize("safety", ["on", pytest.param("off", marks=pytest.mark.soak)],
+                         ids=["ledger-skip", "negative-control-without-it"])
 def test_an_s3_outage_between_the_sink_and_the_commit_log(private_s3, s3_env, colors_run, tmp_path, safety):
     """The S3 outage where it hurts: batch N is in the sink, and the checkpoint's store goes away before Spark
     writes ``commits/N``. The driver is held at that point (the fault hook ``EOS_FAULT_HOLD_IN_SINK``), the test's

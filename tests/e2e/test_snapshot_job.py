@@ -150,7 +150,10 @@ def test_preflight_accepts_a_compatible_spec_and_refuses_incompatible_state(colo
     assert len(read_committed(run.bootstrap, run.counts)) == sink_before, "pre-flight wrote to the sink"
 
 
-@pytest.mark.parametrize("safety", ["on", "off"], ids=["ledger-skip", "negative-control-without-it"])
+# The control in `make soak`: the same switch (ledger-skip) is turned off in `make test` by
+# test_batch_identity_e2e.py (the Python writer) and tests/stack/test_broker_kill_at_commit.py.
+@pytest.mark.parametrize("safety", ["on", pytest.param("off", marks=pytest.mark.soak)],
+                         ids=["ledger-skip", "negative-control-without-it"])
 def test_drain_finishes_exactly_the_partially_committed_batch(colors_run, stack_env, tmp_path, safety):
     """The drain of an upgrade (the old spec finishing a partial batch) on the unique-id stream. Its negative
     control drains with ``ledger-skip`` off: the slot that committed before the kill is written again, and the

@@ -2,10 +2,11 @@
 periodic snapshots with retention, and a restore from an older snapshot into a new stream.
 
 Each test runs its own namespace and operator process; the driver, pre-flight, drain and snapshot Pods run their
-real commands. The tests marked ``real_nodes`` (pre-flight, the operator killed mid-upgrade) run them on the real
-nodes (the checkpoint in the stack's bucket, the test job modules from a ConfigMap: tests/e2e/on_nodes.py); the
-others still run on the process kubelet: the drain test needs one driver's own fault environment, the fork test
-reads the older snapshot's checkpoint on this machine's disk (docs/local-stack.md). Output is checked with
+real commands. The tests marked ``real_nodes`` (pre-flight, the drain, the operator killed mid-upgrade) run them
+on the real nodes (the checkpoint in the stack's bucket, the test job modules from a ConfigMap:
+tests/e2e/on_nodes.py; the drain's driver fault added by the operator under test, ``driver_env``); the others
+still run on the process kubelet: the fork test reads the older snapshot's checkpoint on this machine's disk
+(docs/local-stack.md). Output is checked with
 read_committed consumers. Exactness is proven on the unique-id stream (every id sent in
 the output once, as a set: ``finish_ids``), where final counts per key would hide a lost
 batch that a later one rewrote. The pre-flight test, whose point is the state schema of a stateful job, runs
@@ -148,15 +149,15 @@ def test_operator_killed_at_each_step_of_an_upgrade_finishes_each_exactly_once(
                       f"the leader of two replicas, whose standby took the Lease over {takeover:.1f}s later")
 
 
+@pytest.mark.real_nodes
 def test_parallelism_change_over_a_partially_committed_batch_drains_first(
-        stack_env, kubectl, namespace, tmp_path, report_result):
+        stack_env, nodes, kubectl, namespace, on_nodes, tmp_path, report_result):
     """driver-0 dies after slot 0 of a batch committed and before slot 1 did; while it waits to be
     restarted, job.parallelism goes 2 -> 3. The old spec finishes that batch first (drain, generation 0),
-    then the new one starts under generation 1."""
-    def env_for(pod: str) -> dict[str, str]:
-        return {"EOS_FAULT_PARTIAL_BATCH": "1:0"} if pod == f"{NAME}-driver-0" else {}
-
-    with rig(stack_env, kubectl, namespace, tmp_path, env_for=env_for) as r:
+    then the new one starts under generation 1. On the real nodes: driver-0's fault (attempt 0) is added to its
+    Pod by the operator under test (``driver_env``); the drain Pod gets none."""
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes,
+             driver_env=[[0, "EOS_FAULT_PARTIAL_BATCH", "1:0"]]) as r:
         doc = r.stream(IDS, upgradePreFlight=False)
         doc["spec"]["restartStrategy"] = {"type": "fixed-delay", "fixedDelay": {"attempts": 3, "delaySeconds": 60}}
         feed = r.run_ids(doc, seed=9, first_output=False)

@@ -157,7 +157,7 @@ from eos_job.process_tree import descendants, kill_tree
 from . import scheduling
 from .zygote import Zygote
 from .containers import Containers
-from .pod_setup import MOUNT_POINTS, ApiServer, ImagePullError, NotYet, PodSetup, container_of, \
+from .pod_setup import MOUNT_POINTS, PYTHON_NAMES, ApiServer, ImagePullError, NotYet, PodSetup, container_of, \
     host_mount_points, namespaced_argv, pod_ip, remove_pod_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -558,8 +558,14 @@ class ProcessKubelet:
             return
         argv, env, cwd = spec.argv, spec.env, spec.cwd
         standin = self.standin_image and fnmatch.fnmatchcase(self._container(pod).get("image", ""), self.standin_image)
+        stood_in: list[str] = []
         if standin:
-            argv = [sys.executable, "-m", STANDIN, *argv]
+            # The Pod's own command line (its ``command`` and ``args``), not the image's entrypoint before them.
+            c = self._container(pod)
+            stood_in = [*(c.get("command") or []), *(c.get("args") or [])]
+            if stood_in and PYTHON_NAMES.match(stood_in[0]):
+                stood_in[0] = sys.executable
+            argv = [sys.executable, "-m", STANDIN, *stood_in]
         run.message_path.write_text("")
         with open(run.log_path, "ab") as out:
             for note in spec.notes:
@@ -584,7 +590,7 @@ class ProcessKubelet:
                             argv = namespaced_argv(argv, spec.mounts, cwd=cwd, read_only_root=spec.read_only_root,
                                                    writable=(str(self.state_dir),))
                         if standin and (mounts is None or os.geteuid() == 0):
-                            run.proc = self._zygote.spawn(spec.argv, env, cwd, run.log_path, mounts=mounts)
+                            run.proc = self._zygote.spawn(stood_in, env, cwd, run.log_path, mounts=mounts)
                         else:
                             cwd = str(run.pod_dir) if mounts else cwd   # the namespace's shell enters the Pod's cwd
                             run.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,

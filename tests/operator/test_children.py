@@ -57,7 +57,7 @@ def test_driver_pod_runs_the_real_runtime_command():
     assert podspec["restartPolicy"] == "Never"
     assert podspec["terminationGracePeriodSeconds"] == 60
     (c,) = podspec["containers"]
-    assert c["command"] == ["python", "-m", "eos_job", "run", "--config-env", "EOS_RUN_CONFIG"]
+    assert c["args"] == ["python", "-m", "eos_job", "run", "--config-env", "EOS_RUN_CONFIG"]
     env = {e["name"]: e for e in c["env"]}
     assert env["EOS_RUN_CONFIG"]["valueFrom"] == {"configMapKeyRef": {"name": "colors-run", "key": "run.json"}}
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
@@ -128,7 +128,7 @@ def test_cluster_mode_spark_submit_arguments():
     assert env["EOS_DRIVER_HOST"] == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
     aux = children.aux_pod(REF, s, component="preflight", attempt=2, tx_generation=0, args=["preflight"])
     assert not {"EOS_DRIVER_HOST", "EOS_POD_IP"} & {e["name"] for e in aux["spec"]["containers"][0]["env"]}
-    assert c["command"][:3] == ["python", "-m", "eos_job"]
+    assert c["args"][:3] == ["python", "-m", "eos_job"]
     assert {p["containerPort"] for p in c["ports"]} == {7078, 7079}
 
 

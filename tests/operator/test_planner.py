@@ -96,7 +96,7 @@ def test_a_pvc_checkpoint_is_probed_where_it_is_mounted_before_resolution():
     body = p.actions[1].body
     assert body["metadata"]["name"] == "colors-probe-2" and p.actions[0].body["metadata"]["name"] == "colors-probe"
     (c,) = body["spec"]["containers"]
-    assert c["command"] == ["python", "-m", "eos_job", "probe", "--config-env", "EOS_RUN_CONFIG"]
+    assert c["args"] == ["python", "-m", "eos_job", "probe", "--config-env", "EOS_RUN_CONFIG"]
     assert {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "ckpt"}} in body["spec"]["volumes"]
     assert cond(p, "Progressing").reason == "Resolving" and "claim ckpt" in cond(p, "Ready").message
     # While it runs: wait. Succeeded: its facts are recorded, the Pod deleted, and resolution gets them.

@@ -101,7 +101,7 @@ def test_pending_creates_the_take_pod_and_records_it_first():
     [container] = pod_spec["containers"]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert container["image"] == ExactlyOnceStreamSpec.model_validate(base_spec()).job.image
-    command = container["command"]
+    command = container["args"]
     assert command[:5] == ["python", "-m", "eos_job", "snapshot", "take"]
     assert argv_value(command, "--checkpoint") == f"{CKPT}/ckpt-3"          # status.checkpointDir
     assert argv_value(command, "--dest") == f"{CKPT}/snapshots/s1"
@@ -115,7 +115,7 @@ def test_take_falls_back_to_live_under_the_launched_spec_and_hashes_that_spec():
     current = base_spec(checkpoint={"store": "local", "path": "/new"})
     obj = stream_obj(current, {"lastReconciledSpec": spec_json(ExactlyOnceStreamSpec.model_validate(launched))})
     [body] = created(plan_snapshot(spec(), status(), observed(stream=obj)))
-    command = body["spec"]["containers"][0]["command"]
+    command = body["spec"]["containers"][0]["args"]
     assert argv_value(command, "--checkpoint") == "/old/live"
     assert argv_value(command, "--spec-hash") == ExactlyOnceStreamSpec.model_validate(launched).spec_hash()
     assert json.loads(argv_value(command, "--stream-json"))["generation"] == 0
@@ -144,7 +144,7 @@ def test_pvc_store_mounts_the_claim_like_the_driver_and_uses_its_service_account
 def test_spec_path_is_the_destination():
     plan = plan_snapshot(spec(path=f"{CKPT}/elsewhere/s1"), status(), observed())
     assert plan.status.path == f"{CKPT}/elsewhere/s1"
-    assert argv_value(created(plan)[0]["spec"]["containers"][0]["command"], "--dest") == f"{CKPT}/elsewhere/s1"
+    assert argv_value(created(plan)[0]["spec"]["containers"][0]["args"], "--dest") == f"{CKPT}/elsewhere/s1"
 
 
 @pytest.mark.parametrize("path", ["/elsewhere/s1", "file:///elsewhere/s1", "s3a://checkpoints/streams/s1"])
@@ -176,7 +176,7 @@ def test_upgrade_trigger_inspects_the_drivers_snapshot_instead_of_taking_one():
     plan = plan_snapshot(spec(trigger="upgrade", path="/tmp/eos-test/snapshots/colors-a1"), status(),
                          observed(stream=never_started))
     [body] = created(plan)
-    assert body["spec"]["containers"][0]["command"] == [
+    assert body["spec"]["containers"][0]["args"] == [
         "python", "-m", "eos_job", "snapshot", "inspect", "--path", "/tmp/eos-test/snapshots/colors-a1"]
     assert body["metadata"]["labels"]["streaming.eos.dev/snapshot-action"] == "inspect"
     assert plan.status.path == "/tmp/eos-test/snapshots/colors-a1"
@@ -352,7 +352,7 @@ def test_deletion_disposes_the_files_with_an_unowned_pod_then_lets_go():
     assert not plan.finished and reasons(plan) == ["SnapshotDisposing"]
     [body] = created(plan)
     assert body["metadata"]["name"] == "s1-dispose-0" and "ownerReferences" not in body["metadata"]
-    assert body["spec"]["containers"][0]["command"] == [
+    assert body["spec"]["containers"][0]["args"] == [
         "python", "-m", "eos_job", "snapshot", "dispose", "--path", f"{CKPT}/snapshots/s1"]
     assert body["metadata"]["labels"]["streaming.eos.dev/snapshot"] == "s1"
     running = pod("s1-dispose-0", "Running", action="dispose", owner=None)
@@ -398,7 +398,7 @@ def test_deletion_of_an_attempt_that_just_succeeded_disposes_what_it_wrote():
 def test_deletion_of_an_upgrade_snapshot_disposes_the_drivers_files_whatever_its_state():
     up = spec(trigger="upgrade", path="/tmp/eos-test/snapshots/colors-a1")
     plan = plan_snapshot(up, status(state="Failed", attempts=4), observed(deleting=True))
-    assert created(plan)[0]["spec"]["containers"][0]["command"][-1] == "/tmp/eos-test/snapshots/colors-a1"
+    assert created(plan)[0]["spec"]["containers"][0]["args"][-1] == "/tmp/eos-test/snapshots/colors-a1"
 
 
 def test_failed_disposal_retries_with_backoff_and_gives_up_after_five():

@@ -56,7 +56,7 @@ def test_pre_flight_runs_the_new_spec_on_a_scratch_copy_before_anything_is_stopp
     assert cm["metadata"]["name"] == "colors-preflight"
     run = json.loads(cm["data"]["run.json"])
     assert run["spec"]["job"]["args"] == {"v": "2"}                          # the NEW spec
-    command = body["spec"]["containers"][0]["command"]
+    command = body["spec"]["containers"][0]["args"]
     assert command[:4] == ["python", "-m", "eos_job", "preflight"]
     assert command[command.index("--from-checkpoint") + 1] == "/tmp/eos-test/live"
     assert command[command.index("--scratch") + 1] == "/tmp/eos-test/preflight-1"

@@ -145,7 +145,7 @@ def through_drain(new: ExactlyOnceStreamSpec, status: ExactlyOnceStreamStatus, a
     assert [type(a) for a in start.actions] == [ApplyConfigMap, CreatePod] and "Draining" in reasons(start)
     drain_pod = start.actions[1].body
     assert drain_pod["metadata"]["name"] == name
-    assert drain_pod["spec"]["containers"][0]["command"][-1] == "--drain"
+    assert drain_pod["spec"]["containers"][0]["args"][-1] == "--drain"
     done = plan(new, start.status, replace(observed(at=at), aux_pods=(PodView(name, "Succeeded", attempt=1),)))
     assert done.status.upgrade.drained and done.status.upgrade.step == "Stopped" and "Drained" in reasons(done)
     return done.status, drain_pod, start.actions[0].body
@@ -480,7 +480,7 @@ def test_on_a_pvc_a_check_pod_verifies_the_snapshot_and_reads_the_checkpoint_sta
     created = [a for a in check.actions if isinstance(a, CreatePod)]
     assert [a.body["metadata"]["name"] for a in created] == ["colors-check-1"], check.actions
     (c,) = created[0].body["spec"]["containers"]
-    assert c["command"][-2:] == ["--snapshot", SNAP0] and "SnapshotUnverified" not in reasons(check)
+    assert c["args"][-2:] == ["--snapshot", SNAP0] and "SnapshotUnverified" not in reasons(check)
     manifest = {"path": SNAP0, "streamUid": stream_uid("default", "colors"), "batch": 41, "checkpointId": "q"}
     done = PodView(name="colors-check-1", phase="Succeeded", attempt=1, owner_uid=gone.uid, message=json.dumps(
         {"reason": "Probed", "checkpointDir": "/tmp/eos-test/live", "state": "intact", "snapshot": manifest}))
