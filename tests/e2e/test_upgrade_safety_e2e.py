@@ -2,10 +2,10 @@
 periodic snapshots with retention, and a restore from an older snapshot into a new stream.
 
 Each test runs its own namespace and operator process; the driver, pre-flight, drain and snapshot Pods run their
-real commands. The tests marked ``real_nodes`` (pre-flight, the drain, the operator killed mid-upgrade) run them
-on the real nodes (the checkpoint in the stack's bucket, the test job modules from a ConfigMap:
-tests/e2e/on_nodes.py; the drain's driver fault added by the operator under test, ``driver_env``); the others
-still run on the process kubelet: the fork test reads the older snapshot's checkpoint on this machine's disk
+real commands. The tests marked ``real_nodes`` (pre-flight, the drain, the idle upgrade, the operator killed
+mid-upgrade) run them on the real nodes (the checkpoint in the stack's bucket, the test job modules from a
+ConfigMap: tests/e2e/on_nodes.py; the drain's driver fault added by the operator under test, ``driver_env``); the
+fork test still runs on the process kubelet: it reads the older snapshot's checkpoint on this machine's disk
 (docs/local-stack.md). Output is checked with
 read_committed consumers. Exactness is proven on the unique-id stream (every id sent in
 the output once, as a set: ``finish_ids``), where final counts per key would hide a lost
@@ -63,11 +63,12 @@ def test_pre_flight_blocks_an_incompatible_upgrade(
 
 
 @pytest.mark.soak   # make soak (overlaps the planner unit test of the idle upgrade); make test deselects it
-def test_an_upgrade_while_no_input_arrives_is_verified_not_rolled_back(stack_env, kubectl, namespace, tmp_path,
-                                                                       report_result):
+@pytest.mark.real_nodes
+def test_an_upgrade_while_no_input_arrives_is_verified_not_rolled_back(stack_env, nodes, kubectl, namespace, on_nodes,
+                                                                       tmp_path, report_result):
     """An idle source gives the upgraded driver no batch to commit; it is ready all the same (the replay
     horizon shows nothing waiting), and input after the upgrade is written exactly once by the new spec."""
-    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r:
         feed = r.run_ids(r.stream(IDS, upgradeReadinessTimeoutSeconds=30, upgradePreFlight=False), seed=13)
         before = feed.finish()                      # no more input from here on
         wait_ids(r.bootstrap, r.topics.counts, before, r.diag, timeout=240)
