@@ -160,7 +160,7 @@ def test_parallelism_change_over_a_partially_committed_batch_drains_first(
     with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes,
              driver_env=[[0, "EOS_FAULT_PARTIAL_BATCH", "1:0"]]) as r:
         doc = r.stream(IDS, upgradePreFlight=False)
-        doc["spec"]["restartStrategy"] = {"type": "fixed-delay", "fixedDelay": {"attempts": 3, "delaySeconds": 60}}
+        doc["spec"]["restartStrategy"] = {"type": "fixed-delay", "fixedDelay": {"attempts": 3, "delaySeconds": 30}}
         feed = r.run_ids(doc, seed=9, first_output=False)
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Restarting", "driver-0 to die mid-batch", 300)
         assert "exit code 137" in st["lastError"], st["lastError"]   # SIGKILLed by the fault, mid-batch
