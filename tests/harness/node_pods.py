@@ -55,7 +55,13 @@ class NodePods:
     def kill9(self, namespace: str, name: str) -> bool:
         """SIGKILL every process of the Pod's main container (the first; the operator's Pods have one); False
         when it runs none (not started, or ended already)."""
-        pod = self.v1.read_namespaced_pod(name, namespace)
+        from kubernetes.client.exceptions import ApiException
+        try:
+            pod = self.v1.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False     # gone already (the caller's diagnostics say why)
+            raise
         main = pod.spec.containers[0].name
         cid = next((c.container_id for c in pod.status.container_statuses or []
                     if c.name == main and c.state.running and c.container_id), None)
