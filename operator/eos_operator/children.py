@@ -399,7 +399,6 @@ def aux_pod(ref: StreamRef, spec: ExactlyOnceStreamSpec, *, component: str, atte
                                   LABEL_ATTEMPT: str(attempt)}
     container = body["spec"]["containers"][0]
     container["name"] = component
-    container.pop("command", None)
     container["args"] = ["python", "-m", "eos_job", *args]
     container.pop("ports", None)
     # Always Spark local mode: no executors, so no executor template and none of cluster mode's settings.
