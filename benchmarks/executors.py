@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         if bench is not None:
             say("deleting the benchmark's topics")
             bench.topics.delete_all()
+            bench.topics.close()
         for d in work.iterdir():
             if d.is_dir() and d.name != "kubelet":
                 shutil.rmtree(d, ignore_errors=True)

@@ -144,7 +144,8 @@ def make_stream(bootstrap: str, slots: int, run_id: str, work: Path, topics: Top
     config = RunConfig(stream=StreamIdentity(name=name, namespace="bench", uid=uid, generation=1), spec=spec,
                        checkpoint_dir=str(work / name / "live"))
     ledger = config.ledger_topic()
-    ensure_ledger_topic(AdminClient({"bootstrap.servers": bootstrap}), ledger, slots, Durability(1, 1))
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        ensure_ledger_topic(admin, ledger, slots, Durability(1, 1))
     topics.track(ledger)
     ckpt_id = str(uuid.uuid4())
     live = Path(config.checkpoint_dir)
@@ -392,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.keep_topics:
             say("deleting the benchmark's topics")
             topics.delete_all()
+        topics.close()
     return 0
 
 

@@ -1,7 +1,7 @@
 """The benchmarks' Kafka side: their topics, the keyed input records, and the exactly-once check of an output.
 
 * ``Topics``: the topics a benchmark creates (or that its streams create), all
-  deleted at its end.
+  deleted at its end; its admin client closed by ``close()``.
 * ``produce_records``: N records of ~100 bytes (``KEY_BYTES + VALUE_BYTES``),
   key ``%010d`` of 0..N-1, value the key, ``|`` and padding (or a value of its own per record).
 * ``input_ends``: a topic's end offsets by partition.
@@ -59,6 +59,11 @@ class Topics:
 
     def delete_all(self) -> None:
         self.delete(self.created)
+
+    def close(self) -> None:
+        """Close the admin client now: left to the garbage collector, it may be destroyed on its own librdkafka
+        thread, which aborts the process."""
+        self.admin.__exit__(None, None, None)
 
 
 def produce_records(bootstrap: str, topic: str, n: int, value: Callable[[int], bytes] | None = None) -> float:

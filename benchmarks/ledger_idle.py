@@ -77,8 +77,8 @@ def setup_topic(bootstrap: str, partitions: int) -> str:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     topic = f"bench-ledger-idle-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     time.sleep(1)   # leaders elected
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-w"})
     p.init_transactions(30)
@@ -189,8 +189,8 @@ def main(argv=None) -> int:
                 res["runs"].append(r)
     finally:
         from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.delete_topics([topic])[topic].result(30)
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.delete_topics([topic])[topic].result(30)
     res["load_end"] = list(os.getloadavg())
     write_results(res, "ledger-idle", markdown, a.out)
     return 0

@@ -120,39 +120,40 @@ def main(argv=None) -> int:
         bootstrap = read_env_file(REPO / ".stack" / "env")["KAFKA_BOOTSTRAP"]
     run_id = uuid.uuid4().hex[:6]
     topic = f"bench-micro-{run_id}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)]).values():
-        f.result(30)
-    batches = arrow_batches(a.records)
-    producers = {}
-    for v in VARIANTS:
-        conf = {"bootstrap.servers": bootstrap, "transactional.id": f"bench-micro-{run_id}-{v}",
-                "enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random", "linger.ms": 5}
-        if "onlyerror" in v:
-            conf["delivery.report.only.error"] = True
-        producers[v] = Producer(conf)
-        producers[v].init_transactions(30)
-    res: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
-    try:
-        for rep in range(a.repeats + 1):  # the first round warms up
-            order = VARIANTS if rep % 2 == 0 else tuple(reversed(VARIANTS))
-            for v in order:
-                w0, c0 = time.perf_counter(), time.process_time()
-                run_variant(v, producers[v], topic, batches)
-                w, c = time.perf_counter() - w0, time.process_time() - c0
-                if rep:
-                    res[v].append((w, c))
-        print(f"{a.records:,} records per transaction, median of {a.repeats}:")
-        print("| variant | wall s | CPU s | records/s (wall) | CPU µs/record | CPU vs sink |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
-        base = statistics.median(c for _, c in res["sink"])
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for f in admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)]).values():
+            f.result(30)
+        batches = arrow_batches(a.records)
+        producers = {}
         for v in VARIANTS:
-            w = statistics.median(x for x, _ in res[v])
-            c = statistics.median(y for _, y in res[v])
-            print(f"| {v} | {w:.3f} | {c:.3f} | {a.records / w:,.0f} | {c / a.records * 1e6:.2f} | {c / base:.2f} |")
-    finally:
-        for f in admin.delete_topics([topic], operation_timeout=30).values():
-            f.result(60)
+            conf = {"bootstrap.servers": bootstrap, "transactional.id": f"bench-micro-{run_id}-{v}",
+                    "enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random", "linger.ms": 5}
+            if "onlyerror" in v:
+                conf["delivery.report.only.error"] = True
+            producers[v] = Producer(conf)
+            producers[v].init_transactions(30)
+        res: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+        try:
+            for rep in range(a.repeats + 1):  # the first round warms up
+                order = VARIANTS if rep % 2 == 0 else tuple(reversed(VARIANTS))
+                for v in order:
+                    w0, c0 = time.perf_counter(), time.process_time()
+                    run_variant(v, producers[v], topic, batches)
+                    w, c = time.perf_counter() - w0, time.process_time() - c0
+                    if rep:
+                        res[v].append((w, c))
+            print(f"{a.records:,} records per transaction, median of {a.repeats}:")
+            print("| variant | wall s | CPU s | records/s (wall) | CPU µs/record | CPU vs sink |")
+            print("| --- | ---: | ---: | ---: | ---: | ---: |")
+            base = statistics.median(c for _, c in res["sink"])
+            for v in VARIANTS:
+                w = statistics.median(x for x, _ in res[v])
+                c = statistics.median(y for _, y in res[v])
+                print(f"| {v} | {w:.3f} | {c:.3f} | {a.records / w:,.0f} | {c / a.records * 1e6:.2f} "
+                      f"| {c / base:.2f} |")
+        finally:
+            for f in admin.delete_topics([topic], operation_timeout=30).values():
+                f.result(60)
     return 0
 
 

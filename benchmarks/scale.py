@@ -364,6 +364,7 @@ class Run:
         for t in ledgers:
             self.topics.track(t)
         self.topics.delete_all()
+        self.topics.close()
         shutil.rmtree(self.work / "ckpt", ignore_errors=True)
 
 

@@ -196,6 +196,7 @@ def main(argv=None) -> int:
         if not a.keep_topics:
             say("deleting the benchmark's topics")
             bench.topics.delete_all()
+        bench.topics.close()
         for d in bench.work.glob("run*"):
             shutil.rmtree(d, ignore_errors=True)
         say(f"stderr of the run (JVM, Python workers) kept in {bench.work / 'stderr.log'}")

@@ -23,11 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def create_topics(bootstrap: str, topics: dict[str, int], replication: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futs = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=replication)
-                                for t, n in topics.items()])
-    for t, f in futs.items():
-        f.result(30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        futs = admin.create_topics([NewTopic(t, num_partitions=n, replication_factor=replication)
+                                    for t, n in topics.items()])
+        for t, f in futs.items():
+            f.result(30)
 
 
 @dataclass

@@ -31,6 +31,17 @@ def consumer_conf(conf: dict[str, str], kind: dict) -> dict:
             "auto.offset.reset": "earliest"}
 
 
+@contextlib.contextmanager
+def closed_admin(conf: dict) -> Iterator[AdminClient]:
+    """An AdminClient closed when the block ends. Never leave one to the garbage collector: an admin client
+    resolves its futures on librdkafka's own background thread, the collector may run there, and a client
+    destroyed from its own thread aborts the whole process (librdkafka: "rd_kafka_destroy() called from
+    librdkafka owned thread is prohibited"). A client kept alive by a stored exception's traceback is
+    collected exactly that way."""
+    with AdminClient(conf) as admin:
+        yield admin
+
+
 class FreshClients:
     """A new client for every use, closed after it: for commands that read once."""
 
@@ -44,7 +55,8 @@ class FreshClients:
 
     @contextlib.contextmanager
     def admin(self, conf: dict[str, str]) -> Iterator[AdminClient]:
-        yield AdminClient(conf)
+        with closed_admin(conf) as admin:
+            yield admin
 
 
 def settings_key(conf: dict[str, str], kind: dict | None) -> str:
@@ -57,6 +69,8 @@ class SharedClients:
         self._lock = threading.Lock()
         self._idle: dict[str, list[tuple[Consumer, float]]] = {}
         self._admins: dict[str, tuple[AdminClient, float]] = {}
+        self._admin_users: dict[int, int] = {}   # id(admin) -> readers using it now (closed only at 0)
+        self._retired: list[AdminClient] = []    # dropped while in use: closed when their last reader ends
         self.created = 0            # consumers and admin clients made so far (the tests and the benchmark)
 
     @contextlib.contextmanager
@@ -99,12 +113,18 @@ class SharedClients:
                 held = (AdminClient(conf), 0.0)
                 self.created += 1
             self._admins[key] = (held[0], self.clock())
-        yield held[0]
+            self._admin_users[id(held[0])] = self._admin_users.get(id(held[0]), 0) + 1
+        try:
+            yield held[0]
+        finally:
+            with self._lock:
+                self._admin_users[id(held[0])] -= 1
+            self.reap()
 
     def held(self) -> int:
         """Clients kept open now (each holds its connections to the cluster)."""
         with self._lock:
-            return sum(len(v) for v in self._idle.values()) + len(self._admins)
+            return sum(len(v) for v in self._idle.values()) + len(self._admins) + len(self._retired)
 
     def reap(self) -> None:
         now = self.clock()
@@ -117,19 +137,35 @@ class SharedClients:
                     self._idle[key] = keep
                 else:
                     del self._idle[key]
-            for key, (_, t) in list(self._admins.items()):
+            for key, (a, t) in list(self._admins.items()):
                 if now - t > self.idle_seconds:
-                    del self._admins[key]   # an AdminClient closes when it is dropped
+                    del self._admins[key]
+                    self._retired.append(a)
+            closing_admins = self._unused_retired()
         for c in closing:
             _close(c)
+        for a in closing_admins:
+            _close_admin(a)
+
+    def _unused_retired(self) -> list[AdminClient]:
+        """The dropped admin clients no reader uses any more (under the lock), taken off the books."""
+        done = [a for a in self._retired if not self._admin_users.get(id(a))]
+        self._retired = [a for a in self._retired if self._admin_users.get(id(a))]
+        for a in done:
+            self._admin_users.pop(id(a), None)
+        return done
 
     def close(self) -> None:
         with self._lock:
             consumers = [c for idle in self._idle.values() for c, _ in idle]
             self._idle.clear()
+            self._retired += [a for a, _ in self._admins.values()]
             self._admins.clear()
+            admins = self._unused_retired()
         for c in consumers:
             _close(c)
+        for a in admins:
+            _close_admin(a)
 
 
 def _close(c: Consumer) -> None:
@@ -140,3 +176,11 @@ def _close(c: Consumer) -> None:
 
 
 FRESH = FreshClients()
+
+
+def _close_admin(admin: AdminClient) -> None:
+    # Closed here, on a thread of ours (``closed_admin`` says why it must not be left to the collector).
+    try:
+        admin.__exit__(None, None, None)
+    except Exception:  # noqa: BLE001 - closing what we give up on
+        pass

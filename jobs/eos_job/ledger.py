@@ -10,15 +10,17 @@ steady state, never a scan of the topic.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
+from typing import Iterator
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from . import protocol
-from .clients import LEDGER, consumer_conf
+from .clients import LEDGER, closed_admin, consumer_conf
 from .kafka_security import KafkaSecretMissing, KafkaSecrets, java_config, librdkafka_config
 
 log = logging.getLogger(__name__)
@@ -75,11 +77,16 @@ def base_config(bootstrap: str, extra: dict[str, str] | None = None) -> dict:
 ACCESS_ERRORS = (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED)
 
 
-def admin_client(conf: dict) -> AdminClient:
+@contextlib.contextmanager
+def admin_client(conf: dict, bootstrap: str | None = None) -> Iterator[AdminClient]:
+    """An admin client, closed when the block ends (``closed_admin``). ``bootstrap``: named in error messages."""
     seen: list[KafkaError] = []
-    admin = AdminClient({**conf, "error_cb": lambda err: seen.append(err) if err.code() in ACCESS_ERRORS else None})
-    admin._eos_access_errors = seen
-    return admin
+    with closed_admin({**conf, "error_cb": lambda err: seen.append(err) if err.code() in ACCESS_ERRORS else None}) \
+            as admin:
+        admin._eos_access_errors = seen
+        if bootstrap is not None:
+            admin._eos_bootstrap = bootstrap
+        yield admin
 
 
 def describe_topics(admin: AdminClient, timeout_s: float) -> dict:

@@ -111,83 +111,82 @@ def resolve(config: RunConfig, *, timeout_s: float = 60.0, s3: S3Options | None 
         facts = checkpoint_facts(config, s3)
     ckpt_id = facts.checkpoint_id
     slots = spec.job.parallelism
-    admin = admin_client(base_config(sink.bootstrap_servers, sec))
-    admin._eos_bootstrap = sink.bootstrap_servers
-    topics = describe_topics(admin, min(timeout_s, 15.0))
-    ledger = config.ledger_topic()
-    md = topics.get(ledger)
-    topic_denied(admin, ledger, md)
-    ledger_parts = len(md.partitions) if md is not None and md.error is None else 0
-    t0 = time.monotonic()
-    brokers = getattr(admin, "_eos_brokers", 0)
-    dense = 0 < brokers <= DENSE_MAX_BROKERS if dense_fences is None else dense_fences
-    # The driver's partition-0 writer first: a driver killed inside one of its (millisecond) transactions
-    # holds partition 0's last stable offset back, and the generation history is read from there.
-    fenced = fence_all(sink.bootstrap_servers, [protocol.driver_transactional_id(stream.transactional_prefix)],
-                       timeout_s, sec, pool_size=fence_pool, dense=dense)
-    generations = protocol.GenerationHistory()
-    if ledger_parts:
-        consumer = ledger_consumer(sink.bootstrap_servers, sec)
-        try:
-            generations = read_generations(consumer, ledger, stream.uid, timeout_s)
-        finally:
-            consumer.close()
-    gen = protocol.effective_generation(stream.generation, slots, generations, config.spec.job.slots_from)
-    # Every generation that ever wrote (the ledger's history), and the previous one with every slot the
-    # ledger has room for (ledgers written before the history existed).
-    to_fence = {g: n for g, n in generations.slots_of().items()}
-    to_fence[gen] = max(slots, to_fence.get(gen, 0))
-    if gen > 0:
-        to_fence[gen - 1] = max(to_fence.get(gen - 1, 0), slots, ledger_parts - 1)
-    watched = [t for t in (sink.topic, sink.dead_letter_topic, ledger) if t and t in topics]
-    held_before = open_transaction_partitions(admin, topics, watched, timeout_s)
-    txids = [protocol.transactional_id(stream.transactional_prefix, g, slot)
-             for g, n in sorted(to_fence.items()) for slot in range(n)]
-    fenced += fence_all(sink.bootstrap_servers, txids, timeout_s, sec, pool_size=fence_pool, dense=dense)
-    held_after = _still_held(admin, topics, watched, timeout_s)
-    held_ledger = sorted(p for t, p in held_after if t == ledger)
-    if held_ledger:
-        raise SinkUnavailable(
-            f"after fencing every generation that wrote ({sorted(to_fence)}), ledger {ledger} partitions "
-            f"{held_ledger} still have an open transaction: another producer writes the ledger topic. A ledger "
-            "belongs to one stream: give this stream its own sink.ledgerTopic (or stop the other writer)")
-    report = ResolutionReport(stream_uid=stream.uid, checkpoint_id=ckpt_id, checkpoint_readable=readable,
-                              generation=gen,
-                              slots=slots, fenced_transactional_ids=fenced,
-                              checkpoint_last_offsets_batch=facts.last_offsets_batch,
-                              checkpoint_last_committed_batch=facts.last_committed_batch)
-    if ledger_parts and ckpt_id:
-        consumer = ledger_consumer(sink.bootstrap_servers, sec)
-        try:
-            per_slot: dict[str, int] = {}
-            # Every slot's record and the batch-complete record, in one pass over the ledger's partitions.
-            wants = {protocol.ledger_partition(slot): protocol.slot_key(stream.uid, ckpt_id, gen, slot)
-                     for slot in range(min(slots, ledger_parts - 1))}
-            wants[protocol.BATCH_PARTITION] = protocol.batch_key(stream.uid, ckpt_id, gen)
-            latest = read_latest_many(admin, consumer, ledger, wants, timeout_s=timeout_s)
-            raw = latest.pop(protocol.BATCH_PARTITION)
-            report.last_complete_batch = BatchCompleteRecord.decode(raw).batch if raw is not None else None
-            for part, raw in latest.items():
-                batch = SlotLedgerRecord.decode(raw).batch if raw is not None else -1
-                if batch >= 0:   # -1: only a driver epoch's stamp, no batch yet
-                    per_slot[str(part - protocol.ledger_partition(0))] = batch
-            report.last_committed_batch_per_slot = per_slot
-        finally:
-            consumer.close()
-    replay = facts.replay_batch
-    report.replay_batch = replay
-    if replay is not None:
-        done = sorted(int(s) for s, b in report.last_committed_batch_per_slot.items() if b >= replay)
-        report.replay_slots_already_committed = done
-        report.partially_committed = 0 < len(done) < slots
-    report.open_transactions_aborted = len(held_before - held_after)
-    if held_after:
-        log.warning("after fencing, partitions %s still have open transactions of another producer: "
-                    "is the sink topic shared with another transactional writer?", sorted(held_after))
-    report.summary = _summarise(report)
-    log.info("resolution of %s/%s in %.0f ms: %s", stream.namespace, stream.name,
-             (time.monotonic() - t0) * 1000, report.summary)
-    return report
+    with admin_client(base_config(sink.bootstrap_servers, sec), sink.bootstrap_servers) as admin:
+        topics = describe_topics(admin, min(timeout_s, 15.0))
+        ledger = config.ledger_topic()
+        md = topics.get(ledger)
+        topic_denied(admin, ledger, md)
+        ledger_parts = len(md.partitions) if md is not None and md.error is None else 0
+        t0 = time.monotonic()
+        brokers = getattr(admin, "_eos_brokers", 0)
+        dense = 0 < brokers <= DENSE_MAX_BROKERS if dense_fences is None else dense_fences
+        # The driver's partition-0 writer first: a driver killed inside one of its (millisecond) transactions
+        # holds partition 0's last stable offset back, and the generation history is read from there.
+        fenced = fence_all(sink.bootstrap_servers, [protocol.driver_transactional_id(stream.transactional_prefix)],
+                           timeout_s, sec, pool_size=fence_pool, dense=dense)
+        generations = protocol.GenerationHistory()
+        if ledger_parts:
+            consumer = ledger_consumer(sink.bootstrap_servers, sec)
+            try:
+                generations = read_generations(consumer, ledger, stream.uid, timeout_s)
+            finally:
+                consumer.close()
+        gen = protocol.effective_generation(stream.generation, slots, generations, config.spec.job.slots_from)
+        # Every generation that ever wrote (the ledger's history), and the previous one with every slot the
+        # ledger has room for (ledgers written before the history existed).
+        to_fence = {g: n for g, n in generations.slots_of().items()}
+        to_fence[gen] = max(slots, to_fence.get(gen, 0))
+        if gen > 0:
+            to_fence[gen - 1] = max(to_fence.get(gen - 1, 0), slots, ledger_parts - 1)
+        watched = [t for t in (sink.topic, sink.dead_letter_topic, ledger) if t and t in topics]
+        held_before = open_transaction_partitions(admin, topics, watched, timeout_s)
+        txids = [protocol.transactional_id(stream.transactional_prefix, g, slot)
+                 for g, n in sorted(to_fence.items()) for slot in range(n)]
+        fenced += fence_all(sink.bootstrap_servers, txids, timeout_s, sec, pool_size=fence_pool, dense=dense)
+        held_after = _still_held(admin, topics, watched, timeout_s)
+        held_ledger = sorted(p for t, p in held_after if t == ledger)
+        if held_ledger:
+            raise SinkUnavailable(
+                f"after fencing every generation that wrote ({sorted(to_fence)}), ledger {ledger} partitions "
+                f"{held_ledger} still have an open transaction: another producer writes the ledger topic. A ledger "
+                "belongs to one stream: give this stream its own sink.ledgerTopic (or stop the other writer)")
+        report = ResolutionReport(stream_uid=stream.uid, checkpoint_id=ckpt_id, checkpoint_readable=readable,
+                                  generation=gen,
+                                  slots=slots, fenced_transactional_ids=fenced,
+                                  checkpoint_last_offsets_batch=facts.last_offsets_batch,
+                                  checkpoint_last_committed_batch=facts.last_committed_batch)
+        if ledger_parts and ckpt_id:
+            consumer = ledger_consumer(sink.bootstrap_servers, sec)
+            try:
+                per_slot: dict[str, int] = {}
+                # Every slot's record and the batch-complete record, in one pass over the ledger's partitions.
+                wants = {protocol.ledger_partition(slot): protocol.slot_key(stream.uid, ckpt_id, gen, slot)
+                         for slot in range(min(slots, ledger_parts - 1))}
+                wants[protocol.BATCH_PARTITION] = protocol.batch_key(stream.uid, ckpt_id, gen)
+                latest = read_latest_many(admin, consumer, ledger, wants, timeout_s=timeout_s)
+                raw = latest.pop(protocol.BATCH_PARTITION)
+                report.last_complete_batch = BatchCompleteRecord.decode(raw).batch if raw is not None else None
+                for part, raw in latest.items():
+                    batch = SlotLedgerRecord.decode(raw).batch if raw is not None else -1
+                    if batch >= 0:   # -1: only a driver epoch's stamp, no batch yet
+                        per_slot[str(part - protocol.ledger_partition(0))] = batch
+                report.last_committed_batch_per_slot = per_slot
+            finally:
+                consumer.close()
+        replay = facts.replay_batch
+        report.replay_batch = replay
+        if replay is not None:
+            done = sorted(int(s) for s, b in report.last_committed_batch_per_slot.items() if b >= replay)
+            report.replay_slots_already_committed = done
+            report.partially_committed = 0 < len(done) < slots
+        report.open_transactions_aborted = len(held_before - held_after)
+        if held_after:
+            log.warning("after fencing, partitions %s still have open transactions of another producer: "
+                        "is the sink topic shared with another transactional writer?", sorted(held_after))
+        report.summary = _summarise(report)
+        log.info("resolution of %s/%s in %.0f ms: %s", stream.namespace, stream.name,
+                 (time.monotonic() - t0) * 1000, report.summary)
+        return report
 
 
 def _summarise(r: ResolutionReport) -> str:

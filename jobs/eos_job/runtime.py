@@ -31,21 +31,21 @@ def preflight(config: RunConfig, timeout_s: float = 15.0) -> SinkLimits:
     """Fail fast with a clear message when the sink cannot be used; set up the ledger topic. Returns the
     sink topics' request limits the slot producers must keep (``request_limits``)."""
     spec = config.spec
-    admin = admin_client(base_config(spec.sink.bootstrap_servers, sink_security(spec.sink)))
-    admin._eos_bootstrap = spec.sink.bootstrap_servers  # for error messages
-    topics = {spec.sink.topic: "sink.topic"}
-    if spec.sink.dead_letter_topic:
-        topics[spec.sink.dead_letter_topic] = "sink.deadLetterTopic"
-    require_topics(admin, topics, timeout_s)
-    limits = check_sink_limits(admin, spec.sink.producer_config, topics, timeout_s)
-    durability = ledger_durability(admin, spec.sink.topic, timeout_s)
-    ensure_ledger_topic(admin, config.ledger_topic(), spec.job.parallelism, durability, timeout_s=timeout_s)
-    consumer = ledger_consumer(spec.sink.bootstrap_servers, sink_security(spec.sink))
-    try:
-        check_ledger_topic(admin, consumer, config.ledger_topic(), config.stream.uid, durability, timeout_s)
-    finally:
-        consumer.close()
-    return limits
+    bootstrap = spec.sink.bootstrap_servers
+    with admin_client(base_config(bootstrap, sink_security(spec.sink)), bootstrap) as admin:
+        topics = {spec.sink.topic: "sink.topic"}
+        if spec.sink.dead_letter_topic:
+            topics[spec.sink.dead_letter_topic] = "sink.deadLetterTopic"
+        require_topics(admin, topics, timeout_s)
+        limits = check_sink_limits(admin, spec.sink.producer_config, topics, timeout_s)
+        durability = ledger_durability(admin, spec.sink.topic, timeout_s)
+        ensure_ledger_topic(admin, config.ledger_topic(), spec.job.parallelism, durability, timeout_s=timeout_s)
+        consumer = ledger_consumer(spec.sink.bootstrap_servers, sink_security(spec.sink))
+        try:
+            check_ledger_topic(admin, consumer, config.ledger_topic(), config.stream.uid, durability, timeout_s)
+        finally:
+            consumer.close()
+        return limits
 
 
 def build_query(spark, config: RunConfig, writer, *, once: bool = False, checkpoint_dir: str | None = None,

@@ -89,12 +89,11 @@ def ledger_monotone(bootstrap: str, ledger_topic: str, timeout_s: float = 60.0) 
 
 
 def open_transactions(bootstrap: str, topics: list[str], timeout_s: float = 30.0) -> set[tuple[str, int]]:
-    from confluent_kafka.admin import AdminClient
-
+    from .clients import closed_admin
     from .resolution import open_transaction_partitions
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    md = admin.list_topics(timeout=timeout_s).topics
-    return open_transaction_partitions(admin, md, [t for t in topics if t in md], timeout_s)
+    with closed_admin({"bootstrap.servers": bootstrap}) as admin:
+        md = admin.list_topics(timeout=timeout_s).topics
+        return open_transaction_partitions(admin, md, [t for t in topics if t in md], timeout_s)
 
 
 @dataclass

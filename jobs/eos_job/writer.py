@@ -245,12 +245,12 @@ class BatchWriter:
         uid, topic = self.base["stream_uid"], self.base["ledger_topic"]
         wants = {protocol.ledger_partition(s): protocol.slot_key(uid, ckpt_id, recorded.generation, s)
                  for s in range(recorded.slots)}
-        admin = admin_client(base_config(self.base["bootstrap"], self.sec))
-        consumer = ledger_consumer(self.base["bootstrap"], self.sec)
-        try:
-            latest = read_latest_many(admin, consumer, topic, wants)
-        finally:
-            consumer.close()
+        with admin_client(base_config(self.base["bootstrap"], self.sec)) as admin:
+            consumer = ledger_consumer(self.base["bootstrap"], self.sec)
+            try:
+                latest = read_latest_many(admin, consumer, topic, wants)
+            finally:
+                consumer.close()
         return all(raw is None or protocol.SlotLedgerRecord.decode(raw).batch < batch_id for raw in latest.values())
 
     def _commits(self, rows: list) -> tuple[list[protocol.SlotCommit], slot_stats.SlotStats]:

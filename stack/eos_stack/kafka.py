@@ -212,9 +212,9 @@ def _admin_ready(bootstrap_servers: str) -> bool:
         return port_open(int(bootstrap_servers.rsplit(":", 1)[1]))
     # log_level 0: librdkafka would otherwise print every refused connection while
     # the broker is still starting.
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 3000, "log_level": 0})
-    md = admin.list_topics(timeout=3)
-    return bool(md.brokers)
+    # Closed by the block, never left to the garbage collector (kafka_security._admin says why).
+    with AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 3000, "log_level": 0}) as admin:
+        return bool(admin.list_topics(timeout=3).brokers)
 
 
 def _alive(pid: int) -> bool:
@@ -232,7 +232,7 @@ def wait_ready(st: Stack, pid: int, timeout: float = START_TIMEOUT) -> None:
     the broker process dies (a bad config, a port taken meanwhile, a corrupt log)."""
     bs = bootstrap(st)
     deadline = time.monotonic() + timeout
-    last: Exception | None = None
+    last: str | None = None
     while time.monotonic() < deadline:
         if not _alive(pid):
             _reap(pid)
@@ -242,7 +242,7 @@ def wait_ready(st: Stack, pid: int, timeout: float = START_TIMEOUT) -> None:
             if _admin_ready(bs) and port_open(ports(st)["sasl_ssl"]):
                 return
         except Exception as exc:  # noqa: BLE001 - reported if it never succeeds
-            last = exc
+            last = repr(exc)   # not the exception: its traceback would keep every frame of the attempt alive
         time.sleep(0.5)
     raise StackError(f"timed out after {timeout:.0f}s waiting for Kafka at {bs}"
                      f"{f' (last error: {last})' if last else ''}\n{st.log_tail(NAME, 40)}")

@@ -151,7 +151,8 @@ class KafkaCluster:
                     raise StackError(f"Kafka node {n} exited during start-up; {self.st.state}/logs/"
                                      f"{self.name(n)}.log ends with:\n{self.st.log_tail(self.name(n), 30)}")
             try:
-                md = AdminClient({"bootstrap.servers": self.bootstrap(), "log_level": 0}).list_topics(timeout=3)
+                with AdminClient({"bootstrap.servers": self.bootstrap(), "log_level": 0}) as admin:
+                    md = admin.list_topics(timeout=3)
                 if len(md.brokers) == len(NODES) and all(p.leader >= 0 for t in md.topics.values()
                                                          for p in t.partitions.values()):
                     return
@@ -206,7 +207,8 @@ class KafkaCluster:
     # -- who leads what --------------------------------------------------------
     def leader(self, topic: str, partition: int) -> int:
         from confluent_kafka.admin import AdminClient
-        md = AdminClient({"bootstrap.servers": self.bootstrap(), "log_level": 0}).list_topics(topic, timeout=10)
+        with AdminClient({"bootstrap.servers": self.bootstrap(), "log_level": 0}) as admin:
+            md = admin.list_topics(topic, timeout=10)
         return md.topics[topic].partitions[partition].leader
 
     def coordinator(self, transactional_id: str) -> int:

@@ -202,8 +202,9 @@ def broker_props(st: Stack) -> dict[str, str]:
 
 # -- admin API -------------------------------------------------------------------
 def _admin(st: Stack):
-    """An admin client on the PLAINTEXT listener (super user ANONYMOUS). Keep a reference until its
-    futures are resolved: a collected client fails them with _DESTROY."""
+    """An admin client on the PLAINTEXT listener (super user ANONYMOUS), for a ``with`` block: closed at its
+    end, never left to the garbage collector (which may run on the client's own librdkafka thread, and a
+    client destroyed there aborts the process)."""
     from confluent_kafka.admin import AdminClient
     return AdminClient({"bootstrap.servers": kafka_ports.bootstrap(st), "log_level": 0})
 
@@ -236,13 +237,13 @@ def _mechanism(mechanism: str):
 def user_mechanisms(st: Stack, name: str) -> set[str]:
     """The SCRAM mechanisms user ``name`` has credentials for (empty: no such user)."""
     from confluent_kafka import KafkaError, KafkaException
-    admin = _admin(st)
-    try:
-        desc = admin.describe_user_scram_credentials([name])[name].result(timeout=TIMEOUT)
-    except KafkaException as exc:
-        if exc.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:
-            return set()
-        raise
+    with _admin(st) as admin:
+        try:
+            desc = admin.describe_user_scram_credentials([name])[name].result(timeout=TIMEOUT)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:
+                return set()
+            raise
     return {info.mechanism.name.replace("_", "-") for info in desc.scram_credential_infos}
 
 
@@ -251,8 +252,8 @@ def create_user(st: Stack, name: str, password: str, mechanism: str = "SCRAM-SHA
     from confluent_kafka.admin import ScramCredentialInfo, UserScramCredentialUpsertion
     mech = _mechanism(mechanism)
     up = UserScramCredentialUpsertion(name, ScramCredentialInfo(mech, SCRAM_ITERATIONS), password.encode())
-    admin = _admin(st)
-    _results(admin, admin.alter_user_scram_credentials([up]), "creating a SCRAM user")
+    with _admin(st) as admin:
+        _results(admin, admin.alter_user_scram_credentials([up]), "creating a SCRAM user")
     _wait(lambda: mechanism in user_mechanisms(st, name), f"SCRAM user {name!r} ({mechanism})")
 
 
@@ -261,9 +262,9 @@ def delete_user(st: Stack, name: str) -> None:
     from confluent_kafka.admin import UserScramCredentialDeletion
     have = user_mechanisms(st, name)
     if have:
-        admin = _admin(st)
-        _results(admin, admin.alter_user_scram_credentials(
-            [UserScramCredentialDeletion(name, _mechanism(m)) for m in sorted(have)]), "deleting a SCRAM user")
+        with _admin(st) as admin:
+            _results(admin, admin.alter_user_scram_credentials(
+                [UserScramCredentialDeletion(name, _mechanism(m)) for m in sorted(have)]), "deleting a SCRAM user")
         _wait(lambda: not user_mechanisms(st, name), f"SCRAM user {name!r} to be gone")
 
 
@@ -325,14 +326,14 @@ def acls(st: Stack, user: str | None = None) -> set:
                                        ResourceType)
     flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{user}" if user else None,
                            None, AclOperation.ANY, AclPermissionType.ANY)
-    admin = _admin(st)
-    return set(admin.describe_acls(flt, request_timeout=TIMEOUT).result(timeout=TIMEOUT))
+    with _admin(st) as admin:
+        return set(admin.describe_acls(flt, request_timeout=TIMEOUT).result(timeout=TIMEOUT))
 
 
 def grant(st: Stack, bindings: list) -> list:
     """Create ``bindings``; returns once the broker's authorizer has them all."""
-    admin = _admin(st)
-    _results(admin, admin.create_acls(bindings), "creating ACLs")
+    with _admin(st) as admin:
+        _results(admin, admin.create_acls(bindings), "creating ACLs")
     _wait(lambda: set(bindings) <= acls(st), f"{len(bindings)} ACLs to take effect")
     return bindings
 
@@ -352,8 +353,8 @@ def revoke(st: Stack, bindings: list) -> None:
         return
     filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
                                 b.permission_type) for b in bindings]
-    admin = _admin(st)
-    _results(admin, admin.delete_acls(filters), "deleting ACLs")
+    with _admin(st) as admin:
+        _results(admin, admin.delete_acls(filters), "deleting ACLs")
     _wait(lambda: not set(bindings) & acls(st), f"{len(bindings)} ACLs to be gone")
 
 

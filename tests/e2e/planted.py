@@ -36,7 +36,7 @@ def plant_duplicate(bootstrap: str, topic: str) -> audit.Group:
 def plant_loss(bootstrap: str, topic: str) -> audit.Group:
     """The first labelled record of the topic's first partition deleted (with any before it); returns its group."""
     first = next(m for m in read_committed(bootstrap, topic) if audit.group_of(m.headers()))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.delete_records([TopicPartition(topic, first.partition(), first.offset() + 1)]).values():
-        fut.result(30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for fut in admin.delete_records([TopicPartition(topic, first.partition(), first.offset() + 1)]).values():
+            fut.result(30)
     return audit.group_of(first.headers())

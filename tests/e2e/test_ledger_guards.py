@@ -16,15 +16,15 @@ pytestmark = pytest.mark.stack
 
 
 def _ledger(run, config: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": run.bootstrap})
-    admin.create_topics([NewTopic(run.ledger_topic(), num_partitions=3, replication_factor=1,
-                                  config=config)])[run.ledger_topic()].result(30)
+    with AdminClient({"bootstrap.servers": run.bootstrap}) as admin:
+        admin.create_topics([NewTopic(run.ledger_topic(), num_partitions=3, replication_factor=1,
+                                      config=config)])[run.ledger_topic()].result(30)
 
 
 def _config(run) -> dict[str, str]:
-    admin = AdminClient({"bootstrap.servers": run.bootstrap})
-    res = ConfigResource(ResourceType.TOPIC, run.ledger_topic())
-    return {k: e.value for k, e in admin.describe_configs([res])[res].result(30).items()}
+    with AdminClient({"bootstrap.servers": run.bootstrap}) as admin:
+        res = ConfigResource(ResourceType.TOPIC, run.ledger_topic())
+        return {k: e.value for k, e in admin.describe_configs([res])[res].result(30).items()}
 
 
 def test_a_fresh_ledger_passes_and_is_created_compacted(colors_run):
@@ -36,7 +36,8 @@ def test_a_fresh_ledger_passes_and_is_created_compacted(colors_run):
     # The single-broker stack: one replica is all there is (and the sink topic's own), so min.insync.replicas 1;
     # unclean leader election off whatever the broker's default.
     assert config["min.insync.replicas"] == "1" and config["unclean.leader.election.enable"] == "false"
-    md = AdminClient({"bootstrap.servers": run.bootstrap}).list_topics(run.ledger_topic(), timeout=30)
+    with AdminClient({"bootstrap.servers": run.bootstrap}) as admin:
+        md = admin.list_topics(run.ledger_topic(), timeout=30)
     assert {len(p.replicas) for p in md.topics[run.ledger_topic()].partitions.values()} == {1}
     preflight(run_config(run))          # and accepts it the second time
 

@@ -236,132 +236,135 @@ def test_operator_runs_the_unique_id_stream_on_real_nodes_through_a_grace_0_driv
     diag = Diagnostics(kubectl, namespace, operator)
     diagnose = lambda: diag() + "\ndriver log:\n" + driver_log() + crd_note()   # noqa: E731
     feed = IdFeed(topics.bootstrap, topics.events, chunk=100, pause=1.0)
-    admin = AdminClient({"bootstrap.servers": topics.bootstrap})
+    with AdminClient({"bootstrap.servers": topics.bootstrap}) as admin:
 
-    def open_now() -> set:
-        md = admin.list_topics(timeout=10).topics
-        return open_transaction_partitions(admin, md, [topics.counts, ledger], 10)
+        def open_now() -> set:
+            md = admin.list_topics(timeout=10).topics
+            return open_transaction_partitions(admin, md, [topics.counts, ledger], 10)
 
-    ui_cmd = None
-    try:
-        feed.send(4 * BATCH, 7, 1_000_000)    # a backlog: four full batches at the start, then the feed's chunks
-        crs.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, real_node_stream(
-            topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-real/{namespace}"))
-        first = wait_until(lambda: (lambda p: p if p and p.get("status", {}).get("phase") == "Running" else None)(
-            pod(f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300, diagnose, 1)
-        first_node = on_a_real_node(first, nodes)
-        feed.start()
-        wait_until(lambda: committed() >= 0,
-                   "a batch committed by the first driver", 420, diagnose, 1)
-        # `kubectl eos ui` runs the kubectl on PATH: the stack's, of the API server's version.
-        monkeypatch.setenv("PATH", f"{os.path.dirname(stack_env['KUBECTL'])}{os.pathsep}{os.environ['PATH']}")
-        ui_seen, first_app = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
-        t0 = time.monotonic()    # the Spark UI Service's checks: their time is reported (the test's added time)
-        stream_uid = crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)["metadata"]["uid"]
-        service_seen = the_ui_service(v1, namespace, stream_uid)
-        assert status().get("uiService") == f"{NAME}-ui", status()
-        ui_cmd = UiCommand(namespace, stack_env["KUBECONFIG"])
-        assert f"svc/{NAME}-ui" in ui_cmd.first, ui_cmd.first          # through the Service, not the Pod
-        assert (ui_cmd.app() or {}).get("id") == first_app, (ui_cmd.first, ui_cmd.err[-2000:])
-        ui_seconds = time.monotonic() - t0
-        log = LogFollower(v1, namespace, f"{NAME}-driver-0")
-        log.start()
-        procs = pod_processes(first["metadata"]["uid"])
-        assert len(procs) >= 2, f"the driver's processes (JVM, Python) in its Pod's cgroup: {procs}"
-        before = status()["lastCommittedBatch"]
-
-        # The backlog keeps the driver inside a batch; the deletion follows the sight of an open slot transaction
-        # in the sink or the ledger at once (one admin client, the Pod deleted through the API, no kubectl).
-        in_flight = wait_until(lambda: open_now() or None, "an open slot transaction", 120, diagnose, 0.01)
-        v1.delete_namespaced_pod(f"{NAME}-driver-0", namespace, grace_period_seconds=0)
-        gone_s = wait_processes_gone(procs)
-        log.join(30)
-        sigterm = GRACEFUL in log.text
-        assert not pod_processes(first["metadata"]["uid"]), "a process joined the deleted Pod's cgroup"
-
-        after_kill = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
-                                     and s.get("lifecycleState") == "Running" else None)(
-            status()), "the operator's next driver Pod to run", 300, diagnose, 1)
-        second_node = on_a_real_node(pod(f"{NAME}-driver-1"), nodes)
-        assert after_kill["restartCount"] == 1 and "disappeared" in after_kill["lastError"], after_kill
-        reasons = kubectl.events(namespace, NAME)
-        after = reasons[reasons.index("Restarting"):]
-        assert "Resolved" in after and after.index("Resolved") < after.index("Submitted"), reasons
-        res = after_kill["resolution"]
-        # Resolved from the host through the services address: the bucket read, every slot of the stream fenced.
-        assert res["checkpointReadable"] and res["slots"] == 2 and res["fencedTransactionalIds"] >= 2, res
-        # ``before`` is the ledger's progress (status.lastCommittedBatch): a batch is complete in the ledger just
-        # before Spark's commit log records it, so the checkpoint may trail it by the batch in flight.
-        assert res["lastCompleteBatch"] >= before and res["checkpointLastCommittedBatch"] >= before - 1, (before, res)
-        per_slot = {int(s): b for s, b in (res.get("lastCommittedBatchPerSlot") or {}).items()}
-        assert set(per_slot) == {0, 1} and min(per_slot.values()) >= before, res
-        replay = res.get("replayBatch")
-        if replay is not None:   # the slots the report says committed the replay batch are those its ledger has
-            assert sorted(res.get("replaySlotsAlreadyCommitted") or []) == sorted(
-                s for s, b in per_slot.items() if b >= replay), res
-        wait_until(lambda: committed() >= res["checkpointLastCommittedBatch"] + 3,
-                   "three batches committed by the next driver", 420, diagnose, 1)
-        # The same `kubectl eos ui` URL, kept running through the kill: the next driver answers through the Service.
-        t0 = time.monotonic()
-        second = wait_until(lambda: (lambda a: a if a and a["id"] != first_app else None)(ui_cmd.app()),
-                            "kubectl eos ui's URL to answer with the next driver's application", 120,
-                            lambda: diagnose() + "\nkubectl eos ui: " + ui_cmd.err[-3000:], 1)
-        _, second_app = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
-        # What the URL answers is the current driver's application (the same id as a forward straight to
-        # driver-1), and the id tells the drivers apart (the first one answered with another id before).
-        assert second["id"] == second_app != first_app, (second, second_app, first_app)
-        assert f"forwarding svc/{NAME}-ui again on {ui_cmd.url}" in ui_cmd.err, ui_cmd.err[-3000:]
-        ui_cmd.stop()
-        ui_seconds += time.monotonic() - t0
-
-        # A drain of the second driver's node, as `kubectl drain` does it for this Pod: cordon, then the Eviction
-        # API (not `kubectl drain` itself: its selector cannot be held to this namespace, and other tests' Pods
-        # share the nodes). The eviction is a planned stop: no restart counted, and the next driver lands on the
-        # other node.
-        drained = drain_driver(v1, kubectl, namespace, f"{NAME}-driver-1", second_node)
+        ui_cmd = None
         try:
-            after_drain = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-2"
+            feed.send(4 * BATCH, 7, 1_000_000)    # a backlog: four full batches at the start, then the feed's chunks
+            crs.create_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, real_node_stream(
+                topics, pod_env, stack_env["S3_BUCKET"], f"/e2e-real/{namespace}"))
+            first = wait_until(lambda: (lambda p: p if p and p.get("status", {}).get("phase") == "Running" else None)(
+                pod(f"{NAME}-driver-0")), "the first driver Pod to run on a real node", 300, diagnose, 1)
+            first_node = on_a_real_node(first, nodes)
+            feed.start()
+            wait_until(lambda: committed() >= 0,
+                       "a batch committed by the first driver", 420, diagnose, 1)
+            # `kubectl eos ui` runs the kubectl on PATH: the stack's, of the API server's version.
+            monkeypatch.setenv("PATH", f"{os.path.dirname(stack_env['KUBECTL'])}{os.pathsep}{os.environ['PATH']}")
+            ui_seen, first_app = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
+            t0 = time.monotonic()    # the Spark UI Service's checks: their time is reported (the test's added time)
+            stream_uid = crs.get_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL,
+                                                          NAME)["metadata"]["uid"]
+            service_seen = the_ui_service(v1, namespace, stream_uid)
+            assert status().get("uiService") == f"{NAME}-ui", status()
+            ui_cmd = UiCommand(namespace, stack_env["KUBECONFIG"])
+            assert f"svc/{NAME}-ui" in ui_cmd.first, ui_cmd.first          # through the Service, not the Pod
+            assert (ui_cmd.app() or {}).get("id") == first_app, (ui_cmd.first, ui_cmd.err[-2000:])
+            ui_seconds = time.monotonic() - t0
+            log = LogFollower(v1, namespace, f"{NAME}-driver-0")
+            log.start()
+            procs = pod_processes(first["metadata"]["uid"])
+            assert len(procs) >= 2, f"the driver's processes (JVM, Python) in its Pod's cgroup: {procs}"
+            before = status()["lastCommittedBatch"]
+
+            # The backlog keeps the driver inside a batch; the deletion follows the sight of an open slot transaction
+            # in the sink or the ledger at once (one admin client, the Pod deleted through the API, no kubectl).
+            in_flight = wait_until(lambda: open_now() or None, "an open slot transaction", 120, diagnose, 0.01)
+            v1.delete_namespaced_pod(f"{NAME}-driver-0", namespace, grace_period_seconds=0)
+            gone_s = wait_processes_gone(procs)
+            log.join(30)
+            sigterm = GRACEFUL in log.text
+            assert not pod_processes(first["metadata"]["uid"]), "a process joined the deleted Pod's cgroup"
+
+            after_kill = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-1"
                                          and s.get("lifecycleState") == "Running" else None)(
-                status()), "the driver after the drain to run", 300, diagnose, 1)
-            third_node = on_a_real_node(pod(f"{NAME}-driver-2"), nodes)
-        finally:
-            kubectl.run("uncordon", second_node)
-        assert third_node != second_node, f"the drained node {second_node} got the next driver"
-        assert after_drain["restartCount"] == 1, f"the eviction was counted as a failure: {after_drain}"
-        reasons = kubectl.events(namespace, NAME)
-        assert "DriverEvicting" in reasons and "DriverEvicted" in reasons, reasons
-        drained_at = committed()
-        wait_until(lambda: committed() >= drained_at + 2, "two batches committed after the drain", 420, diagnose, 1)
-        expected = feed.finish()
-        wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=420)
-        assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
-        # Turned off: the Service goes, the driver stays (an operator-only field, no restart).
-        t0 = time.monotonic()
-        crs.patch_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME,
-                                           {"spec": {"job": {"metrics": {"uiService": False}}}})
-        wait_until(lambda: not gone_or(lambda: v1.read_namespaced_service(f"{NAME}-ui", namespace))
-                   and not status().get("uiService"), "the Spark UI Service deleted", 60, diagnose, 1)
-        after_off = status()
-        assert (after_off["driverPod"], after_off["restartCount"], after_off["lifecycleState"]) == (
-            f"{NAME}-driver-2", 1, "Running"), after_off
-        ui_seconds += time.monotonic() - t0
-        report_result(f"real nodes, under the operator: {len(expected)} ids exactly once through a grace-0 deletion "
-                      f"of {NAME}-driver-0 on {first_node} after batch {before} with {len(in_flight)} partitions "
-                      f"in open transactions ({len(procs)} processes in {len(set(procs.values()))} process groups, "
-                      f"gone {gone_s:.1f} s after the deletion, SIGTERM {'logged' if sigterm else 'not logged'} by the "
-                      f"driver); the kill hit {what_the_kill_hit(res)}; "
-                      f"{NAME}-driver-1 resumed on {second_node}; {ui_seen}; {service_seen}: kubectl eos ui's one URL "
-                      f"answered {first_app}, then {second_app} after the restart; turned off, it was deleted, no "
-                      f"restart ({ui_seconds:.1f} s of checks); "
-                      f"{drained}, {NAME}-driver-2 resumed on {third_node}, restarts still {after_drain['restartCount']}")
-    finally:
-        if ui_cmd is not None:
+                status()), "the operator's next driver Pod to run", 300, diagnose, 1)
+            second_node = on_a_real_node(pod(f"{NAME}-driver-1"), nodes)
+            assert after_kill["restartCount"] == 1 and "disappeared" in after_kill["lastError"], after_kill
+            reasons = kubectl.events(namespace, NAME)
+            after = reasons[reasons.index("Restarting"):]
+            assert "Resolved" in after and after.index("Resolved") < after.index("Submitted"), reasons
+            res = after_kill["resolution"]
+            # Resolved from the host through the services address: the bucket read, every slot of the stream fenced.
+            assert res["checkpointReadable"] and res["slots"] == 2 and res["fencedTransactionalIds"] >= 2, res
+            # ``before`` is the ledger's progress (status.lastCommittedBatch): a batch is complete in the ledger just
+            # before Spark's commit log records it, so the checkpoint may trail it by the batch in flight.
+            assert res["lastCompleteBatch"] >= before and res["checkpointLastCommittedBatch"] >= before - 1, \
+                (before, res)
+            per_slot = {int(s): b for s, b in (res.get("lastCommittedBatchPerSlot") or {}).items()}
+            assert set(per_slot) == {0, 1} and min(per_slot.values()) >= before, res
+            replay = res.get("replayBatch")
+            if replay is not None:   # the slots the report says committed the replay batch are those its ledger has
+                assert sorted(res.get("replaySlotsAlreadyCommitted") or []) == sorted(
+                    s for s, b in per_slot.items() if b >= replay), res
+            wait_until(lambda: committed() >= res["checkpointLastCommittedBatch"] + 3,
+                       "three batches committed by the next driver", 420, diagnose, 1)
+            # The same `kubectl eos ui` URL, kept running through the kill: the next driver answers through the Service.
+            t0 = time.monotonic()
+            second = wait_until(lambda: (lambda a: a if a and a["id"] != first_app else None)(ui_cmd.app()),
+                                "kubectl eos ui's URL to answer with the next driver's application", 120,
+                                lambda: diagnose() + "\nkubectl eos ui: " + ui_cmd.err[-3000:], 1)
+            _, second_app = spark_ui_through_port_forward(crs, namespace, stack_env["KUBECONFIG"])
+            # What the URL answers is the current driver's application (the same id as a forward straight to
+            # driver-1), and the id tells the drivers apart (the first one answered with another id before).
+            assert second["id"] == second_app != first_app, (second, second_app, first_app)
+            assert f"forwarding svc/{NAME}-ui again on {ui_cmd.url}" in ui_cmd.err, ui_cmd.err[-3000:]
             ui_cmd.stop()
-        feed.stop_flag.set()
-        try:    # the operator stops the driver gracefully and releases the stream
-            crs.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
-            wait_until(lambda: not gone_or(status), "the stream deleted", 120)
-        except Exception as exc:  # noqa: BLE001 - cleanup; the namespace fixture releases what is left
-            print(f"cleanup: {exc}")
-        operator.stop()
-        api.close()
+            ui_seconds += time.monotonic() - t0
+
+            # A drain of the second driver's node, as `kubectl drain` does it for this Pod: cordon, then the Eviction
+            # API (not `kubectl drain` itself: its selector cannot be held to this namespace, and other tests' Pods
+            # share the nodes). The eviction is a planned stop: no restart counted, and the next driver lands on the
+            # other node.
+            drained = drain_driver(v1, kubectl, namespace, f"{NAME}-driver-1", second_node)
+            try:
+                after_drain = wait_until(lambda: (lambda s: s if s.get("driverPod") == f"{NAME}-driver-2"
+                                             and s.get("lifecycleState") == "Running" else None)(
+                    status()), "the driver after the drain to run", 300, diagnose, 1)
+                third_node = on_a_real_node(pod(f"{NAME}-driver-2"), nodes)
+            finally:
+                kubectl.run("uncordon", second_node)
+            assert third_node != second_node, f"the drained node {second_node} got the next driver"
+            assert after_drain["restartCount"] == 1, f"the eviction was counted as a failure: {after_drain}"
+            reasons = kubectl.events(namespace, NAME)
+            assert "DriverEvicting" in reasons and "DriverEvicted" in reasons, reasons
+            drained_at = committed()
+            wait_until(lambda: committed() >= drained_at + 2, "two batches committed after the drain", 420, diagnose, 1)
+            expected = feed.finish()
+            wait_ids(topics.bootstrap, topics.counts, expected, diagnose, timeout=420)
+            assert_ids_exactly_once(topics.bootstrap, topics.counts, ledger, expected, (topics.dlq,))
+            # Turned off: the Service goes, the driver stays (an operator-only field, no restart).
+            t0 = time.monotonic()
+            crs.patch_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME,
+                                               {"spec": {"job": {"metrics": {"uiService": False}}}})
+            wait_until(lambda: not gone_or(lambda: v1.read_namespaced_service(f"{NAME}-ui", namespace))
+                       and not status().get("uiService"), "the Spark UI Service deleted", 60, diagnose, 1)
+            after_off = status()
+            assert (after_off["driverPod"], after_off["restartCount"], after_off["lifecycleState"]) == (
+                f"{NAME}-driver-2", 1, "Running"), after_off
+            ui_seconds += time.monotonic() - t0
+            report_result(f"real nodes, under the operator: {len(expected)} ids exactly once through a grace-0 "
+                          f"deletion of {NAME}-driver-0 on {first_node} after batch {before} with {len(in_flight)} "
+                          f"partitions in open transactions ({len(procs)} processes in {len(set(procs.values()))} "
+                          f"process groups, gone {gone_s:.1f} s after the deletion, SIGTERM "
+                          f"{'logged' if sigterm else 'not logged'} by the driver); the kill hit "
+                          f"{what_the_kill_hit(res)}; {NAME}-driver-1 resumed on {second_node}; {ui_seen}; "
+                          f"{service_seen}: kubectl eos ui's one URL answered {first_app}, then {second_app} after the "
+                          f"restart; turned off, it was deleted, no restart ({ui_seconds:.1f} s of checks); "
+                          f"{drained}, {NAME}-driver-2 resumed on {third_node}, restarts still "
+                          f"{after_drain['restartCount']}")
+        finally:
+            if ui_cmd is not None:
+                ui_cmd.stop()
+            feed.stop_flag.set()
+            try:    # the operator stops the driver gracefully and releases the stream
+                crs.delete_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL, NAME)
+                wait_until(lambda: not gone_or(status), "the stream deleted", 120)
+            except Exception as exc:  # noqa: BLE001 - cleanup; the namespace fixture releases what is left
+                print(f"cleanup: {exc}")
+            operator.stop()
+            api.close()

@@ -75,8 +75,8 @@ def all_in(r, expected: set[int]) -> bool:
 @pytest.mark.real_nodes
 def test_the_replay_horizon_warns_before_retention_deletes_unread_records_and_reports_the_loss(
         stack_env, nodes, kubectl, namespace, on_nodes, tmp_path, report_result):
-    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r, contextlib.ExitStack() as cleanup:
-        admin = AdminClient({"bootstrap.servers": r.bootstrap})
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r, contextlib.ExitStack() as cleanup, \
+            AdminClient({"bootstrap.servers": r.bootstrap}) as admin:
         res = ConfigResource(ResourceType.TOPIC, r.topics.events, incremental_configs=[
             ConfigEntry("retention.ms", str(HOUR_MS), incremental_operation=AlterConfigOpType.SET)])
         admin.incremental_alter_configs([res])[res].result(30)

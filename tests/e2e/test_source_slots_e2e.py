@@ -108,8 +108,8 @@ def test_a_source_grown_past_the_parallelism_is_refused_then_the_advised_rescale
     produce(run.bootstrap, run.events, 300, seed=31)
     run.start()
     run.wait_for_batches(1)
-    admin = AdminClient({"bootstrap.servers": run.bootstrap})
-    admin.create_partitions([NewPartitions(run.events, 3)])[run.events].result(30)
+    with AdminClient({"bootstrap.servers": run.bootstrap}) as admin:
+        admin.create_partitions([NewPartitions(run.events, 3)])[run.events].result(30)
     produce(run.bootstrap, run.events, 600, seed=32, start_id=10_000)
     expected = expected_ids(300, 31) | expected_ids(600, 32, 10_000)
     assert run.proc.wait(240) == 1, run.log_tail()

@@ -4,6 +4,7 @@ closed whatever happens; then the short, growing pauses while abort markers trai
 tests/stack/test_fencing.py fences against the real one."""
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -264,7 +265,7 @@ def _resolve(monkeypatch, made: Producers, *, brokers: int = 1, slots: int = 5, 
         admin._eos_brokers = admin.brokers
         return {}
 
-    monkeypatch.setattr(resolution, "admin_client", lambda conf: _Admin(brokers))
+    monkeypatch.setattr(resolution, "admin_client", lambda *a, **k: contextlib.nullcontext(_Admin(brokers)))
     monkeypatch.setattr(resolution, "describe_topics", describe)
     monkeypatch.setattr(resolution, "open_transaction_partitions", lambda *a, **k: set())
     real = fencing.fence_all

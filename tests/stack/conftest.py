@@ -47,13 +47,13 @@ def bootstrap(stack_env) -> str:
 def topic(bootstrap):
     """A fresh single-partition topic (the broker does not auto-create topics), deleted afterwards."""
     name = f"test-txn-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=KAFKA_TIMEOUT)
-    yield name
-    for fut in admin.delete_topics([name], operation_timeout=30).values():
-        fut.result(timeout=KAFKA_TIMEOUT)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for fut in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)],
+                                       operation_timeout=30).values():
+            fut.result(timeout=KAFKA_TIMEOUT)
+        yield name
+        for fut in admin.delete_topics([name], operation_timeout=30).values():
+            fut.result(timeout=KAFKA_TIMEOUT)
 
 
 @pytest.fixture
@@ -71,11 +71,11 @@ def sink_and_ledger(bootstrap: str, kind: str, slots: int = 2):
     run = uuid.uuid4().hex[:10]
     names = {"run": run, "out": f"test-{kind}-out-{run}", "ledger": f"test-{kind}-ledger-{run}", "uid": uuid.uuid4().hex,
              "prefix": f"eos-test-{kind}-{run}"}
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(names["out"], num_partitions=2, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=60)
-    ensure_ledger_topic(admin, names["ledger"], slots, Durability(1, 1), timeout_s=60)
-    yield names
-    for fut in admin.delete_topics([names["out"], names["ledger"]], operation_timeout=30).values():
-        fut.result(timeout=60)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for fut in admin.create_topics([NewTopic(names["out"], num_partitions=2, replication_factor=1)],
+                                       operation_timeout=30).values():
+            fut.result(timeout=60)
+        ensure_ledger_topic(admin, names["ledger"], slots, Durability(1, 1), timeout_s=60)
+        yield names
+        for fut in admin.delete_topics([names["out"], names["ledger"]], operation_timeout=30).values():
+            fut.result(timeout=60)

@@ -37,11 +37,11 @@ def test_a_commit_that_landed_unheard_before_a_broker_kill_is_not_written_again(
     bootstrap = private_kafka.bootstrap
     run = uuid.uuid4().hex[:8]
     out, ledger = f"test-bk-out-{run}", f"test-bk-ledger-{run}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(out, num_partitions=1, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
-    ensure_ledger_topic(admin, ledger, 1, Durability(1, 1), timeout_s=TIMEOUT)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for fut in admin.create_topics([NewTopic(out, num_partitions=1, replication_factor=1)],
+                                       operation_timeout=30).values():
+            fut.result(timeout=TIMEOUT)
+        ensure_ledger_topic(admin, ledger, 1, Durability(1, 1), timeout_s=TIMEOUT)
 
     restarted = threading.Event()
     kills: list[tuple[int, int]] = []

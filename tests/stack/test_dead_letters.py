@@ -35,16 +35,16 @@ def topics(bootstrap):
     """A sink topic with max.message.bytes 64 KiB, a dead-letter topic and a ledger topic; deleted after."""
     run = uuid.uuid4().hex[:10]
     names = {"out": f"test-dlq-out-{run}", "dlq": f"test-dlq-dead-{run}", "ledger": f"test-dlq-ledger-{run}"}
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([
-            NewTopic(names["out"], num_partitions=2, replication_factor=1,
-                     config={"max.message.bytes": str(LIMIT)}),
-            NewTopic(names["dlq"], num_partitions=1, replication_factor=1)], operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
-    ensure_ledger_topic(admin, names["ledger"], 1, Durability(1, 1), timeout_s=TIMEOUT)
-    yield names
-    for fut in admin.delete_topics(list(names.values()), operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for fut in admin.create_topics([
+                NewTopic(names["out"], num_partitions=2, replication_factor=1,
+                         config={"max.message.bytes": str(LIMIT)}),
+                NewTopic(names["dlq"], num_partitions=1, replication_factor=1)], operation_timeout=30).values():
+            fut.result(timeout=TIMEOUT)
+        ensure_ledger_topic(admin, names["ledger"], 1, Durability(1, 1), timeout_s=TIMEOUT)
+        yield names
+        for fut in admin.delete_topics(list(names.values()), operation_timeout=30).values():
+            fut.result(timeout=TIMEOUT)
 
 
 def _rows() -> list[pa.RecordBatch]:
@@ -81,9 +81,9 @@ def _write_and_audit(bootstrap: str, names: dict, cfg: sink.SlotWriterConfig) ->
 
 
 def test_with_the_batch_fitted_at_start_only_the_oversized_record_is_a_dead_letter(bootstrap, topics):
-    admin = admin_client({"bootstrap.servers": bootstrap})
-    limits = check_sink_limits(admin, {}, {topics["out"]: "sink.topic", topics["dlq"]: "sink.deadLetterTopic"},
-                               TIMEOUT)
+    with admin_client({"bootstrap.servers": bootstrap}) as admin:
+        limits = check_sink_limits(admin, {}, {topics["out"]: "sink.topic", topics["dlq"]: "sink.deadLetterTopic"},
+                                   TIMEOUT)
     assert limits.topic_bytes[topics["out"]] == LIMIT and limits.batch_size is not None and limits.batch_size < LIMIT
     cfg = _config(bootstrap, topics, limits.producer_overrides(), limits.topic_bytes)
     _write_and_audit(bootstrap, topics, cfg)

@@ -68,10 +68,10 @@ def open_transaction(bootstrap: str, txid: str, topic: str) -> Producer:
 
 
 def stable_and_end(bootstrap: str, topic: str) -> tuple[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    tp = TopicPartition(topic, 0)
-    return tuple(admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp].result(TIMEOUT).offset
-                 for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED))
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        tp = TopicPartition(topic, 0)
+        return tuple(admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp].result(TIMEOUT).offset
+                     for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED))
 
 
 def committed_records(bootstrap: str, topic: str) -> list[bytes]:

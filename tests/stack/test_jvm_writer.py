@@ -251,37 +251,37 @@ def test_poison_records_are_dead_letters_once_whichever_writer_replays_the_batch
     from confluent_kafka.admin import AdminClient, NewTopic
     bootstrap, out, ledger, run = topics
     dlq = f"test-jvm-dlq-{run}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(dlq, num_partitions=1, replication_factor=1)])[dlq].result(timeout=60)
-    try:
-        ids, poison = range(300), {i for i in range(300) if i % 10 == 3}
-        df = batch_with_poison(spark, ids, poison)
-        cfg = config(bootstrap, out, ledger, run, 0, dead_letter_topic=dlq)
-        written = by_slot(write_python(df, cfg) if first == "python" else jvm_writer.run_slots(df, cfg))
-        assert sum(c["dead_letters"] for c in written.values()) == len(poison) and \
-            not any(c["skipped"] for c in written.values()), written
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(dlq, num_partitions=1, replication_factor=1)])[dlq].result(timeout=60)
+        try:
+            ids, poison = range(300), {i for i in range(300) if i % 10 == 3}
+            df = batch_with_poison(spark, ids, poison)
+            cfg = config(bootstrap, out, ledger, run, 0, dead_letter_topic=dlq)
+            written = by_slot(write_python(df, cfg) if first == "python" else jvm_writer.run_slots(df, cfg))
+            assert sum(c["dead_letters"] for c in written.values()) == len(poison) and \
+                not any(c["skipped"] for c in written.values()), written
 
-        unsafe = frozenset() if safety == "on" else frozenset({"ledger-skip"})
-        again = config(bootstrap, out, ledger, run, 0, dead_letter_topic=dlq, unsafe=unsafe)
-        replay = by_slot(jvm_writer.run_slots(df, again) if first == "python" else write_python(df, again))
-        letters = dead_letters_of(bootstrap, dlq)
-        audit = audit_ids(bootstrap, out, set(ids) - poison, TIMEOUT)
-        assert open_transactions(bootstrap, [out, ledger, dlq]) == set()
-        if safety == "off":
-            # The same checks see the replay's second copy: every poison record twice, every good id twice.
-            assert sorted(k for k, _ in letters) == sorted(list(poison) * 2), letters
-            assert sorted(audit.duplicates) == sorted(set(ids) - poison), audit.violations()
-            return
-        # Skipped whole, agreeing with the first writer on count, digest and dead letters (the slot record).
-        assert all(c["skipped"] and not c["nondeterministic"] for c in replay.values()), replay
-        assert {s: (c["count"], c["digest"], c["dead_letters"]) for s, c in replay.items()} == \
-               {s: (c["count"], c["digest"], c["dead_letters"]) for s, c in written.items()}
-        assert sorted(k for k, _ in letters) == sorted(poison), letters     # each poison record once
-        for key, headers in letters:
-            assert headers["eos.error"] == b"poison: rejected by the job" and headers["eos.topic"] == out.encode()
-            assert headers["eos.batch"] == b"0" and headers["eos.slot"].startswith(b"ckpt-"), headers
-        assert audit.violations() == [] and audit.records == len(ids) - len(poison), audit.violations()
-        verified = audit_sink(bootstrap, [out], ledger, dead_letter_topic=dlq, timeout_s=TIMEOUT)
-        assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
-    finally:
-        admin.delete_topics([dlq])[dlq].result(timeout=60)
+            unsafe = frozenset() if safety == "on" else frozenset({"ledger-skip"})
+            again = config(bootstrap, out, ledger, run, 0, dead_letter_topic=dlq, unsafe=unsafe)
+            replay = by_slot(jvm_writer.run_slots(df, again) if first == "python" else write_python(df, again))
+            letters = dead_letters_of(bootstrap, dlq)
+            audit = audit_ids(bootstrap, out, set(ids) - poison, TIMEOUT)
+            assert open_transactions(bootstrap, [out, ledger, dlq]) == set()
+            if safety == "off":
+                # The same checks see the replay's second copy: every poison record twice, every good id twice.
+                assert sorted(k for k, _ in letters) == sorted(list(poison) * 2), letters
+                assert sorted(audit.duplicates) == sorted(set(ids) - poison), audit.violations()
+                return
+            # Skipped whole, agreeing with the first writer on count, digest and dead letters (the slot record).
+            assert all(c["skipped"] and not c["nondeterministic"] for c in replay.values()), replay
+            assert {s: (c["count"], c["digest"], c["dead_letters"]) for s, c in replay.items()} == \
+                   {s: (c["count"], c["digest"], c["dead_letters"]) for s, c in written.items()}
+            assert sorted(k for k, _ in letters) == sorted(poison), letters     # each poison record once
+            for key, headers in letters:
+                assert headers["eos.error"] == b"poison: rejected by the job" and headers["eos.topic"] == out.encode()
+                assert headers["eos.batch"] == b"0" and headers["eos.slot"].startswith(b"ckpt-"), headers
+            assert audit.violations() == [] and audit.records == len(ids) - len(poison), audit.violations()
+            verified = audit_sink(bootstrap, [out], ledger, dead_letter_topic=dlq, timeout_s=TIMEOUT)
+            assert verified.exact and verified.slots_checked == SLOTS, verified.summary()
+        finally:
+            admin.delete_topics([dlq])[dlq].result(timeout=60)

@@ -39,14 +39,14 @@ def names():
 @pytest.fixture
 def topics(bootstrap, names):
     """Source, sink, dead-letter, ledger and one more topic, made over PLAINTEXT (super user ANONYMOUS)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    made = [names[k] for k in ("source", "sink", "dlq", "ledger", "other")]
-    for fut in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in made],
-                                   operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
-    yield made
-    for fut in admin.delete_topics(made, operation_timeout=30).values():
-        fut.result(timeout=TIMEOUT)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        made = [names[k] for k in ("source", "sink", "dlq", "ledger", "other")]
+        for fut in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in made],
+                                       operation_timeout=30).values():
+            fut.result(timeout=TIMEOUT)
+        yield made
+        for fut in admin.delete_topics(made, operation_timeout=30).values():
+            fut.result(timeout=TIMEOUT)
 
 
 @pytest.fixture
@@ -165,12 +165,12 @@ def test_grant_stream_grants_exactly_the_streams_acls(st, names, stream_user):
         read(conf, names["sink"], names["group"])
     assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, info.value
 
-    admin = AdminClient(conf)
-    with pytest.raises(KafkaException) as info:  # CREATE on its ledger only
-        admin.create_topics([NewTopic(f"{names['other']}-new", 1, 1)])[f"{names['other']}-new"].result(TIMEOUT)
-    assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, info.value
-    # ... and ALTER there: the job grows the ledger when the slot count grows.
-    admin.create_partitions([NewPartitions(names["ledger"], 2)])[names["ledger"]].result(TIMEOUT)
+    with AdminClient(conf) as admin:
+        with pytest.raises(KafkaException) as info:  # CREATE on its ledger only
+            admin.create_topics([NewTopic(f"{names['other']}-new", 1, 1)])[f"{names['other']}-new"].result(TIMEOUT)
+        assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, info.value
+        # ... and ALTER there: the job grows the ledger when the slot count grows.
+        admin.create_partitions([NewPartitions(names["ledger"], 2)])[names["ledger"]].result(TIMEOUT)
 
 
 def test_wrong_password_fails_authentication(st, stream_user):
@@ -187,7 +187,8 @@ def test_scram_sha_256_users_authenticate_too(st, names):
     ks.create_user(st, user, names["password"], mechanism="SCRAM-SHA-256")  # idempotent
     try:
         conf = secure(st, user, names["password"], **{"sasl.mechanism": "SCRAM-SHA-256"})
-        md = AdminClient(conf).list_topics(timeout=TIMEOUT)
+        with AdminClient(conf) as admin:
+            md = admin.list_topics(timeout=TIMEOUT)
         assert md.brokers and not md.topics  # authenticated; no ACL, so no topic is visible
     finally:
         ks.delete_user(st, user)
@@ -203,7 +204,8 @@ def test_the_broker_certificate_is_verified(st):
     # clean-clone run); either way the reason must be the certificate check.
     assert err.code() in (KafkaError._SSL, KafkaError._TRANSPORT) and "certificate verify failed" in err.str(), err
     # The certificate names DNS:localhost next to IP:127.0.0.1.
-    md = AdminClient({**conf, "bootstrap.servers": f"localhost:{ks.secure_port(st)}"}).list_topics(timeout=TIMEOUT)
+    with AdminClient({**conf, "bootstrap.servers": f"localhost:{ks.secure_port(st)}"}) as admin:
+        md = admin.list_topics(timeout=TIMEOUT)
     assert md.brokers
 
 

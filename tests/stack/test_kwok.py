@@ -40,12 +40,13 @@ SLOTS = 2
 def topics(bootstrap):
     run = uuid.uuid4().hex[:8]
     names = [f"kwok-src-{run}", f"kwok-sink-{run}-a", f"kwok-sink-{run}-b"]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(t, 1, 1) for t in names], operation_timeout=30).values():
-        fut.result(60)
-    yield names
-    ledgers = [t for t in admin.list_topics(timeout=30).topics if t.startswith(tuple(f"{n}.eos-ledger." for n in names))]
-    admin.delete_topics(names + ledgers, operation_timeout=30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for fut in admin.create_topics([NewTopic(t, 1, 1) for t in names], operation_timeout=30).values():
+            fut.result(60)
+        yield names
+        ledgers = [t for t in admin.list_topics(timeout=30).topics
+                   if t.startswith(tuple(f"{n}.eos-ledger." for n in names))]
+        admin.delete_topics(names + ledgers, operation_timeout=30)
 
 
 @pytest.fixture
@@ -125,15 +126,15 @@ def test_kwok_driver_pods_run_crash_and_restart_exactly_once(stack_env, api, nam
     # Stop every driver after its running batch, then audit what they wrote.
     sim.send_signal(signal.SIGTERM)
     assert sim.wait(60) == 0
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for name, sink in streams.items():
-        last = checkpoint.last_committed_batch(tmp_path / "ckpt" / name)
-        ids = [m.value().decode() for m in read_committed(bootstrap, sink)]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        assert not dupes, f"{name}: ids written twice: {dupes[:10]}"
-        expected = {f"{b}-{s}-0" for b in range(last + 1) for s in range(SLOTS)}
-        assert expected <= set(ids), f"{name}: committed batches' ids missing: {sorted(expected - set(ids))[:10]}"
-        beyond = set(ids) - expected - {f"{last + 1}-{s}-0" for s in range(SLOTS)}
-        assert not beyond, f"{name}: ids of batches never run: {sorted(beyond)[:10]}"
-        ledger = next(t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{sink}.eos-ledger."))
-        assert ledger_monotone(bootstrap, ledger) == []
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for name, sink in streams.items():
+            last = checkpoint.last_committed_batch(tmp_path / "ckpt" / name)
+            ids = [m.value().decode() for m in read_committed(bootstrap, sink)]
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            assert not dupes, f"{name}: ids written twice: {dupes[:10]}"
+            expected = {f"{b}-{s}-0" for b in range(last + 1) for s in range(SLOTS)}
+            assert expected <= set(ids), f"{name}: committed batches' ids missing: {sorted(expected - set(ids))[:10]}"
+            beyond = set(ids) - expected - {f"{last + 1}-{s}-0" for s in range(SLOTS)}
+            assert not beyond, f"{name}: ids of batches never run: {sorted(beyond)[:10]}"
+            ledger = next(t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{sink}.eos-ledger."))
+            assert ledger_monotone(bootstrap, ledger) == []

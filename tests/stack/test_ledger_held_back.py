@@ -21,8 +21,8 @@ pytestmark = pytest.mark.stack
 def test_a_read_stopped_short_by_an_open_transaction_is_an_error_not_an_answer(stack_env):
     bootstrap = stack_env["KAFKA_BOOTSTRAP"]
     topic = f"held-ledger-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(60)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(60)
 
     def producer(txid: str) -> Producer:
         p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txid})

@@ -140,8 +140,8 @@ def test_a_restricted_pod_on_a_real_node_reaches_kafka_the_api_server_and_minio(
     st, ns, v1 = Stack(), restricted_ns, client.CoreV1Api(api)
     env = node_services.pod_env(st)    # not .stack/env: test workers rewrite it concurrently
     topic = f"pods-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP"]})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    with AdminClient({"bootstrap.servers": stack_env["KAFKA_BOOTSTRAP"]}) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
 
     objs = dict(rbac(ns))
     v1.create_namespaced_service_account(ns, objs["sa"])

@@ -21,10 +21,10 @@ def spark(stack_env):
 
 def make_topic(bootstrap: str, partitions: int) -> str:
     name = f"test-spark-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
-                                   operation_timeout=30).values():
-        fut.result(timeout=60)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for fut in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
+                                       operation_timeout=30).values():
+            fut.result(timeout=60)
     return name
 
 

@@ -34,12 +34,12 @@ pytestmark = pytest.mark.timeout(120)
 def topics(bootstrap):
     run = uuid.uuid4().hex[:8]
     names = [f"standin-src-{run}", f"standin-sink-{run}"]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(t, 1, 1) for t in names], operation_timeout=30).values():
-        fut.result(60)
-    yield names
-    ledgers = [t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{names[1]}.eos-ledger.")]
-    admin.delete_topics(names + ledgers, operation_timeout=30)
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for fut in admin.create_topics([NewTopic(t, 1, 1) for t in names], operation_timeout=30).values():
+            fut.result(60)
+        yield names
+        ledgers = [t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{names[1]}.eos-ledger.")]
+        admin.delete_topics(names + ledgers, operation_timeout=30)
 
 
 def orphan(body: dict) -> dict:

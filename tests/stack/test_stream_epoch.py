@@ -122,25 +122,25 @@ def test_a_driver_of_another_generation_and_checkpoint_supersedes_the_old_one(bo
 def test_of_two_streams_started_together_on_one_empty_ledger_one_stops_before_its_first_batch(bootstrap, names):
     """Both start checks pass (the ledger is empty when each looks); each stream's watch then reads partition 0
     from before its epoch, so at least one meets the other's records before it records a batch."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     from eos_job.ledger import SinkUnavailable, ledger_consumer
     from eos_job.ledger_topic import check_ledger_topic
-    other = {**names, "uid": uuid.uuid4().hex, "prefix": names["prefix"] + "-b"}
-    for n in (names, other):
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        other = {**names, "uid": uuid.uuid4().hex, "prefix": names["prefix"] + "-b"}
+        for n in (names, other):
+            consumer = ledger_consumer(bootstrap)
+            check_ledger_topic(admin, consumer, n["ledger"], n["uid"], Durability(1, 1), TIMEOUT)   # both pass
+            consumer.close()
+        watches = [_start(bootstrap, n, generation=0, slots=1, checkpoint=None)[1] for n in (names, other)]
+        refused = []
+        for w in watches:
+            try:
+                w.check()
+            except SinkUnavailable as exc:
+                assert "holds records of another stream" in str(exc)
+                refused.append(w.uid)
+            w.close()
+        assert refused, "both streams went on to record batches in one ledger"
         consumer = ledger_consumer(bootstrap)
-        check_ledger_topic(admin, consumer, n["ledger"], n["uid"], Durability(1, 1), TIMEOUT)   # both pass
+        with pytest.raises(SinkUnavailable, match="another stream"):   # and every later start refuses
+            check_ledger_topic(admin, consumer, names["ledger"], names["uid"], Durability(1, 1), TIMEOUT)
         consumer.close()
-    watches = [_start(bootstrap, n, generation=0, slots=1, checkpoint=None)[1] for n in (names, other)]
-    refused = []
-    for w in watches:
-        try:
-            w.check()
-        except SinkUnavailable as exc:
-            assert "holds records of another stream" in str(exc)
-            refused.append(w.uid)
-        w.close()
-    assert refused, "both streams went on to record batches in one ledger"
-    consumer = ledger_consumer(bootstrap)
-    with pytest.raises(SinkUnavailable, match="another stream"):   # and every later start refuses
-        check_ledger_topic(admin, consumer, names["ledger"], names["uid"], Durability(1, 1), TIMEOUT)
-    consumer.close()
