@@ -143,6 +143,12 @@ def services_ip_of(tag: str) -> str:
 
 
 def services_ip(state: Path) -> str:
+    """The services address of the stack whose state folder is ``state``. A test's private server (its folder
+    under ``<state>/private/``: tests/harness/private.py) belongs to that stack: a private broker advertises its
+    listener for Pods there, and the test forwards that port to it (``tests.harness.private.Forwarder``)."""
+    state = Path(state)
+    if state.parent.name == "private":
+        state = state.parent.parent
     return services_ip_of(stack_tag(state))
 
 

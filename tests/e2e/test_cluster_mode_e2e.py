@@ -38,7 +38,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -53,13 +52,14 @@ from eos_job.verify import audit_counts
 from eos_stack import kube, node_services
 from eos_stack import s3 as s3_server
 from eos_stack.cluster import wait_until
-from eos_stack.common import Stack, free_port, stop_process
+from eos_stack.common import Stack
 from eos_stack.node_config import SCHEDULER_NAME
 from examples.colors.generator import expected_ids, produce
 from examples.colors.manifest import colors_manifest
 from tests.e2e.exactness import assert_exactly_once
 from tests.e2e.streams import (IDS, REPO, ColorsTopics, Diagnostics, OperatorProcess, assert_ids_exactly_once,
                                wait_ids)
+from tests.harness.private import Forwarder
 from tests.harness.real_nodes import container_processes, keys_secret, node_image, stream_template
 
 pytestmark = pytest.mark.timeout(1200)
@@ -259,23 +259,6 @@ def kill_container(kubectl, namespace: str, pod: str) -> list[str]:
         except ProcessLookupError:
             pass
     return sorted(names)
-
-
-class Forwarder:
-    """``eos_stack.forward`` from a free port of the services address to a server of this test on loopback (its
-    private S3), so Pods on the real nodes reach it; stopped with the test."""
-
-    def __init__(self, services_ip: str, target: str, log):
-        self.url = f"http://{services_ip}:{free_port()}"
-        listen = urlparse(self.url).netloc
-        self.proc = subprocess.Popen([sys.executable, "-m", "eos_stack.forward", f"{listen}={target}"],
-                                     stdout=log, stderr=subprocess.STDOUT)
-        host, port = listen.rsplit(":", 1)
-        from eos_stack.common import port_open
-        wait_until(lambda: port_open(int(port), host), f"the forwarder on {listen}", 30, lambda: "", 0.2)
-
-    def stop(self) -> None:
-        stop_process(self.proc, grace=10)
 
 
 @pytest.mark.soak   # make soak: the stateful variant (make test runs the unique-id stream below)

@@ -13,12 +13,15 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from eos_stack import kafka, s3
-from eos_stack.common import Stack
+from eos_stack.cluster import wait_until
+from eos_stack.common import Stack, free_port, port_open, stop_process
 
 KAFKA_HEAP = "384m"   # the stack's broker has 512m; a private one carries one test's topics
 
@@ -38,6 +41,13 @@ class PrivateKafka:
     @property
     def bootstrap(self) -> str:
         return self.env["KAFKA_BOOTSTRAP"]
+
+    @property
+    def pods_port(self) -> int:
+        """Its PLAINTEXT listener for Pods: bound on loopback, advertised at the stack's services address at this
+        port (``node_config.services_ip``), which a ``Forwarder(services_ip, f"127.0.0.1:{port}", port=port)``
+        makes reachable."""
+        return kafka.ports(self.stack)["pods"]
 
 
 @dataclass
@@ -64,3 +74,19 @@ def private_s3(name: str) -> Iterator[PrivateS3]:
     finally:
         s3.stop_server(st, kill=True)
         shutil.rmtree(st.state, ignore_errors=True)
+
+
+class Forwarder:
+    """``eos_stack.forward`` from the services address (``port``, or a free one) to a server of this test on
+    loopback (a private S3 or broker), so Pods on the real nodes reach it; ``stop()`` with the test."""
+
+    def __init__(self, services_ip: str, target: str, log, port: int | None = None):
+        self.listen = f"{services_ip}:{port or free_port()}"
+        self.url = f"http://{self.listen}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "eos_stack.forward", f"{self.listen}={target}"],
+                                     stdout=log, stderr=subprocess.STDOUT)
+        host, p = self.listen.rsplit(":", 1)
+        wait_until(lambda: port_open(int(p), host), f"the forwarder on {self.listen}", 30, lambda: "", 0.2)
+
+    def stop(self) -> None:
+        stop_process(self.proc, grace=10)

@@ -55,6 +55,19 @@ def test_kubelet_config_for_cgroups_v1_and_the_stack_ca():
     assert cfg["authentication"]["x509"]["clientCAFile"] == "/ca.crt" and cfg["authorization"]["mode"] == "Webhook"
     argv = nc.kubelet_argv(Path("/kubelet"), n, Path("/c"), Path("/k"))
     assert f"--node-ip={n.node_ip}" in argv and f"--hostname-override={n.name}" in argv
+    # The nodes share this machine's disk: no image GC, disk eviction only when it is really out of room (an
+    # absolute amount, not a percentage of a disk that builds and caches keep near the kubelet's defaults).
+    assert cfg["imageGCHighThresholdPercent"] == 100
+    assert all(not cfg["evictionHard"][k].endswith("%") for k in ("nodefs.available", "imagefs.available"))
+
+
+def test_a_private_servers_folder_has_its_stacks_services_address():
+    """A test's private broker (tests/harness/private.py, under ``<state>/private/``) advertises its listener for
+    Pods at the address of the stack it belongs to, where the test forwards it."""
+    main = Path("/tmp/stack-a")
+    assert nc.services_ip(main / "private" / "kafka-t-1a2b3c") == nc.services_ip(main)
+    other = main / "elsewhere" / "kafka-t-1a2b3c"                # not a private folder: its own
+    assert nc.services_ip(other) == nc.services_ip_of(nc.stack_tag(other))
 
 
 def test_pause_archive_is_an_oci_layout_named_for_ctr_import():
