@@ -119,8 +119,15 @@ def test_control_the_topic_refuses_a_default_batch_whole(bootstrap, topics):
     p.begin_transaction()
     refused: list[KafkaError] = []
     for i in range(IDS):
-        p.produce(topics["out"], key=str(i).encode(), value=b"v" * VALUE, partition=0,
-                  on_delivery=lambda err, _msg: refused.append(err) if err is not None else None)
+        try:
+            p.produce(topics["out"], key=str(i).encode(), value=b"v" * VALUE, partition=0,
+                      on_delivery=lambda err, _msg: refused.append(err) if err is not None else None)
+        except KafkaException as exc:
+            # A busy machine: the first request was sent, refused whole and failed the transaction before the
+            # loop ended (seen in a clean-clone run); what it refused comes with the delivery reports below.
+            assert exc.args[0].code() == KafkaError._STATE, exc
+            break
+    p.flush(TIMEOUT)     # the delivery reports of what was sent
     with pytest.raises(KafkaException) as failed:
         p.commit_transaction(TIMEOUT)
     assert failed.value.args[0].txn_requires_abort()
