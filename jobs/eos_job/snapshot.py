@@ -115,6 +115,10 @@ def _write(ckpt: Loc, dest: Loc, cut: Cut, last: int | None, *, kind: str, strea
         tmp.rmtree()
         raise
     copied = tmp / "checkpoint"
+    if last is not None and checkpoint.checkpoint_id(copied) is None:
+        tmp.rmtree()
+        raise SnapshotError(f"the copy of {ckpt} has batches up to {last} but no metadata file, which Spark needs "
+                            "to start from it: not a snapshot (was the checkpoint still being seeded?)")
     import pyspark
     manifest = {
         "kind": kind, "stream": stream, "lastBatch": last, "checkpointId": checkpoint.checkpoint_id(copied),
@@ -150,6 +154,12 @@ def take_live_snapshot(ckpt: str | Path, dest: str | Path, *, stream: dict, spec
     if last is None:
         raise NothingToSnapshot(f"checkpoint {ckpt} has no committed batch yet: nothing to snapshot; "
                                 "retry after the first batch")
+    if checkpoint.checkpoint_id(ckpt) is None:
+        # A location being seeded from a snapshot (restore_snapshot copies its metadata last): its logs are
+        # part of another checkpoint's. Copied now, the snapshot would hold batches without the metadata Spark
+        # needs, and a restore of it would never start (seen on S3, where seeding takes seconds).
+        raise NothingToSnapshot(f"checkpoint {ckpt} has batches but no metadata file yet: a restore or upgrade "
+                                "is still copying a snapshot into it; retry once its driver runs")
     return _write(ckpt, Loc.of(dest), Cut.after_batch(last), last, kind="live", stream=stream, spec_hash=spec_hash,
                   ledger_positions=ledger_positions, on_file=on_file)
 

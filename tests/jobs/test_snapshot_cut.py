@@ -423,3 +423,21 @@ def test_dispose_removes_what_an_interrupted_take_left_and_refuses_what_is_not_a
     with pytest.raises(NotASnapshot):
         dispose_snapshot(tmp_path / "data")
     assert (tmp_path / "data").is_dir()
+
+
+def test_a_location_still_being_seeded_is_not_snapshotted(tmp_path):
+    """A restore copies the snapshot's metadata file last (restore_snapshot). A live snapshot taken of the new
+    location before that (on S3 the copy takes seconds; a periodic snapshot raced it in the lifecycle chaos on
+    the real nodes) would hold batches without the metadata Spark needs, and a restore of it never started:
+    the location is refused until its metadata is there, and a copy without it is never a snapshot."""
+    seeding = fake_checkpoint(tmp_path / "seeding", committed=3)
+    (seeding / "metadata").unlink()          # the seed's logs are copied, its metadata not yet
+    with pytest.raises(NothingToSnapshot, match="no metadata file yet"):
+        take_live_snapshot(seeding, tmp_path / "snap", stream=STREAM)
+    assert not (tmp_path / "snap").exists() and not (tmp_path / "snap.partial").exists()
+    with pytest.raises(SnapshotError, match="no metadata file"):
+        take_snapshot(seeding, tmp_path / "stop-snap", stream=STREAM, spec_hash="h")
+    assert not (tmp_path / "stop-snap").exists() and not (tmp_path / "stop-snap.partial").exists()
+    # Once the metadata is there, the same location is snapshotted as usual.
+    fake_checkpoint(seeding, committed=3)
+    assert take_live_snapshot(seeding, tmp_path / "snap", stream=STREAM)["checkpointId"] == QUERY_ID
