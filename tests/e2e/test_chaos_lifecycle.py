@@ -1,7 +1,9 @@
 """Lifecycle chaos through the operator, on the unique-id stream.
 
-One stream runs under the operator (process kubelet, real Spark and Kafka) while ids keep arriving and
-periodic snapshots are taken. A seeded random schedule (``EOS_LIFECYCLE_SEED``) of lifecycle operations
+One stream runs under the operator, its driver, snapshot and drain Pods on the real nodes (tests/e2e/on_nodes.py:
+the checkpoint and snapshots in the stack's bucket), while ids keep arriving and periodic snapshots are taken.
+Its Kafka is a broker of this test alone (``private_kafka``), which the broker kill SIGKILLs: its listener for
+Pods is advertised at the stack's services address and forwarded there by the test (``Forwarder``). A seeded random schedule (``EOS_LIFECYCLE_SEED``) of lifecycle operations
 is applied to it, each kind at least once: a driver SIGKILL, an operator SIGKILL, a snapshot upgrade, a
 parallelism change (a new generation), a broken upgrade that rolls back, a nonce snapshot, a restore of an
 older snapshot of the same stream, delete and re-create, suspend and resume, and a broker SIGKILL. Every
@@ -13,6 +15,7 @@ equality, read_committed), the ledger only grew per slot and no transaction is o
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import random
@@ -27,6 +30,7 @@ from eos_stack import kafka
 from eos_stack.cluster import wait_until
 from eos_stack.common import Stack
 from tests.e2e.streams import NAME, IdFeed, Rig, assert_ids_exactly_once, rig, wait_ids
+from tests.harness.private import Forwarder
 
 pytestmark = pytest.mark.stack
 
@@ -196,49 +200,63 @@ class Lifecycle:
 
 
 @pytest.mark.timeout(max(2700, OPS * 60))   # make soak runs longer
-def test_lifecycle_chaos_through_the_operator_keeps_every_id_exactly_once(stack_env, private_kafka, kubectl,
-                                                                           namespace, tmp_path, report_result):
+@pytest.mark.real_nodes
+def test_lifecycle_chaos_through_the_operator_keeps_every_id_exactly_once(stack_env, nodes, private_kafka, kubectl,
+                                                                           namespace, on_nodes, tmp_path,
+                                                                           report_result):
     rng = random.Random(int(os.environ.get("EOS_LIFECYCLE_SEED", "20261124")))
     ops = schedule(rng, OPS)
     # The stream's source, sink and ledger are on a broker of this test alone, the one its broker-kill SIGKILLs
     # (the manifest carries the bootstrap: the operator's resolution and the driver Pods go there too); the
-    # stack's broker, which the tests running beside this one use, is never touched.
-    with rig({**stack_env, "KAFKA_BOOTSTRAP": private_kafka.bootstrap}, kubectl, namespace, tmp_path) as r:
-        life = Lifecycle(r, rng, private_kafka.stack)
-        feed = IdFeed(r.bootstrap, r.topics.events, chunk=50, pause=1.0)
-        feed.send(2_000, -1, 1_000_000)
-        r.start_operator()
-        life.apply()
-        feed.start()
-        done: Counter = Counter()
-        started = time.monotonic()
-        try:
-            life.wait_progress("the first start", 300)
-            for i, op in enumerate(ops):
-                assert feed.error is None, f"the id feed failed before operation {i}: {feed.error!r}"
-                t0 = time.monotonic()
-                what = getattr(life, op.replace("-", "_"))()
-                life.wait_progress(f"operation {i} ({op}: {what})")
-                done[op + ("-missed" if what.endswith("had no process to kill") else "")] += 1
-                life.journal.append(f"{i:3d} {op:16s} {time.monotonic() - t0:5.0f}s  {what}")
-                print(life.journal[-1], flush=True)
-            expected = feed.finish()
-            wait_ids(r.bootstrap, r.topics.counts, expected, r.diag, timeout=600)
-            assert_ids_exactly_once(r.bootstrap, r.topics.counts, r.topics.ledger(namespace, NAME), expected,
-                                    (r.topics.dlq,))
-        finally:
-            feed.stop_flag.set()
-            if kafka.status(private_kafka.stack)[0] != "running":
-                kafka.up(private_kafka.stack)
-        reasons = kubectl.events(namespace, NAME)
-        assert "UpgradeRolledBack" in reasons or not done["rollback"], reasons
-        assert done["driver-kill"] >= 1, f"no driver kill found a process to kill: {dict(done)}"
-        # No driver was ever refused a batch: each operation leaves the stream where the next can go on (a
-        # re-created stream once upgraded onto its predecessor's stale checkpoint location and was refused).
-        refused = [m for e in kubectl.event_objects(namespace, NAME) for m in [e.get("message") or ""]
-                   if "BatchRefused" in m]
-        assert not refused, refused
-        print("\n".join(life.journal))
-        report_result(f"lifecycle chaos: {sum(done.values())} operations through the operator in "
-                      f"{time.monotonic() - started:.0f}s ({dict(sorted(done.items()))}); "
-                      f"{len(expected)} unique ids, every one exactly once")
+    # stack's broker, which the tests running beside this one use, is never touched. The Pods reach it at the
+    # stack's services address, forwarded to its listener for Pods (kept across its kill and restart).
+    port = private_kafka.pods_port
+    with (tmp_path / "forward.log").open("w") as flog, contextlib.ExitStack() as cleanup:
+        forward = Forwarder(on_nodes.pod_env["EOS_SERVICES_IP"], f"127.0.0.1:{port}", flog, port=port)
+        cleanup.callback(forward.stop)
+        on_nodes.bootstrap = forward.listen
+        r = cleanup.enter_context(rig({**stack_env, "KAFKA_BOOTSTRAP": private_kafka.bootstrap}, kubectl,
+                                      namespace, tmp_path, on_nodes=on_nodes))
+        run_lifecycle(r, rng, ops, private_kafka, kubectl, namespace, report_result)
+
+
+def run_lifecycle(r: Rig, rng: random.Random, ops: list[str], private_kafka, kubectl, namespace: str,
+                  report_result) -> None:
+    life = Lifecycle(r, rng, private_kafka.stack)
+    feed = IdFeed(r.bootstrap, r.topics.events, chunk=50, pause=1.0)
+    feed.send(2_000, -1, 1_000_000)
+    r.start_operator()
+    life.apply()
+    feed.start()
+    done: Counter = Counter()
+    started = time.monotonic()
+    try:
+        life.wait_progress("the first start", 300)
+        for i, op in enumerate(ops):
+            assert feed.error is None, f"the id feed failed before operation {i}: {feed.error!r}"
+            t0 = time.monotonic()
+            what = getattr(life, op.replace("-", "_"))()
+            life.wait_progress(f"operation {i} ({op}: {what})")
+            done[op + ("-missed" if what.endswith("had no process to kill") else "")] += 1
+            life.journal.append(f"{i:3d} {op:16s} {time.monotonic() - t0:5.0f}s  {what}")
+            print(life.journal[-1], flush=True)
+        expected = feed.finish()
+        wait_ids(r.bootstrap, r.topics.counts, expected, r.diag, timeout=600)
+        assert_ids_exactly_once(r.bootstrap, r.topics.counts, r.topics.ledger(namespace, NAME), expected,
+                                (r.topics.dlq,))
+    finally:
+        feed.stop_flag.set()
+        if kafka.status(private_kafka.stack)[0] != "running":
+            kafka.up(private_kafka.stack)
+    reasons = kubectl.events(namespace, NAME)
+    assert "UpgradeRolledBack" in reasons or not done["rollback"], reasons
+    assert done["driver-kill"] >= 1, f"no driver kill found a process to kill: {dict(done)}"
+    # No driver was ever refused a batch: each operation leaves the stream where the next can go on (a
+    # re-created stream once upgraded onto its predecessor's stale checkpoint location and was refused).
+    refused = [m for e in kubectl.event_objects(namespace, NAME) for m in [e.get("message") or ""]
+               if "BatchRefused" in m]
+    assert not refused, refused
+    print("\n".join(life.journal))
+    report_result(f"lifecycle chaos: {sum(done.values())} operations through the operator in "
+                  f"{time.monotonic() - started:.0f}s ({dict(sorted(done.items()))}); "
+                  f"{len(expected)} unique ids, every one exactly once")

@@ -26,16 +26,17 @@ def running_as(kubectl, namespace, name, pod):
 
 
 @pytest.mark.soak   # make soak (overlaps the lifecycle chaos driver kills and test_operator_e2e); make test deselects it
-def test_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, kubectl, namespace, kubelet,
-                                                                      operator, tmp_path, report_result):
+@pytest.mark.real_nodes   # the kills: kubelet.kill9, every process of the driver's container (NodePods)
+def test_driver_kills_in_one_run_resolve_restart_and_stay_exact(stack_env, nodes, kubectl, namespace, kubelet,
+                                                                      on_nodes, operator, tmp_path, report_result):
     diag = Diagnostics(kubectl, namespace, operator, kubelet)
     topics = ColorsTopics(stack_env["KAFKA_BOOTSTRAP"])
     name = "colors"
     rng = random.Random(5)
     produce(topics.bootstrap, topics.events, 2000)
     expected = expected_ids(2000)
-    kubectl.apply(colors_stream(name, topics, tmp_path / "checkpoint", attempts=10, delay=1.0,
-                                module="examples.colors.ids"), namespace)
+    kubectl.apply(on_nodes.place(colors_stream(name, topics, tmp_path / "checkpoint", attempts=10, delay=1.0,
+                                              module="examples.colors.ids")), namespace)
     sent = 2000
     for kill in range(KILLS):
         pod = f"colors-driver-{kill}"

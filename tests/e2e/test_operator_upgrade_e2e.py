@@ -3,10 +3,13 @@ unique-id stream to this build's, and nothing restarts that the spec does not as
 
 The previous build is ``PREVIOUS_BUILD``, the last commit that landed (until a ``v0.1.0`` tag exists; ``make
 release`` is where it moves on): its ``jobs/``, ``operator/`` and ``examples/`` are taken from git into a folder
-of their own, and its operator (a host process, as in every operator e2e) runs on them, as do the driver Pods
-the process kubelet starts while it runs. That operator launches the stream and its driver commits batches
-with ids arriving. Then the operator is replaced as a Deployment's rollout replaces it (SIGTERM, then this
-build's operator starts), and the test checks:
+of their own, and its operator (a host process, as in every operator e2e) runs on them. The Pods run on the real
+nodes (tests/e2e/on_nodes.py), in the project's image: the Pods the previous operator creates run the previous
+build's runtime, its ``eos_job`` from a ConfigMap mounted at ``/opt/previous/eos_job`` and put first on their
+``PYTHONPATH`` (``EOS_TEST_POD_ENV``, a test-only patch of the operator from outside its code,
+``tests/e2e/streams.py``). That operator launches the stream and its driver commits batches with ids arriving.
+Then the operator is replaced as a Deployment's rollout replaces it (SIGTERM, then this build's operator
+starts), and the test checks:
 
 - the running driver is adopted, not restarted: the same Pod (uid), no new driver Pod, the stream Running
   throughout, and its status moving on under the new operator (its last committed batch, which only an
@@ -21,7 +24,8 @@ Beside it, a second stream is the negative control of the adoption check and the
 old operator and runtime start it, and the new operator is switched (``EOS_TEST_FORGET_ADOPTION``, a test-only
 patch from outside its code, ``tests/e2e/streams.py``) to read its running driver's spec as another trigger
 interval, so it restarts that driver instead of adopting it. :func:`adoption_violations`, the check the first
-stream must pass, must report the new driver Pod. The restarted driver runs a copy of this build's runtime whose
+stream must pass, must report the new driver Pod. The restarted driver runs a copy of this build's runtime (a
+ConfigMap at ``/opt/skewed/eos_job``, by the same patch for the control's Pods only) whose
 ``eos_job.__version__`` is outside the policy (newer than the operator: with this build at 0.1 no version is
 older than the policy allows; the unit tests judge those): the stream must turn Degraded ``RuntimeVersionSkew``
 with one Warning event and keep committing with the same driver. The main stream's spec-change restart is made
@@ -36,7 +40,7 @@ fields from every other test's objects; the CRDs' compatibility is the unit tier
 from __future__ import annotations
 
 import io
-import shutil
+import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -46,9 +50,8 @@ import pytest
 
 import eos_job
 from eos_operator.version_skew import REASON as SKEW, skew_message
-from eos_stack import cluster
 from eos_stack.cluster import Kubectl, condition, holds_for, wait_until
-from tests.e2e.streams import IDS, NAME, ColorsTopics, IdFeed, colors_stream, finish_ids, rig
+from tests.e2e.streams import IDS, NAME, ColorsTopics, IdFeed, OperatorProcess, colors_stream, finish_ids, rig
 from tests.previous_build import PREVIOUS_BUILD
 
 pytestmark = pytest.mark.stack
@@ -59,29 +62,67 @@ _MAJOR, _MINOR = (int(x) for x in eos_job.__version__.split(".")[:2])
 SKEWED = f"{_MAJOR}.{_MINOR + 1}.0"   # a runtime newer than the operator: outside the policy
 
 
-def previous_build(dest: Path) -> str:
-    """The previous build's code in ``dest``; its PYTHONPATH."""
-    done = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS_BUILD, "jobs", "operator", "examples"],
-                          capture_output=True)
+def previous_runtime() -> dict[str, str]:
+    """The previous build's ``eos_job`` (``jobs/eos_job/*.py``, one flat package) from git: file name -> text."""
+    done = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS_BUILD, "jobs/eos_job"], capture_output=True)
     assert done.returncode == 0, (
         f"the previous build {PREVIOUS_BUILD[:12]} is not in this clone's history ({done.stderr.decode().strip()}): "
         "clone the repository with its history (no --depth) to run the operator-upgrade test")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        return {Path(m.name).name: tar.extractfile(m).read().decode() for m in tar.getmembers()
+                if m.isfile() and m.name.endswith(".py")}
+
+
+def previous_build(dest: Path) -> str:
+    """The previous build's code in ``dest``, for its operator on this machine; its PYTHONPATH."""
+    done = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS_BUILD, "jobs", "operator", "examples"],
+                          capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
         tar.extractall(dest, filter="data")
     return ":".join(str(dest / p) for p in ("jobs", "operator", ""))
 
 
-def skewed_runtime(dest: Path) -> str:
-    """This build's runtime copied to ``dest`` with ``eos_job.__version__`` set to SKEWED; its PYTHONPATH."""
-    shutil.copytree(REPO / "jobs" / "eos_job", dest / "jobs" / "eos_job",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    init = dest / "jobs" / "eos_job" / "__init__.py"
-    text = init.read_text()
+def skewed_runtime() -> dict[str, str]:
+    """This build's ``eos_job`` with ``__version__`` set to SKEWED: file name -> text."""
+    files = {f.name: f.read_text() for f in sorted((REPO / "jobs" / "eos_job").glob("*.py"))}
     line = f'__version__ = "{eos_job.__version__}"'
-    assert line in text, text
-    init.write_text(text.replace(line, f'__version__ = "{SKEWED}"'))
-    return ":".join([str(dest / "jobs"), cluster.PYTHONPATH])
+    assert line in files["__init__.py"], files["__init__.py"]
+    files["__init__.py"] = files["__init__.py"].replace(line, f'__version__ = "{SKEWED}"')
+    return files
+
+
+# The runtimes other than the image's, as ConfigMaps mounted into every Pod of both streams; a Pod runs one only
+# when its PYTHONPATH puts it first (EOS_TEST_POD_ENV). The image's own PYTHONPATH is /app (Dockerfile).
+RUNTIMES = {"previous": previous_runtime, "skewed": skewed_runtime}
+IMAGE_PYTHONPATH = "/app"
+
+
+def runtime_path(runtime: str) -> str:
+    return f"/opt/{runtime}:{IMAGE_PYTHONPATH}"
+
+
+def runtime_configmap(runtime: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"runtime-{runtime}"},
+            "data": RUNTIMES[runtime]()}
+
+
+def with_runtimes(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (placed on the nodes) with every runtime's ConfigMap mounted at ``/opt/<runtime>/eos_job``."""
+    template = doc["spec"]["job"]["podTemplate"]
+    for runtime in RUNTIMES:
+        template["volumes"].append({"name": f"runtime-{runtime}", "configMap": {"name": f"runtime-{runtime}"}})
+        template["volumeMounts"].append({"name": f"runtime-{runtime}", "mountPath": f"/opt/{runtime}/eos_job",
+                                         "readOnly": True})
+    return doc
+
+
+def runs_runtime(kubectl: Kubectl, namespace: str, pod: str) -> str:
+    """Which runtime Pod ``pod`` was given: a name of RUNTIMES, or "image" (its PYTHONPATH not overridden)."""
+    env = kubectl.json("get", "pod", pod, "-n", namespace)["spec"]["containers"][0].get("env") or []
+    path = next((e.get("value") for e in env if e["name"] == "PYTHONPATH"), None)
+    return next((r for r in RUNTIMES if path == runtime_path(r)), "image")
 
 
 def adoption_violations(kubectl: Kubectl, namespace: str, stream: str, driver: str, uid: str) -> list[str]:
@@ -112,48 +153,40 @@ def driver_of(kubectl: Kubectl, namespace: str, status: dict[str, Any]) -> tuple
     return driver, kubectl.json("get", "pod", driver, "-n", namespace)["metadata"]["uid"]
 
 
-def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_env, kubectl, namespace,
-                                                                          tmp_path, report_result):
+@pytest.mark.real_nodes
+def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_env, nodes, kubectl, namespace,
+                                                                          on_nodes, tmp_path, report_result):
     old_path = previous_build(tmp_path / "previous")
-    skewed_path = skewed_runtime(tmp_path / "skewed")
-    on_old: set[str] = set()
-    on_skewed: set[str] = set()
-    phase = {"old": True}
+    for runtime in RUNTIMES:
+        kubectl.apply(runtime_configmap(runtime), namespace)
 
-    def env_for(pod: str) -> dict[str, str]:
-        """Pods started while the previous operator runs run the previous runtime; the control stream's Pods
-        after that run the skewed copy of this build's."""
-        if phase["old"]:
-            on_old.add(pod)
-            return {"PYTHONPATH": old_path}
-        if pod.startswith(f"{CONTROL}-"):
-            on_skewed.add(pod)
-            return {"PYTHONPATH": skewed_path}
-        return {}
-
-    with rig(stack_env, kubectl, namespace, tmp_path, env_for=env_for) as r:
-        old = r.operator = cluster.OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator-old.log",
-                                                   PYTHONPATH=old_path).start()
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r:
+        # Every Pod the previous operator creates runs the previous runtime.
+        old = r.operator = OperatorProcess(stack_env["KUBECONFIG"], namespace, tmp_path / "operator-old.log",
+                                           PYTHONPATH=old_path,
+                                           EOS_TEST_POD_ENV=json.dumps({"": {"PYTHONPATH": runtime_path("previous")}})
+                                           ).start()
         r.diag.operator = old
         feed = IdFeed(r.bootstrap, r.topics.events, chunk=50, pause=1.0)
         r.feeds.append(feed)
         feed.send(1000, 53, 1_000_000)
-        kubectl.apply(r.stream(IDS), namespace)
+        kubectl.apply(with_runtimes(r.stream(IDS)), namespace)
         control_topics = ColorsTopics(r.bootstrap)
         control_feed = IdFeed(r.bootstrap, control_topics.events, chunk=20, pause=1.0)
         r.feeds.append(control_feed)
         control_feed.send(200, 54, 1_000_000)
-        kubectl.apply(colors_stream(CONTROL, control_topics, tmp_path / "control-checkpoint", module=IDS), namespace)
+        kubectl.apply(with_runtimes(r.place(colors_stream(CONTROL, control_topics, tmp_path / "control-checkpoint",
+                                                          module=IDS))), namespace)
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Running" and s.get("lastCommittedBatch") is not None,
                            "the previous build's operator to run the stream and see its first batch committed", 300)
         feed.start()
         driver, uid = driver_of(kubectl, namespace, st)
-        assert driver in on_old, (driver, on_old)
+        assert runs_runtime(kubectl, namespace, driver) == "previous", driver
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Running" and s.get("lastCommittedBatch") is not None,
                            "the control stream to run and commit", 300, name=CONTROL)
         control_feed.start()
         control_driver, control_uid = driver_of(kubectl, namespace, st)
-        assert control_driver in on_old, (control_driver, on_old)
+        assert runs_runtime(kubectl, namespace, control_driver) == "previous", control_driver
         r.wait_status(lambda s: s["lastCommittedBatch"] >= 2, "the previous runtime to commit the feed's batches")
         # The check passes on both before the switch: whatever it reports after, the switch made.
         assert adoption_violations(kubectl, namespace, NAME, driver, uid) == []
@@ -163,8 +196,9 @@ def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_
         # The new operator forgets that the control stream's driver runs its spec (the negative control).
         old.stop()
         at_switch = r.status()["lastCommittedBatch"]
-        phase["old"] = False
-        r.start_operator(log="operator-new.log", EOS_TEST_FORGET_ADOPTION=CONTROL)
+        # The control stream's Pods from now on run the skewed copy of this build's runtime.
+        r.start_operator(log="operator-new.log", EOS_TEST_FORGET_ADOPTION=CONTROL,
+                         EOS_TEST_POD_ENV=json.dumps({f"{CONTROL}-": {"PYTHONPATH": runtime_path("skewed")}}))
 
         wait_until(lambda: (r.status().get("lastCommittedBatch") or -1) > at_switch + 2,
                    "the new operator to report batches the adopted driver committed", 120, r.diag, 1)
@@ -187,7 +221,7 @@ def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_
         skewed = r.wait_status(lambda s: s.get("runtimeVersion") == SKEWED and s.get("lifecycleState") == "Running"
                                and condition(s, "Degraded").get("reason") == SKEW,
                                "the skewed runtime's version reported and judged", 300, name=CONTROL)
-        assert skewed["driverPod"] in on_skewed, (skewed["driverPod"], on_skewed)
+        assert runs_runtime(kubectl, namespace, skewed["driverPod"]) == "skewed", skewed["driverPod"]
         assert condition(skewed, "Degraded")["message"] == skew_message(eos_job.__version__, SKEWED), skewed
         assert condition(skewed, "Ready")["status"] == "True", skewed
         r.wait_status(lambda s: s["lastCommittedBatch"] >= skewed["lastCommittedBatch"] + 2
@@ -201,7 +235,7 @@ def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_
 
         st = r.wait_status(lambda s: s.get("lifecycleState") == "Running" and s.get("driverPod") not in (None, driver),
                            "the spec change's new driver", 300)
-        assert st["driverPod"] not in on_old, (st["driverPod"], on_old)
+        assert runs_runtime(kubectl, namespace, st["driverPod"]) == "image", st["driverPod"]
         r.wait_status(lambda s: (s.get("lastCommittedBatch") or -1) > adopted + 1,
                       "the new runtime to commit batches after the previous one's", 240)
         st = r.wait_status(lambda s: s.get("runtimeVersion") == eos_job.__version__,

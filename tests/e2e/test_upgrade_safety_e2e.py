@@ -3,10 +3,10 @@ periodic snapshots with retention, and a restore from an older snapshot into a n
 
 Each test runs its own namespace and operator process; the driver, pre-flight, drain and snapshot Pods run their
 real commands. The tests marked ``real_nodes`` (pre-flight, the drain, the idle upgrade, the operator killed
-mid-upgrade) run them on the real nodes (the checkpoint in the stack's bucket, the test job modules from a
-ConfigMap: tests/e2e/on_nodes.py; the drain's driver fault added by the operator under test, ``driver_env``); the
-fork test still runs on the process kubelet: it reads the older snapshot's checkpoint on this machine's disk
-(docs/local-stack.md). Output is checked with
+mid-upgrade, the periodic snapshots and the fork) run them on the real nodes (the checkpoint in the stack's
+bucket, the test job modules from a ConfigMap: tests/e2e/on_nodes.py; the drain's driver fault added by the
+operator under test, ``driver_env``); the fork test reads the older snapshot in the bucket from this machine.
+Output is checked with
 read_committed consumers. Exactness is proven on the unique-id stream (every id sent in
 the output once, as a set: ``finish_ids``), where final counts per key would hide a lost
 batch that a later one rewrote. The pre-flight test, whose point is the state schema of a stateful job, runs
@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eos_job import checkpoint, snapshot
+from eos_job.storage import Loc, S3Options
 from eos_stack.cluster import condition, wait_until
 from tests.e2e.streams import (IDS, NAME, IdFeed, OperatorProcess, colors_stream, finish_ids,
                                kept_ids_from, rig, settle_ids, wait_ids)
@@ -181,9 +181,13 @@ def test_parallelism_change_over_a_partially_committed_batch_drains_first(
 
 
 @pytest.mark.soak   # make soak (overlaps the lifecycle chaos: periodic snapshots, retention, restores); make test deselects it
+@pytest.mark.real_nodes
 def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
-        stack_env, kubectl, namespace, tmp_path, report_result):
-    with rig(stack_env, kubectl, namespace, tmp_path) as r:
+        stack_env, nodes, kubectl, namespace, on_nodes, tmp_path, report_result):
+    # The snapshots in the bucket, read from this machine with the server's keys.
+    s3 = S3Options(endpoint=on_nodes.pod_env["POD_S3_ENDPOINT"], path_style=True,
+                   access_key=stack_env["S3_ACCESS_KEY"], secret_key=stack_env["S3_SECRET_KEY"])
+    with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r:
         feed = r.run_ids(r.stream(IDS, snapshots={"intervalSeconds": 10, "maxCount": 2}), seed=11,
                          first_output=False)
         seen: dict[str, dict[str, Any]] = {}
@@ -217,13 +221,14 @@ def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
         for s in gone:     # disposeOnDelete: the files of pruned snapshots are removed
             path = (s.get("status") or {}).get("path")
             if path:
-                wait_until(lambda: not Path(path).exists(), f"{path} to be disposed", 60, r.diag, 1)
+                wait_until(lambda: not Loc.of(path, s3).files(), f"{path} to be disposed", 60, r.diag, 1)
         completed = sorted((s for s in items if s["status"]["state"] == "Completed"),
                            key=lambda s: s["status"]["batch"])
         older = completed[0]
         # Where the fork resumes: the source positions after the last batch the snapshot's checkpoint committed.
-        last = snapshot.read_manifest(older["status"]["path"])["lastBatch"]
-        resume_at = checkpoint.kafka_offsets(Path(older["status"]["path"]) / "checkpoint", last)[r.topics.events]
+        older_loc = Loc.of(older["status"]["path"], s3)
+        last = snapshot.read_manifest(older_loc)["lastBatch"]
+        resume_at = checkpoint.kafka_offsets(older_loc / "checkpoint", last)[r.topics.events]
         # More output after the snapshot the fork starts from: a few batches past it.
         wait_until(lambda: (kubectl.status(namespace, NAME).get("lastCommittedBatch") or 0)
                    >= older["status"]["batch"] + 3, "batches after the older snapshot", 120, r.diag, 1)
@@ -233,7 +238,7 @@ def test_periodic_snapshots_retention_and_restore_into_a_new_stream(
         fork_counts = f"{r.topics.counts}-fork"
         from examples.colors.local_run import create_topics
         create_topics(r.bootstrap, {fork_counts: 3})
-        fork = colors_stream("colors-fork", r.topics, tmp_path / "fork", attempts=3, delay=2, module=IDS)
+        fork = r.place(colors_stream("colors-fork", r.topics, tmp_path / "fork", attempts=3, delay=2, module=IDS))
         fork["spec"]["sink"]["topic"] = fork_counts
         fork["spec"]["restoreFrom"] = older["metadata"]["name"]
         kubectl.apply(fork, namespace)
