@@ -54,7 +54,7 @@ test-unit: venv
 # stops here). Then the real-stack tiers (chaos first, the longest; then stack, chart, e2e; see tests/conftest.py),
 # each with its own per-test timeout, all two at a time (pytest-xdist, work stealing): a test that kills or
 # stops a broker or an S3 server has its own (tests/harness/private.py); then alone the tests marked `serial`
-# (none today). Test logs (operator, drivers, kubelet) stay under $(EOS_STATE)/pytest* for .ci/run to show
+# (none today). Test logs (the operator's, the Pods') stay under $(EOS_STATE)/pytest* for .ci/run to show
 # when something fails.
 export EOS_STATE ?= $(CURDIR)/.stack
 test: venv
@@ -92,6 +92,8 @@ bench: venv
 # Output gap of a snapshot upgrade vs a plain restart, same run (results in benchmarks/results/).
 bench-upgrade: venv
 	$(PY) -m eos_stack up
+	$(PY) -m eos_stack.image build
+	$(PY) -m eos_stack up node
 	$(PY) benchmarks/upgrade_gap.py --rounds $${ROUNDS:-2}
 
 # Recovery from a driver SIGKILL to the first new committed output, in parts (detection, restart wait, resolution,
@@ -99,13 +101,17 @@ bench-upgrade: venv
 # entry in the same run (results in benchmarks/results/).
 bench-recovery: venv
 	$(PY) -m eos_stack up
+	$(PY) -m eos_stack.image build
+	$(PY) -m eos_stack up node
 	PYTHONPATH=$(CURDIR)/stack:$(CURDIR):$(CURDIR)/jobs:$(CURDIR)/operator $(PY) benchmarks/recovery.py \
 	  --rounds $${ROUNDS:-5} $${VARIANT:+--variant "$$VARIANT"}
 
 # The exactly-once sink job in Spark local mode vs deployMode cluster with 2 executor Pods, same input,
-# through the operator and the process kubelet (results in benchmarks/results/).
+# through the operator, every Pod on one of the stack's real nodes (results in benchmarks/results/).
 bench-executors: venv
 	$(PY) -m eos_stack up
+	$(PY) -m eos_stack.image build
+	$(PY) -m eos_stack up node
 	$(PY) benchmarks/executors.py --repeats $${REPEATS:-3}
 
 # Resolution of a 16-, 256- and 1,024-slot stream: fencing one id at a time vs in parallel, on the local broker
@@ -114,7 +120,7 @@ bench-fencing: venv
 	$(PY) -m eos_stack up
 	$(PY) benchmarks/fencing.py --repeats $${REPEATS:-3}
 
-# The operator with 50, 200 and 500 streams (STREAMS=...), drivers stood in by the process kubelet's stand-in:
+# The operator with 50, 200 and 500 streams (STREAMS=...), driver Pods on a KWOK node played by a simulator:
 # first action, crash to restart, API requests, Kafka connections, CPU, memory, takeover (results and a plot in
 # benchmarks/results/).
 bench-scale: venv

@@ -49,6 +49,22 @@ def summarize(runs: list[dict], n: int) -> dict:
 
 
 
+# Where the Pods ran: the real nodes; results from before 2026-11-29 (no ``pods`` setting) ran them on the process
+# kubelet (retired), a test node that ran each Pod as a local process without cgroups.
+PODS = {"real nodes": "the stack's real nodes (kubelet, containerd, cgroup CPU limits; every Pod on one node)",
+        "process kubelet": "the process kubelet (a test node since retired: Pods as local processes, no CPU limits)"}
+
+
+def pod_resources(s: dict) -> str:
+    """The Pods' CPU and memory as the settings give them (older results: only the executors')."""
+    if "executor_cpu" not in s:
+        return (f"cluster mode: {s['executors']} executors of 1 core and {s['executor_memory']} each (driver: "
+                "Spark's default 1g; local mode: `spark.driver.memory=1g`)")
+    return (f"local mode: a driver of {s['driver_cpu']} CPU and {s['driver_memory']}; cluster mode: a driver of "
+            f"{s['cluster_driver_cpu']} CPU and {s['driver_memory']}, {s['executors']} executors of "
+            f"{s['executor_cpu']} CPU and {s['executor_memory']} each (requests and limits)")
+
+
 def fmt_spread(s: dict, unit: str = "") -> str:
     return f"{s['median']:.1f}{unit} ({s['min']:.1f}–{s['max']:.1f})"
 
@@ -58,10 +74,11 @@ def markdown(res: dict) -> str:
     lines = [
         f"# Executors benchmark {res['date']}: local mode against {s['executors']} executor Pods", "",
         "The exactly-once sink job of the sink benchmark (`benchmarks/passthrough.py`, the `BatchWriter` sink) "
-        "run as an ExactlyOnceStream through the operator and the process kubelet on the local stack, in Spark "
-        f"local mode in one driver Pod (`deployMode: local`, `local[*,4]`) and with `deployMode: cluster` and "
-        f"{s['executors']} executor Pods. Same input, same spec but for the deploy mode; each run a fresh "
-        "stream, checkpoint and output topic; modes alternate. Produced by `benchmarks/executors.py`.", "",
+        f"run as an ExactlyOnceStream through the operator and {PODS[s.get('pods', 'process kubelet')]} on the "
+        f"local stack, in Spark local mode in one driver Pod (`deployMode: local`, `local[*,4]`) and with "
+        f"`deployMode: cluster` and {s['executors']} executor Pods. Same input, same spec but for the deploy mode "
+        "(and the Pods' sizes, below); each run a fresh stream, checkpoint and output topic; modes alternate. "
+        "Produced by `benchmarks/executors.py`.", "",
         f"Machine: **{m['cores']} cores** ({m['cpu']}), {m['ram_gb']} GB RAM, shared (load average "
         f"{res['load_avg_start'][0]:.1f} at start, {res['load_avg_end'][0]:.1f} at end); Python {m['python']}, "
         f"PySpark {m['pyspark']}, Kafka broker {m['kafka_broker']} (single node, same machine), librdkafka "
@@ -71,8 +88,7 @@ def markdown(res: dict) -> str:
         f"Settings: {s['records']:,} records of ~{s['record_bytes']} bytes in a {s['input_partitions']}-partition "
         f"topic, parallelism {s['parallelism']} (output partitions / slots), maxOffsetsPerTrigger "
         f"{s['max_offsets_per_trigger']:,}, triggerIntervalMs {s['trigger_ms']} (batches back to back), "
-        f"checkpoint `store: local`; cluster mode: {s['executors']} executors of 1 core and "
-        f"{s['executor_memory']} each (driver: Spark's default 1g; local mode: `spark.driver.memory=1g`); "
+        f"checkpoint `store: {s['checkpoint_store']}`; {pod_resources(s)}; "
         f"{s['repeats']} repeats, alternating order, median (min–max).", "",
         "What the times include. **End-to-end**: `kubectl apply` of the stream until the commit-log entry of "
         "the batch that reached the input's end (the slot transactions commit before it, so all N records are "
@@ -98,8 +114,14 @@ def markdown(res: dict) -> str:
     for k, label in (("spark", "CPU µs/record, Spark (driver + executor Pods)"), ("driver", "… of which driver Pod"),
                      ("executors", "… of which executor Pods"), ("operator", "CPU µs/record, operator"),
                      ("kube", "CPU µs/record, API server + etcd + controller-manager"),
-                     ("broker", "CPU µs/record, Kafka broker"), ("bench", "CPU µs/record, this process (kubelet)"),
+                     ("broker", "CPU µs/record, Kafka broker"),
+                     ("nodes", "CPU µs/record, the real nodes (kubelets, containerd and its shims, scheduler, DNS)"),
+                     ("forwarder", "CPU µs/record, the services address's forwarder (the Pods' Kafka and S3)"),
+                     ("s3", "CPU µs/record, MinIO (the checkpoint)"),
+                     ("bench", "CPU µs/record, this process" + (" (kubelet)" if "nodes" not in cl else "")),
                      ("other", "CPU µs/record, rest of the machine (noise)")):
+        if k not in cl:
+            continue   # results of the process kubelet's time had no such component
         ratio = f"{cc[k] / cl[k]:.2f}" if k in ("spark", "broker") and cl[k] else ""
         lines.append(f"| {label} | {cl[k]} | {cc[k]} | {ratio} |")
     steps = (("driver_pod_running", "driver Pod running (API timestamp: whole seconds, truncated)"),

@@ -4,6 +4,7 @@
   ``children()`` and ``tree()`` walk the parent links; ``my_tree()`` is this
   process and its descendants.
 * ``machine_busy()``: busy seconds of all CPUs since boot.
+* ``pod_uid()``: the Kubernetes Pod a process runs in, from its cgroup (the real nodes' Pods).
 * ``foreign_processes()``: java and pytest processes that are not ours: other
   work on the shared machine, recorded next to a measurement.
 * ``CpuMeter``: CPU seconds by component, sampled by a thread. A benchmark
@@ -15,6 +16,7 @@ Used by the sink benchmark (``sink_meters.py``) and ``executors_run.py``.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -44,6 +46,23 @@ def machine_busy() -> float:
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
     return (sum(v) - v[3] - (v[4] if len(v) > 4 else 0)) / CLK   # all but idle and iowait
+
+
+# A kubelet puts a Pod's containers under a cgroup named after the Pod's uid: ``pod<uid>`` with '-' (cgroupfs
+# driver, the stack's real nodes) or '_' (systemd driver).
+POD_CGROUP = re.compile(r"pod([0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12})")
+
+
+def pod_uid(pid: int) -> str | None:
+    """The uid of the Pod whose cgroup holds process ``pid`` (any container of it, the sandbox's pause too); None
+    for a process of no Pod, or one gone. A container's processes are not this machine's processes' children (the
+    container runtime's shim is their parent), so this is how a Pod's are found."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    m = POD_CGROUP.search(text)
+    return m.group(1).replace("_", "-") if m else None
 
 
 def children(ps: dict[int, tuple]) -> dict[int, list[int]]:

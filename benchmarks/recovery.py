@@ -1,15 +1,17 @@
 """Recovery from a driver SIGKILL to the first new committed output, through the operator, in parts.
 
-On the local stack (operator from this work tree, process kubelet, real runtime, real Kafka) one colors
-stream runs with events arriving steadily, its restart strategy fixed-delay with a delay of 0 s. Each
-round SIGKILLs the running driver's process group through the process kubelet (t0) and records when
-each step of the recovery became observable, all on this machine's one clock:
+On the local stack (operator from this work tree, the real nodes, real runtime, real Kafka; the stream placed
+on the nodes as the e2e tests place theirs, ``tests/e2e/on_nodes.py``: its checkpoint in the stack's bucket) one
+colors stream runs with events arriving steadily, its restart strategy fixed-delay with a delay of 0 s. Each
+round SIGKILLs every process of the running driver's container, found through its cgroup (t0; ``NodePods.kill9``),
+and records when each step of the recovery became observable, all on this machine's one clock:
 
 * **the API** (a watch of this process on the namespace's Pods): the old Pod ``Failed``, deleted and
   gone, the new Pod created, the new Pod ``Running``;
 * **the operator's log** (its own timestamps, ms): the ``DriverFailed`` event it posts when it sees the
   failure, and ``resolution of NS/NAME in X ms`` (resolution's start is that line minus X);
-* **the new driver's process** (``/proc``, 10 ms ticks): when its Python spawned the JVM (spark-submit);
+* **the new driver's process** (``/proc`` of this machine, where the nodes' containers run; 10 ms ticks): when
+  its Python spawned the JVM (spark-submit);
 * **the new driver's log** (ms): ``driver epoch N stamped ... in X ms`` (the stamp follows the
   SparkSession's build, so the session was ready at that line minus X) and the first ``batch N
   committed: ... (X ms)`` (the first micro-batch ran from that line minus X);
@@ -50,7 +52,8 @@ from confluent_kafka import OFFSET_END, TopicPartition  # noqa: E402
 from eos_job.ledger import ledger_consumer  # noqa: E402
 from benchmarks.report import add_findings, add_results_args, machine_info, render, say, tail  # noqa: E402
 from eos_stack.cluster import wait_until  # noqa: E402
-from benchmarks.upgrade_gap import bench_namespace  # noqa: E402
+from benchmarks.upgrade_gap import NOT_UP, bench_namespace  # noqa: E402
+from tests.e2e.on_nodes import NodeStreams  # noqa: E402
 from tests.e2e.streams import NAME, finish_exact, rig  # noqa: E402
 
 # (part, from mark, to mark, what it is), in the order they happen.
@@ -60,7 +63,8 @@ PARTS = [
      "restart delay (0 s; milliseconds since d61f35b, the whole second before) and removal of the failed Pod"),
     ("resolution", "resolution_start", "resolution_end", "fencing and ledger reads (operator log, ms)"),
     ("submit", "resolution_end", "pod_created", "status write, run ConfigMap and Pod create"),
-    ("pod_start", "pod_created", "pod_running", "process kubelet binds, mounts, starts the process"),
+    ("pod_start", "pod_created", "pod_running",
+     "the nodes' scheduler binds it, the kubelet mounts its volumes and containerd starts the container"),
     ("python_start", "pod_running", "jvm_spawned", "interpreter, imports, pre-flight, up to spark-submit"),
     ("jvm_session", "jvm_spawned", "session_ready", "launcher and driver JVMs, SparkContext, SparkSession"),
     ("to_first_batch", "session_ready", "first_batch_start", "epoch stamp, ledger history, query start"),
@@ -349,7 +353,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"# Recovery from a driver SIGKILL, in parts ({res['when']})", "",
         f"`{res['command']}` on the local stack: operator from the work tree ({res['work_tree']['head']}"
         f"{', with uncommitted changes in operator/' if res['work_tree']['uncommitted_in_operator'] else ''}),"
-        " process kubelet, real runtime (Spark local mode), real Kafka. One colors stream, events arriving"
+        " the real nodes, real runtime (Spark local mode), real Kafka. One colors stream, events arriving"
         " steadily (10 every 0.25 s), trigger 500 ms, restart strategy fixed-delay 0 s"
         + (f"; after the `default` rounds the stream's job.sparkConf is changed to {json.dumps(variant)}"
            " (a snapshot upgrade) and the `variant` rounds follow" if variant else "") +
@@ -399,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         return render(args.render, args.findings, markdown, recompute)
     bench = bench_namespace()
     if bench is None:
-        print("the local stack is not up: run `make stack-up` first", file=sys.stderr)
+        print(NOT_UP, file=sys.stderr)
         return 2
     env, kubectl, namespace, workdir = bench
     variant = settings_arg(args.variant)
@@ -409,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                            "work_tree": work_tree(), "variant": variant, "load_before": loadavg(), "rounds": []}
     timeline = Timeline(env["KUBECONFIG"], namespace).start()
     try:
-        with rig(env, kubectl, namespace, workdir) as r:
+        with rig(env, kubectl, namespace, workdir, on_nodes=NodeStreams(env, kubectl, namespace).setup()) as r:
             strategy = {"type": "fixed-delay", "fixedDelay": {"attempts": 1000, "delaySeconds": 0}}
             trickle = r.run_stream(r.stream(restartStrategy=strategy, upgradePreFlight=False), seed=31)
             timeline.start_output(r.bootstrap, r.topics.counts)

@@ -3,38 +3,34 @@
 
 Everything is real but Spark and the node: the operator (``python -m eos_operator run``, the CLI's default
 intervals, ``--leader-election`` with two replicas, ``--metrics-port``), the API server, Kafka and resolution.
-The drivers (``--nodes``):
-
-* ``kwok`` (the default): the driver Pods go to a fake Node of KWOK (``eos_stack.kwok``, built into the cache on
-  first use), which makes them ``Running`` and removes them when deleted through the real API server;
-  simulator processes (``tests/harness/kwok_drivers.py``, ``--streams-per-simulator`` each) play every Running
-  driver in a thread: the driver's
-  own start, epoch stamp and exactly-once batches through the sink's write path (``driver_play``), one batch
-  every ``--batch-seconds``.
-* ``standin``: the process kubelet runs one stand-in process per driver (``tests/harness/standin.py``, the same
-  ``driver_play``), about 25 MiB each: the previous way, kept to compare with.
+The drivers: their Pods go to a fake Node of KWOK (``eos_stack.kwok``, built into the cache on first use), which
+makes them ``Running`` and removes them when deleted through the real API server; simulator processes
+(``tests/harness/kwok_drivers.py``, ``--streams-per-simulator`` each) play every Running driver in a thread: the
+driver's own start, epoch stamp and exactly-once batches through the sink's write path (``driver_play``), one
+batch every ``--batch-seconds``. (Until 2026-11-29 ``--nodes standin`` could run a stand-in process per driver on
+the process kubelet instead, about 25 MiB each; both are retired.)
 
 Per N, in a namespace of its own:
 
-1. the nodes (KWOK and its simulators, or the process kubelet) and the two operator replicas start; a
+1. the node (KWOK and its simulators) and the two operator replicas start; a
    ``--baseline-seconds`` window with no stream measures the fixed API traffic (Lease renewals, watches);
 2. N streams are created (each its own sink and ledger topic, one shared empty source topic); the time until
    all are ``Running`` with a committed batch is the start-up;
 3. a ``--steady-seconds`` window: the API server's ``apiserver_request_total`` and, if the operator exports
    it, its own ``eos_operator_kube_requests_total``, the leader's CPU, peak RSS and Kafka connections
-   (ESTABLISHED sockets to the broker, from /proc), and what the drivers' stand-in costs (private memory);
+   (ESTABLISHED sockets to the broker, from /proc), and what playing the drivers costs (the simulators' memory);
 4. first action: ``--sample`` streams spread over the N get ``spec.restartNonce`` bumped one at a time;
    from the patch to the operator's first observable action (a status write that observed the new
    generation, or the driver Pod's deletion), both seen through watches;
-5. crash to restart: ``--crashes`` drivers are killed (KWOK: the Pod's status written ``Failed`` with exit code
-   137 through the API, as a node reports a SIGKILL, and its driver thread stopped; stand-in: ``kubelet.kill9``);
+5. crash to restart: ``--crashes`` drivers are killed (the Pod's status written ``Failed`` with exit code 137
+   through the API, as a node reports a SIGKILL, and its driver thread stopped);
    from the kill to the next driver Pod's creation (restart delay 0);
 6. takeover: the leader is SIGKILLed and a stream's restartNonce bumped at once; from the kill to the
    standby holding the Lease, and to its first action on that stream.
 
 Results: ``benchmarks/results/<date>-scale.md`` and ``<date>-scale.png`` (``scale_report.py``).
 Run: ``make bench-scale`` or ``EOS_STATE=.stack PYTHONPATH=stack:.:jobs:operator .venv/bin/python
-benchmarks/scale.py --streams 50`` (``--nodes standin`` for the process kubelet).
+benchmarks/scale.py --streams 50``.
 """
 from __future__ import annotations
 
@@ -69,18 +65,17 @@ from eos_stack import cluster, kwok  # noqa: E402
 from eos_stack.cluster import wait_until  # noqa: E402
 from eos_stack.common import Stack, free_port  # noqa: E402
 from examples.colors.manifest import colors_manifest  # noqa: E402
-from tests.harness.kubelet import ProcessKubelet  # noqa: E402
 from tests.harness.kwok_drivers import fail_pod  # noqa: E402
 
 NO_INFORMERS = "no informers"
 
 GROUP, VERSION, PLURAL = "streaming.eos.dev", "v1beta1", "exactlyoncestreams"
-IMAGE = "eos-standin:bench"
+IMAGE = "eos-kwok-driver:bench"   # KWOK runs nothing: no node pulls it
 LEASE = "spark-eos-operator"
 
 
 class Run:
-    """One N: its namespace, topics, kubelet, two operator replicas and measurements."""
+    """One N: its namespace, topics, KWOK node and simulators, two operator replicas and measurements."""
 
     def __init__(self, a, env: dict[str, str], n: int, work: Path, variant: str = ""):
         self.a, self.env, self.n, self.variant = a, env, n, variant
@@ -94,7 +89,6 @@ class Run:
         self.topics = Topics(env["KAFKA_BOOTSTRAP"])
         self.names = [f"s{i:03d}" for i in range(n)]
         self.ops: list[cluster.OperatorProcess] = []
-        self.kubelet: ProcessKubelet | None = None
         self.kwok: kwok.KwokNodes | None = None
         self.simulators: list[subprocess.Popen] = []
         self.rec: Recorder | None = None
@@ -106,13 +100,7 @@ class Run:
         self.source = f"scale-src-{self.rid}"
         self.topics.create({self.source: 1, **{self.sink(s): 1 for s in self.names}})
         self.rec = Recorder(self.api, self.ns)
-        if self.a.nodes == "kwok":
-            self.start_kwok()
-        else:
-            self.kubelet = ProcessKubelet(self.env["KUBECONFIG"], namespace=self.ns, log_dir=self.work / "pods",
-                                          standin_image="eos-standin*",
-                                          extra_env={"PYTHONPATH": cluster.PYTHONPATH,
-                                                     "EOS_STANDIN_BATCH_SECONDS": f"{self.a.batch_seconds:g}"}).start()
+        self.start_kwok()
         d = operator_parser().parse_args(["run"])   # the operator's own defaults, as in production
         for i in range(2):
             op = cluster.OperatorProcess(self.env["KUBECONFIG"], self.ns, self.work / f"operator-{i}.log",
@@ -151,9 +139,7 @@ class Run:
         return next((op for op in self.ops if op.alive() and op.identity == holder), None)
 
     def manifest(self, name: str) -> dict:
-        job: dict = {"image": IMAGE}
-        if self.a.nodes == "kwok":
-            job["podTemplate"] = kwok.pod_template(self.rid)
+        job: dict = {"image": IMAGE, "podTemplate": kwok.pod_template(self.rid)}
         m = colors_manifest(name, self.env["KAFKA_BOOTSTRAP"], self.source, self.sink(name),
                             self.work / "ckpt" / name, parallelism=self.a.parallelism, job=job,
                             restartStrategy={"type": "fixed-delay",
@@ -250,10 +236,7 @@ class Run:
         for name in picks:
             pod = self.rec.stream(name).get("driverPod")
             t0 = time.time()
-            if self.kubelet is not None:
-                assert self.kubelet.kill9(self.ns, pod), f"{pod} has no process"
-            else:
-                fail_pod(self.core, self.ns, pod)
+            fail_pod(self.core, self.ns, pod)
             new = wait_until(lambda: self.rec.pod_created_after(name, pod, t0), f"{name}: a new driver Pod", 180,
                              interval=0.05)
             out.append({"stream": name, "restart_pod_s": round(new - t0, 3)})
@@ -296,24 +279,16 @@ class Run:
         except (OSError, subprocess.TimeoutExpired) as exc:   # the run's figures stand without it
             return {"error": f"{exc}; {(self.work / 'py-spy.log').read_text(errors='replace')[-500:]}"}
 
-    def standin_cost(self) -> dict:
-        """What playing the drivers costs: KWOK's controller and the simulator; or the stand-ins, the children of
-        the kubelet's zygote (this process's child)."""
-        if self.simulators:
-            sims, ctl = [p.pid for p in self.simulators], self.kwok.proc.pid
-            private = sum(private_kb(p) for p in sims)
-            return {"nodes": "kwok", "simulators": len(sims), "simulator_private_mib": round(private / 1024, 1),
-                    "simulator_rss_mib": round(sum(rss_kb(p) for p in sims) / 1024, 1),
-                    "simulator_cpu_s": round(sum(cpu_seconds(p) for p in sims), 1),
-                    "simulator_threads": sum(len(os.listdir(f"/proc/{p}/task")) for p in sims),
-                    "private_mib_mean": round(private / 1024 / self.n, 2),
-                    "kwok_rss_mib": round(rss_kb(ctl) / 1024, 1), "kwok_cpu_s": round(cpu_seconds(ctl), 1)}
-        kids = procstat.children(procstat.procs())
-        zygote = next(p for p in kids.get(os.getpid(), [])
-                      if Path(f"/proc/{p}/cmdline").read_bytes().endswith(b"--zygote\0"))
-        priv = [kb for kb in (private_kb(p) for p in kids.get(zygote, [])) if kb]
-        return {"standins": len(priv), "private_mib_mean": round(sum(priv) / len(priv) / 1024, 1) if priv else None,
-                "private_mib_total": round(sum(priv) / 1024), "zygote_rss_mib": round(rss_kb(zygote) / 1024, 1)}
+    def drivers_cost(self) -> dict:
+        """What playing the drivers costs: KWOK's controller and the simulators."""
+        sims, ctl = [p.pid for p in self.simulators], self.kwok.proc.pid
+        private = sum(private_kb(p) for p in sims)
+        return {"nodes": "kwok", "simulators": len(sims), "simulator_private_mib": round(private / 1024, 1),
+                "simulator_rss_mib": round(sum(rss_kb(p) for p in sims) / 1024, 1),
+                "simulator_cpu_s": round(sum(cpu_seconds(p) for p in sims), 1),
+                "simulator_threads": sum(len(os.listdir(f"/proc/{p}/task")) for p in sims),
+                "private_mib_mean": round(private / 1024 / self.n, 2),
+                "kwok_rss_mib": round(rss_kb(ctl) / 1024, 1), "kwok_cpu_s": round(cpu_seconds(ctl), 1)}
 
     # -------------------------------------------------------------- the whole run
     def measure(self) -> dict:
@@ -323,7 +298,7 @@ class Run:
         time.sleep(self.a.settle_seconds)
         profiler = self.profile()
         self.res["steady"] = self.window(self.a.steady_seconds, f"steady state, {self.n} streams")
-        self.res["standins"] = self.standin_cost()
+        self.res["standins"] = self.drivers_cost()   # the key the results (and scale_report) have always had
         self.res["memory_available_gib"] = round(mem_available_kb() / 1024 / 1024, 1)
         self.res["first_action"] = self.first_actions()
         if profiler is not None:
@@ -337,8 +312,6 @@ class Run:
         say("  cleaning up")
         for op in self.ops:
             op.stop()
-        if self.kubelet is not None:
-            self.kubelet.stop(grace=30)
         for sim in self.simulators:
             sim.terminate()
         for sim in self.simulators:
@@ -383,9 +356,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streams", default="50,200,500", help="stream counts, comma-separated, one run each")
     ap.add_argument("--parallelism", type=int, default=1, help="slots per stream")
-    ap.add_argument("--nodes", choices=("kwok", "standin"), default="kwok",
-                    help="the drivers: Pods on a KWOK node played by one simulator process, or the process "
-                         "kubelet's stand-in processes")
     ap.add_argument("--batch-seconds", type=float, default=30.0, help="a driver's batch interval")
     ap.add_argument("--streams-per-simulator", type=int, default=250,
                     help="KWOK: drivers per simulator process (a process holds about 1,000 Kafka clients at most)")
@@ -418,7 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     argv_shown = argv if argv is not None else sys.argv[1:]
     res: dict = {"date": date, "machine": report.machine_info(), "load_avg_start": list(os.getloadavg()),
                  "command": " ".join(["python", "benchmarks/scale.py", *map(shlex.quote, argv_shown)]),
-                 "settings": {k: v for k, v in vars(a).items() if k not in ("out", "findings", "render")},
+                 # nodes: how the drivers were played (scale_report reads results without it as the retired
+                 # process kubelet's stand-ins).
+                 "settings": {**{k: v for k, v in vars(a).items() if k not in ("out", "findings", "render")},
+                              "nodes": "kwok"},
                  "runs": []}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=Stack().state) as tmp:

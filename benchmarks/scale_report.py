@@ -61,11 +61,13 @@ ROWS = [("startup: create → all Running with a batch, s", "startup_all_running
         ("operator CPU, % of one core", "cpu_pct"), ("operator RSS peak, MiB", "rss_peak_mib"),
         ("takeover: leader killed → standby holds the Lease, s", "takeover_lease_s"),
         ("takeover: leader killed → standby's first action, s", "takeover_s"),
-        ("drivers' stand-in, private memory per stream, MiB", "standin_private_mib")]
+        ("playing the drivers (simulators; stand-ins before), private memory per stream, MiB",
+         "standin_private_mib")]
 
 STOOD_IN = {"kwok": "the node and Spark (driver Pods on a KWOK node, made Running and removed through the API "
                     "server; simulator processes of 250 streams each play every driver's start and batches through "
                     "the sink's write path, a thread each)",
+            # results from before 2026-11-29 (no ``nodes`` setting): the process kubelet's, since retired
             "standin": "Spark (the process kubelet's driver stand-in, a process per driver)"}
 
 

@@ -1,8 +1,9 @@
 """Output gap of a snapshot upgrade versus a plain restart, measured in one run.
 
-On the local stack (operator, process kubelet, real runtime, real Kafka) one colors
-stream runs with events arriving steadily. The benchmark alternates two operations
-on it, ``--rounds`` times each:
+On the local stack (operator, the real nodes, real runtime, real Kafka; the stream placed on
+the nodes as the e2e tests place theirs, ``tests/e2e/on_nodes.py``: checkpoint and
+snapshots in the stack's bucket) one colors stream runs with events arriving steadily.
+The benchmark alternates two operations on it, ``--rounds`` times each:
 
 * **restart**: ``spec.restartNonce`` changes: SIGTERM, stop at a clean boundary,
   resolution, a new driver on the live checkpoint;
@@ -35,7 +36,12 @@ for extra in (REPO / "operator", REPO / "jobs", REPO, REPO / "stack"):
 from eos_job.verify import read_committed  # noqa: E402
 from eos_stack.cluster import RESTRICTED, Kubectl, wait_until  # noqa: E402
 from eos_stack.common import Stack  # noqa: E402
+from tests.e2e.on_nodes import NodeStreams  # noqa: E402
 from tests.e2e.streams import NAME, finish_exact, rig  # noqa: E402
+
+
+NOT_UP = ("the local stack or its real nodes are not up: run `make stack-up`, `python -m eos_stack.image build` "
+          "and `python -m eos_stack up node` first")
 
 
 def longest_pause(timestamps: list[float], start: float, end: float) -> float:
@@ -45,12 +51,12 @@ def longest_pause(timestamps: list[float], start: float, end: float) -> float:
 
 def bench_namespace() -> tuple[dict, Kubectl, str, Path] | None:
     """The running stack's environment (also put in os.environ), its kubectl with the CRDs applied, a fresh
-    namespace enforcing restricted Pod Security, and a work folder under the stack's state folder: the process
-    kubelet keeps only that (the node's disks) writable for Pods whose root filesystem is read-only, as every Pod
-    of the operator's is. None when the stack is not up. Shared by the benchmarks that run streams."""
+    namespace enforcing restricted Pod Security, and a work folder under the stack's state folder (the operator's
+    log, the Pods' logs followed from the nodes). None when the stack or its real nodes are not up. Shared by the
+    benchmarks that run streams; their Pods go to the real nodes through ``NodeStreams`` (``on_nodes``)."""
     import os
     env = Stack().read_env()
-    if not env.get("KUBECONFIG"):
+    if not env.get("KUBECONFIG") or not env.get("EOS_NODES"):
         return None
     os.environ.update(env)
     kubectl = Kubectl(env)
@@ -68,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     bench = bench_namespace()
     if bench is None:
-        print("the local stack is not up: run `make stack-up` first", file=sys.stderr)
+        print(NOT_UP, file=sys.stderr)
         return 2
     env, kubectl, namespace, workdir = bench
     results: dict[str, list[float]] = {"restart": [], "upgrade": []}
     try:
-        with rig(env, kubectl, namespace, workdir) as r:
+        with rig(env, kubectl, namespace, workdir, on_nodes=NodeStreams(env, kubectl, namespace).setup()) as r:
             trickle = r.run_stream(r.stream(upgradePreFlight=False), seed=21)
             attempt = 0
             for i in range(args.rounds * 2):

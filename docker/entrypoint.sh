@@ -5,8 +5,7 @@
 # stream's driver (`python -m eos_job run`, which starts Spark itself).
 #
 # Paths come from the image's ENV (SPARK_HOME: PySpark's folder; EOS_JARS_DIR: the Kafka connector jars;
-# EOS_S3_JARS_DIR: Hadoop's S3A jars). The process kubelet of the tests runs this same script with those
-# variables pointing at the local installation.
+# EOS_S3_JARS_DIR: Hadoop's S3A jars).
 set -euo pipefail
 
 : "${SPARK_HOME:?SPARK_HOME must name the Spark installation, the folder of PySpark}"

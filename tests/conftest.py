@@ -17,14 +17,15 @@ for extra in (REPO / "stack", REPO):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-# The Spark drivers the tests start on this machine (local runs, and the process kubelet's Pods, which inherit this
+# The Spark drivers the tests start on this machine (their local driver runs, no Kubernetes, which inherit this
 # environment) compile with C1 only: spark-submit adds SPARK_SUBMIT_OPTS to the driver's JVM. A test's driver
 # lives for seconds to minutes and runs small batches, where C2's compiling is most of the CPU: measured on this
 # machine (benchmarks/driver_jit.py), a driver's start took 16.8 CPU-s instead of 25.2 and a 100-record batch 0.58
 # instead of 1.15 (medians), and `make test` is bound by its two cores. The JIT compiler changes no result:
 # the real-node drivers get it as JAVA_TOOL_OPTIONS through their stream's template (real_nodes.stream_template:
-# the unique-id stream on the nodes took 110 s instead of 139), the OOM test and the containers tests run the
-# image's JVM as a user's Pod does, and the benchmarks (not run by pytest) keep the default. `SPARK_SUBMIT_OPTS=` (empty) in the environment runs the tests with the default.
+# the unique-id stream on the nodes took 110 s instead of 139), the OOM test runs the image's JVM as a user's Pod
+# does, and the benchmarks (not run by pytest) keep the default. `SPARK_SUBMIT_OPTS=` (empty) in the environment
+# runs the tests with the default.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 
@@ -65,9 +66,9 @@ E2E_SHORT = frozenset({"test_driver_epoch_e2e.py", "test_driver_metrics_e2e.py",
 # ``serial``: ``make test`` runs them on their own after the others. A test that stops or kills a broker or an
 # S3 server has its own instead (the ``private_kafka`` and ``private_s3`` fixtures below), so the chaos tests,
 # the S3-checkpoint and cluster-mode e2e and the S3 stop/start test run two at a time with the rest.
-# The real nodes (tests/stack/test_node*.py) keep out of the process kubelet's way (test_node_placement.py) and
-# run with the rest. None is serial today (the values would say why); the node-loss test, which stops a real
-# node's kubelet, is marked stops_a_node instead (the node lock below).
+# Every test's Pods run on the real nodes, shared by both workers. None is serial today (the values would say
+# why); the node-loss test, which stops a real node's kubelet, is marked stops_a_node instead (the node lock
+# below).
 SERIAL_FILES: dict[str, str] = {}
 
 
@@ -151,8 +152,8 @@ def stack_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def nodes(stack_env):
     """The real nodes (eos_stack.node), started unless they run, with the project's image in each; left running
-    (they keep out of the process kubelet's way: eos_stack.node), so test workers never stop them under each
-    other. Fails, never skips, when they cannot start or the image is missing (`make image`)."""
+    (every test's Pods run there), so test workers never stop them under each other. Fails, never skips, when
+    they cannot start or the image is missing (`make image`)."""
     from eos_stack import node
     from eos_stack.common import Stack, StackError
     from eos_stack.image_common import image_name, image_under_test

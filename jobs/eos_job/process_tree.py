@@ -1,6 +1,8 @@
 """A process and everything descending from it, SIGKILLed at once, as a container kill or a crashed node does.
 
-What the fault hooks' driver kill (``eos_job.faults.kill_driver``) and the tests' node (a Pod's SIGKILL) use.
+What the fault hooks' driver kill (``eos_job.faults.kill_driver``) uses, and the kill of a driver run as a
+local process (``examples.colors.local_run``); the tests also find a local driver's processes with ``descendants``.
+(A Pod's processes on a node are found through its cgroup instead: ``tests/harness/real_nodes.py``.)
 A process group alone is not enough: PySpark's daemon puts its workers in process groups of their own, and a
 worker left running could go on and commit.
 """
@@ -17,8 +19,7 @@ _kill = os.kill
 
 def kill_tree(tree: list[int], groups: set[int] = frozenset()) -> None:
     """SIGKILL the processes ``tree`` (``descendants``), their process groups and ``groups``; the calling
-    process and its group last (its group only if named, or if the process is in ``tree``). Also what the
-    tests' node uses for a Pod's SIGKILL."""
+    process and its group last (its group only if named, or if the process is in ``tree``)."""
     me, mine = os.getpid(), os.getpgrp()
     groups = set(groups)
     for pid in tree:

@@ -104,8 +104,7 @@ class NodeView:
 def node_view(name: str, node: dict[str, Any] | None) -> NodeView | None:
     """A NodeView from a Node as the API returns it. None for a Node the API does not have (404): that is not a
     lost node here. On a cluster the Pod garbage collector force-deletes the Pods of a deleted Node (the driver is
-    then gone, as after any deletion); the tests' process kubelet (tests/harness/kubelet.py) binds Pods to a node
-    name that has no Node object at all, and its Pods must be waited for as before."""
+    then gone, as after any deletion), so a Pod bound to a node name with no Node object is waited for as before."""
     if node is None:
         return None
     ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})

@@ -15,8 +15,8 @@ PARTS = {"kafka": kafka, "s3": s3, "kube": kube, "spark": spark, "helm": helm,
 # Start order: downloads first, servers after; stop in reverse. gitops last: its Go build reuses the packages
 # the kube build compiled (gitops.py).
 ORDER = ["spark", "helm", "prometheus", "registry", "kafka", "s3", "kube", "node", "gitops"]
-# Started only when named (`up node`): real nodes and a scheduler would take the Pods the tests' process kubelet
-# waits for (node.py). A plain `down` stops them too, before the API server they report to.
+# Started only when named (`up node`): a cold node build takes minutes, and only what runs Pods needs them (the
+# tests, the demo, the benchmarks; node.py). A plain `down` stops them too, before the API server they report to.
 ON_DEMAND = {"node"}
 
 

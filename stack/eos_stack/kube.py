@@ -11,7 +11,8 @@ to PersistentVolumes and are deleted as in a cluster, and the ``deployment`` and
 ``replicaset`` ones, so the chart's operator Deployment gets its Pod, the ``endpointslice`` one, so a
 Service gets its EndpointSlices (what the real nodes' cluster DNS answers a headless Service's names from), and
 the ``disruption`` one, so a PodDisruptionBudget's status (the disruptions it allows) is computed and the Eviction
-API honours it. Pods are run by the test-only process kubelet in ``tests/harness/kubelet.py``.
+API honours it. Pods are run by the real nodes (``node.py``, ``up node``); the tests' process kubelet, a
+stand-in node that ran Pods as local processes, is retired.
 
 Certificates (a CA, the apiserver's serving cert, the service-account key pair
 and an admin client cert in ``system:masters``) are made with the ``openssl``

@@ -1,12 +1,13 @@
 """Real Kubernetes nodes on this machine: kubelets on containerd, runc and a CNI bridge, and kube-scheduler.
 
 Started on demand (``python -m eos_stack up node`` or ``python -m eos_stack.node up|down|status``), not by a
-plain ``eos_stack up``: the Pods of the end-to-end tests still run on the process kubelet
-(``tests/harness/kubelet.py``). Both share the API server and keep out of each other's way: the process kubelet
-binds only Pods of the default scheduler; this part's kube-scheduler has one profile of its own
-(``node_config.SCHEDULER_NAME``) and the real nodes a taint (``node_config.TAINT``), so a Pod runs on them only
-when it asks (``node_config.placement()``). Starting this part changes nothing the API server runs with (its
-kubelet flags are set by the kube part's plain ``up``): tests may start it while others run.
+plain ``eos_stack up`` (a cold node build is minutes; the tests, the demo and the benchmarks that run Pods start
+it). Every test's Pods run here (the tests' process kubelet, a stand-in node, is retired). This part's
+kube-scheduler has one profile of its own (``node_config.SCHEDULER_NAME``) and the real nodes a taint
+(``node_config.TAINT``), so a Pod runs on them only when it asks (``node_config.placement()``): a Pod of the
+default scheduler stays Pending, as it does on a cluster without that scheduler. Starting this part changes
+nothing the API server runs with (its kubelet flags are set by the kube part's plain ``up``): tests may start it
+while others run.
 
 - **Binaries.** ``kubelet``, ``kube-scheduler`` and ``kube-proxy`` from the same ``k8s.io/kubernetes`` build
   module as the control plane (``stack/kube-build``), one ``go build`` into ``<cache>/bin/k8s-node-<ver>/``.
@@ -306,7 +307,7 @@ def _up(st: Stack) -> dict[str, str]:
         # The kubelet registers with the not-ready taint; the node lifecycle controller lifts it (kube.py), but a
         # controller-manager started by older code runs none: lift it once the Node is Ready.
         kubectl(st, "taint", "nodes", n.name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
-        # Kept from the process kubelet's Pods (node_config.TAINT): also on a Node registered before the taint.
+        # Only Pods that ask for the real nodes (node_config.TAINT): also on a Node registered before the taint.
         kubectl(st, "taint", "nodes", n.name, f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}", "--overwrite")
     wait_for(lambda: _alive(st, SCHEDULER) and _https_ok(p[SCHEDULER]), "kube-scheduler /healthz", 60,
              on_fail=lambda: st.log_tail(SCHEDULER))

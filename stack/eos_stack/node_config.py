@@ -22,10 +22,10 @@ CNI_BIN_DIR = "/usr/lib/cni"        # Debian's containernetworking-plugins
 RUNC = "/usr/sbin/runc"             # Debian's runc
 # The kubelet's cgroup v1 controllers (cgroupfs driver): the cgroup root must exist in each mounted one.
 CGROUP_V1 = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer", "blkio", "hugetlb", "systemd")
-# The real nodes and the process kubelet (tests/harness/kubelet.py) share one API server: the real
-# kube-scheduler has one profile, under a name of its own, so it never takes a Pod of the default scheduler
-# (which the process kubelet binds); the real nodes carry a taint, so no Pod lands on them that does not
-# ask for them. A Pod for the real nodes gets both from ``placement()``.
+# The real kube-scheduler has one profile, under a name of its own, and the real nodes carry a taint, so no Pod
+# lands on them that does not ask for them (the stack's API server is shared by several tests and, once, by a
+# test node that bound default-scheduler Pods: the process kubelet, since retired; KWOK's fake Nodes take their
+# own Pods the same way, kwok.pod_template). A Pod for the real nodes gets both from ``placement()``.
 SCHEDULER_NAME = "eos-real-nodes"
 TAINT = {"key": "eos.local/real-node", "value": "true", "effect": "NoSchedule"}
 

@@ -1,5 +1,5 @@
-"""The chart's operator Deployment on the real nodes (issue 28): what the process kubelet never did, done by a
-real kubelet and relied on here.
+"""The chart's operator Deployment on the real nodes (issue 28): what the retired process kubelet (a test stand-in
+node) never did, done by a real kubelet and relied on here.
 
 ``helm install`` of the chart into a ``restricted`` namespace (``watchNamespaces`` = it): two replicas with
 leader election, the image from the stack's registry (as each node's containerd pulled it), placed on the real

@@ -1,6 +1,6 @@
-"""Fixtures of the end-to-end tests: the API server with the CRDs, a namespace per test, the real nodes' Pods
-(or a process kubelet), the operator, and drivers of the colors job that never outlive their test. Helpers are
-in streams.py; placing streams on the real nodes in on_nodes.py."""
+"""Fixtures of the end-to-end tests: the API server with the CRDs, a namespace per test, the real nodes' Pods,
+the operator, and drivers of the colors job that never outlive their test. Helpers are in streams.py; placing
+streams on the real nodes in on_nodes.py."""
 from __future__ import annotations
 
 import uuid
@@ -11,10 +11,8 @@ from eos_stack.cluster import RESTRICTED, Kubectl
 from eos_stack.common import free_port
 from examples.colors.local_run import ColorsRun
 from tests.e2e.chart_operator import ChartOperator
-from tests.e2e.streams import PYTHONPATH, OperatorProcess
-from tests.harness.containers import Containers
 from tests.e2e.on_nodes import NodeStreams
-from tests.harness.kubelet import ProcessKubelet
+from tests.e2e.streams import OperatorProcess
 
 
 @pytest.fixture(scope="module")
@@ -42,27 +40,13 @@ def namespace(kubectl: Kubectl):
 
 
 @pytest.fixture
-def kubelet(stack_env, namespace, tmp_path, request):
-    """What runs the namespace's Pods, as the test sees it (``kill9``, ``log_dir``, ``log_path``). A test marked
-    ``real_nodes``: the real nodes (tests/harness/node_pods.py ``NodePods``, following every Pod's log into
-    ``log_dir``); its streams go through ``on_nodes``. Else a process kubelet (tests/harness/kubelet.py);
-    leaving it kills every Pod process it started; a test marked ``containers`` gets its Pods run as containers
-    of the image ``make image`` built (and fails without it)."""
-    if request.node.get_closest_marker("real_nodes"):
-        request.getfixturevalue("nodes")
-        with request.getfixturevalue("on_nodes").pods(tmp_path / "kubelet") as pods:
-            yield pods
-        return
-    containers = None
-    if request.node.get_closest_marker("containers"):
-        containers = Containers()
-        try:
-            containers.require()
-        except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
-    with ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
-                        extra_env={} if containers else {"PYTHONPATH": PYTHONPATH}, containers=containers) as k:
-        yield k
+def kubelet(nodes, on_nodes: NodeStreams, tmp_path):
+    """What runs the namespace's Pods, as the test sees it (``kill9``, ``log_dir``, ``log_path``): the real nodes
+    (tests/harness/node_pods.py ``NodePods``, following every Pod's log into ``log_dir``); the test's streams go
+    through ``on_nodes``. Asking for ``nodes`` starts them if need be and holds their lock (tests/harness/node_lock.py)
+    for any test with an operator, marked ``real_nodes`` or not."""
+    with on_nodes.pods(tmp_path / "kubelet") as pods:
+        yield pods
 
 
 @pytest.fixture

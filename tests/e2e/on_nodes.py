@@ -16,10 +16,10 @@ rewrites a stream manifest of the tests (``streams.colors_stream``, ``Rig.stream
   and the project's image stays the one users run;
 * the driver's resources: 1 CPU and 2 GiB, as test_real_node_stream and the demo (two drivers fit the nodes).
 
-The process kubelet gave one Pod an environment of its own (``env_for``: the ``EOS_FAULT_*`` variables of one
-driver); a real kubelet gives a Pod only what its spec says, and a stream's ``job.podTemplate`` may not set
-``EOS_*`` variables (the operator owns them: ``eos_job.pod_template``). The tests that need per-Pod faults stay
-on the process kubelet for now (docs/local-stack.md).
+Every e2e test's Pods run on the real nodes (the process kubelet, a test stand-in node, was retired). A real
+kubelet gives a Pod only what its spec says, and a stream's ``job.podTemplate`` may not set ``EOS_*`` variables
+(the operator owns them: ``eos_job.pod_template``), so a test that needs one driver's faults has the operator
+under test add them to that driver's Pod (``rig(..., driver_env=...)`` in tests/e2e/streams.py).
 """
 from __future__ import annotations
 

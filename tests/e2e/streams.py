@@ -2,8 +2,8 @@
 
 The operator process with its test-only switches, a stream's topics and manifest, diagnostics for a
 timed-out wait (the followed Pod logs among them), a steady event trickle with its expected counts, a rig of
-topics, the Pods' runner (the real nodes or a process kubelet) and (restartable) operator, a hostPath volume for a claim, the unique-id verifiers, and the operator's
-/metrics, scraped. Job level (no Kubernetes) is ``tests.e2e.job_runs``; the secured listener
+topics, the real nodes' Pods and a (restartable) operator, a hostPath volume for a claim, the unique-id verifiers,
+and the operator's /metrics, scraped. Job level (no Kubernetes) is ``tests.e2e.job_runs``; the secured listener
 ``tests.e2e.secured``."""
 from __future__ import annotations
 
@@ -29,12 +29,10 @@ from examples.colors.local_run import REPO, create_topics
 from examples.colors.manifest import colors_manifest
 from tests.e2e.exactness import assert_exactly_once, assert_slots_exact
 from tests.e2e.on_nodes import NodeStreams
-from tests.harness.kubelet import ProcessKubelet
 from tests.harness.node_pods import NodePods
 
 NAME = "colors"
 IDS = "examples.colors.ids"   # the unique-id stream's job: every kept event passed through, keyed by its id
-PYTHONPATH = cluster.PYTHONPATH
 
 # The operator as a program, with test-only switches applied from outside its code: slow resolution,
 # die right after a Pod create, die right after a status write containing a marker, forget that a stream's
@@ -127,7 +125,7 @@ class Diagnostics:
     """What to print when a wait times out."""
 
     def __init__(self, kubectl: Kubectl, namespace: str, operator: OperatorProcess | None = None,
-                 kubelet: "ProcessKubelet | NodePods | None" = None):
+                 kubelet: NodePods | None = None):
         self.kubectl, self.namespace, self.operator, self.kubelet = kubectl, namespace, operator, kubelet
 
     def __call__(self) -> str:
@@ -145,7 +143,7 @@ class Diagnostics:
         if self.operator is not None:
             parts.append("operator log:\n" + self.operator.tail())
         if self.kubelet is not None:
-            # The two Pod logs written last (followed from the real nodes, or the process kubelet's).
+            # The two Pod logs written last (followed from the real nodes).
             for log in sorted(self.kubelet.log_dir.glob(f"{self.namespace}_*.log"), key=lambda f: f.stat().st_mtime)[-2:]:
                 lines = log.read_text(errors="replace").splitlines()[-25:]
                 parts.append(f"{log.name}:\n" + "\n".join(lines))
@@ -288,12 +286,12 @@ class IdFeed(threading.Thread):
 
 
 class Rig:
-    """Topics, the Pods' runner (the real nodes' ``NodePods`` or a process kubelet) and a (restartable) operator
-    for one namespace; with ``on_nodes``, the rig's streams are placed on the real nodes (``place``)."""
+    """Topics, the real nodes' Pods (``NodePods``) and a (restartable) operator for one namespace; the rig's
+    streams are placed on the real nodes by ``on_nodes`` (``place``). Made by ``rig()``; a test that places its
+    streams itself makes one without ``kubelet`` and ``on_nodes`` (test_start_failures_e2e.py)."""
 
     def __init__(self, stack_env: dict[str, str], kubectl: Kubectl, namespace: str, tmp_path: Path,
-                 kubelet: "ProcessKubelet | NodePods", on_nodes: NodeStreams | None = None,
-                 driver_env: list | None = None):
+                 kubelet: NodePods | None, on_nodes: NodeStreams | None = None, driver_env: list | None = None):
         self.env, self.kubectl, self.ns, self.tmp = stack_env, kubectl, namespace, tmp_path
         self.on_nodes = on_nodes
         self.driver_env = driver_env
@@ -371,24 +369,19 @@ class Rig:
         return self.place(doc)
 
     def place(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """``doc`` as the rig runs it: on the real nodes with ``on_nodes`` (tests/e2e/on_nodes.py), else as is."""
+        """``doc`` as the rig runs it: on the real nodes (tests/e2e/on_nodes.py); as is without ``on_nodes`` (its
+        test places it)."""
         return self.on_nodes.place(doc) if self.on_nodes else doc
 
 
 @contextlib.contextmanager
-def rig(stack_env, kubectl, namespace, tmp_path, env_for=None, on_nodes: NodeStreams | None = None,
+def rig(stack_env, kubectl, namespace, tmp_path, *, on_nodes: NodeStreams,
         driver_env: list | None = None) -> Iterator[Rig]:
-    """A ``Rig``; with ``on_nodes`` (the ``on_nodes`` fixture) its Pods run on the real nodes, else on a process
-    kubelet (``env_for``: one Pod's own environment, which only the process kubelet can give). On the real nodes
-    a driver's own variables (the ``EOS_FAULT_*`` of one attempt) are ``driver_env``, ``[[attempt or None, name,
-    value], ...]``: the operator under test adds them to the driver Pods it creates (``EOS_TEST_DRIVER_ENV``)."""
-    if on_nodes is not None:
-        assert env_for is None, "the real nodes give no Pod an environment of its own: use driver_env"
-        runner = on_nodes.pods(tmp_path / "kubelet")
-    else:
-        runner = ProcessKubelet(stack_env["KUBECONFIG"], namespace=namespace, log_dir=tmp_path / "kubelet",
-                                extra_env={"PYTHONPATH": PYTHONPATH}, env_for=env_for)
-    with runner as kubelet:
+    """A ``Rig`` whose Pods run on the real nodes, placed by ``on_nodes`` (the ``on_nodes`` fixture). A real
+    kubelet gives a Pod only what its spec says, so a driver's own variables (the ``EOS_FAULT_*`` of one attempt)
+    are ``driver_env``, ``[[attempt or None, name, value], ...]``: the operator under test adds them to the
+    driver Pods it creates (``EOS_TEST_DRIVER_ENV``)."""
+    with on_nodes.pods(tmp_path / "kubelet") as kubelet:
         r = Rig(stack_env, kubectl, namespace, tmp_path, kubelet, on_nodes, driver_env)
         try:
             yield r
@@ -440,7 +433,7 @@ def kept_ids_from(bootstrap: str, topic: str, offsets: dict[str, int]) -> set[in
 # ------------------------------------------------------------ volumes
 def host_claim(kubectl: Kubectl, namespace: str, name: str, path: Path) -> str:
     """A claim ``name`` of ``namespace`` and a hostPath PersistentVolume at ``path`` reserved for it (no
-    StorageClass): the stack's controller manager binds them, the process kubelet mounts the volume where a
+    StorageClass): the stack's controller manager binds them, a real node's kubelet mounts the volume where a
     Pod asks. Returns the volume's name (cluster-scoped: delete it after the namespace's claim)."""
     pv = f"{namespace}-{name}"
     path.mkdir(parents=True, exist_ok=True)

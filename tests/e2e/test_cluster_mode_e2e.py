@@ -130,25 +130,8 @@ class RealNodeRig:
         self.diag = Diagnostics(kubectl, namespace, self.operator)
 
     def templates(self, extra: dict | None = None) -> tuple[dict, dict]:
-        """(driver, executor) Pod templates: both on ``self.node`` by the real nodes' scheduler, plus ``extra``
-        (tolerations added to the real nodes'); the driver's also reaches the API server as a Pod here can:
-        KUBERNETES_SERVICE_HOST/PORT (``api_server_service``) and a projected ServiceAccount token."""
-        extra = dict(extra or {})
-        base = {**stream_template(), "nodeSelector": {"kubernetes.io/hostname": self.node}}
-        base["tolerations"] = [*base["tolerations"], *extra.pop("tolerations", [])]
-        executor = {**base, **extra}
-        token = {"name": "sa-token", "projected": {"sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
-                                                                          "fieldPath": "metadata.namespace"}}]}}]}}
-        driver = {**base, **extra,
-                  "env": [*extra.get("env", []), {"name": "KUBERNETES_SERVICE_HOST", "value": API_SERVICE},
-                          {"name": "KUBERNETES_SERVICE_PORT", "value": str(self.api_port)}],
-                  "volumes": [*extra.get("volumes", []), token],
-                  "volumeMounts": [*extra.get("volumeMounts", []),
-                                   {"name": "sa-token", "mountPath": TOKEN_DIR, "readOnly": True}]}
-        return driver, executor
+        """(driver, executor) Pod templates on ``self.node`` (``pod_templates``)."""
+        return pod_templates(self.node, self.api_port, extra)
 
     def stream(self, topics: ColorsTopics, module: str | None, attempts: int) -> dict:
         """The colors stream as Pods on the real nodes reach the stack (Kafka's PODS listener), the image from
@@ -173,6 +156,30 @@ class RealNodeRig:
         self.kubectl.run("delete", "exactlyoncestream", "--all", "-n", self.ns, "--timeout=180s", check=False,
                          timeout=240)
         self.operator.stop()
+
+
+def pod_templates(node: str, api_port: int, extra: dict | None = None) -> tuple[dict, dict]:
+    """(driver, executor) Pod templates: both on real node ``node`` by the real nodes' scheduler, plus ``extra``
+    (tolerations added to the real nodes'); the driver's also reaches the API server as a Pod here can:
+    KUBERNETES_SERVICE_HOST/PORT (``api_server_service`` on ``api_port``) and a projected ServiceAccount token
+    (its namespace needs the ``kube-root-ca.crt`` ConfigMap). Also the executors benchmark's
+    (benchmarks/executors_run.py)."""
+    extra = dict(extra or {})
+    base = {**stream_template(), "nodeSelector": {"kubernetes.io/hostname": node}}
+    base["tolerations"] = [*base["tolerations"], *extra.pop("tolerations", [])]
+    executor = {**base, **extra}
+    token = {"name": "sa-token", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                      "fieldPath": "metadata.namespace"}}]}}]}}
+    driver = {**base, **extra,
+              "env": [*extra.get("env", []), {"name": "KUBERNETES_SERVICE_HOST", "value": API_SERVICE},
+                      {"name": "KUBERNETES_SERVICE_PORT", "value": str(api_port)}],
+              "volumes": [*extra.get("volumes", []), token],
+              "volumeMounts": [*extra.get("volumeMounts", []),
+                               {"name": "sa-token", "mountPath": TOKEN_DIR, "readOnly": True}]}
+    return driver, executor
 
 
 def api_server_service(services_ip: str, port: int) -> list[dict]:
@@ -220,7 +227,7 @@ def roomiest(kubectl, nodes: list[str]) -> str:
 
 def cpu_throttled(kubectl, namespace: str, pod: str) -> str:
     """The Pod's (first) container's CPU throttling so far, from its cgroup v1 ``cpu.stat``: how often and how
-    long its CPU limit held it back (the real node enforces ``cpu`` limits; the stand-in did not)."""
+    long its CPU limit held it back (the real node enforces ``cpu`` limits; the retired process kubelet did not)."""
     cid = kubectl.json("get", "pod", pod, "-n", namespace)["status"]["containerStatuses"][0]["containerID"]
     for pid in container_processes(cid):
         try:

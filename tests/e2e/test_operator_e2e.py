@@ -2,9 +2,9 @@
 
 Each test gets its own namespace and its own operator process (``python -m eos_operator run
 --namespace NS``, through a small wrapper that can slow resolution down or die right
-after a Pod create, to kill the operator at exact points of a launch). The tests marked ``real_nodes`` run the
-driver Pods on the real nodes (kubelet + containerd, the project's image), their checkpoints in the stack's
-bucket (tests/e2e/on_nodes.py); the chart-operator test still runs its Pods on the process kubelet.
+after a Pod create, to kill the operator at exact points of a launch). Every Pod runs on the real nodes
+(kubelet + containerd, the project's image), the checkpoints in the stack's bucket (tests/e2e/on_nodes.py); the
+exhausted-restarts test's operator is the chart's Deployment, on the nodes too.
 """
 from __future__ import annotations
 

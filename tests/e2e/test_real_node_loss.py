@@ -34,7 +34,7 @@ The guarded cases end with every id in the output once (``assert_ids_exactly_onc
 from X's log directory: no kubelet serves it) is kept as ``old-driver.log`` in the test's folder. X's kubelet is
 started again (always, in a finally; any ``up node`` restarts a stopped kubelet too), removes the old Pod's
 containers and confirms its deletion. The test is marked ``stops_a_node``: no other test uses the real nodes while X
-is lost (tests/harness/node_lock.py), the process kubelet's tests go on beside it.
+is lost (tests/harness/node_lock.py); the tests that run no Pod there go on beside it.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """A driver that passes its memory limit on a real node: the kernel kills it, and the operator says so.
 
-The stand-in node has no cgroups, so no memory limit was ever enforced there. Here the stream's driver runs on
-a real node with ``job.driver.memory: 1Gi`` (the operator splits it: 480 MiB of JVM heap, 320 of JVM overhead,
-224 for Python, ``eos_job.memory``) and the job ``examples.colors.hog``, whose driver grows its Python memory
-until the container's cgroup limit is passed. What is checked:
+The retired process kubelet (a test stand-in node) had no cgroups, so no memory limit was ever enforced there.
+Here the stream's driver runs on a real node with ``job.driver.memory: 1Gi`` (the operator splits it: 480 MiB of
+JVM heap, 320 of JVM overhead, 224 for Python, ``eos_job.memory``) and the job ``examples.colors.hog``, whose
+driver grows its Python memory until the container's cgroup limit is passed. What is checked:
 
 - the kernel's OOM kill, as the kubelet reports it: the driver Pod's container terminated with reason
   ``OOMKilled``, the limit being the spec's 1Gi;

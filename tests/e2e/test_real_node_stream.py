@@ -123,7 +123,7 @@ def spark_ui_through_port_forward(crs, namespace: str, kubeconfig: str) -> tuple
                                    if f"eos-{namespace}-{NAME}" in j.get("description", "")] or None,
                           "the streaming query's jobs in the driver's UI", 60, lambda: "", 1)
         # The cgroup's CPU limit as the JVM sees it: a driver of job.driver.cpu 1 runs local[*] on one core (the
-        # stand-in, without cgroups, gave it every core of the machine).
+        # retired process kubelet, without cgroups, gave it every core of the machine).
         cores = {e["id"]: e["totalCores"] for e in get(f"/applications/{app['id']}/executors")}
         assert cores == {"driver": 1}, f"local[*] in a 1-CPU driver container: {cores}"
         return (f"Spark UI of {pod} through kubectl port-forward ({url}): {app['id']}, {len(jobs)} query jobs, "

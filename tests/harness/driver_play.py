@@ -1,9 +1,9 @@
 """Spark's part of a driver, played without Spark: the driver's own start and exactly-once batches through the
-sink's write path, for the two places that stand in for hundreds of drivers on one machine.
+sink's write path, so that hundreds of drivers fit on one machine.
 
-``tests/harness/standin.py`` runs one per process (the process kubelet's stand-in); ``kwok_drivers.py`` runs one
-per thread, for every Running driver Pod of a KWOK node (the scale benchmark). Both take the Pod's command and
-environment as the driver does (``eos_job.cli``) and end with its exit codes and termination message (``play``):
+``kwok_drivers.py`` runs one per thread, for every Running driver Pod of a KWOK node (the scale benchmark). It
+takes the Pod's command and environment as the driver does (``eos_job.cli``) and ends with its exit codes and
+termination message (``play``):
 
 * **Start**, as ``runtime.run``: the pre-flight (the sink topic; the ledger topic made and checked), the
   claim (``BatchWriter.claim``: the generation history, the stream's next driver epoch, stamped on every
@@ -43,7 +43,7 @@ from eos_job.snapshot import take_snapshot
 from eos_job.storage import Loc
 from eos_job.writer import BatchWriter, RunSummary
 
-log = logging.getLogger("eos_job.standin")
+log = logging.getLogger("eos_job.driver_play")
 
 
 class _Task(threading.local):
@@ -62,7 +62,7 @@ def is_driver(command: list[str], env: Mapping[str, str] = os.environ) -> bool:
 
 def run_args(command: list[str], env: Mapping[str, str]) -> argparse.Namespace:
     """The driver's arguments (``eos_job run``) from its command; ``--snapshot-on-stop`` also from ``env``."""
-    ap = argparse.ArgumentParser(prog="standin")
+    ap = argparse.ArgumentParser(prog="driver_play")
     ap.add_argument("--config")
     ap.add_argument("--config-env")
     ap.add_argument("--checkpoint")
@@ -112,21 +112,13 @@ class MicroBatch:
                                            protocol.HASH_COL: pa.array(hashes, pa.int64())})
 
 
-def warm_up() -> None:
-    """What a first batch initialises lazily, done once in the zygote: Arrow's first arrays (~38 MB of private
-    memory per process otherwise) and the slot task's result rows."""
-    from eos_job.sink import _commit_arrow_schema
-    pa.RecordBatch.from_pylist([], schema=_commit_arrow_schema()).to_pylist()
-    MicroBatch(0, 1).records_of(0).to_pylist()
-
-
 def offset_log(batch: int, topics: list[str]) -> str:
     """``offsets/N`` in Spark's v1 format: the batch's metadata, then the Kafka source's positions."""
     meta = {"batchWatermarkMs": 0, "batchTimestampMs": int(time.time() * 1000), "conf": {}}
     return "v1\n" + json.dumps(meta) + "\n" + json.dumps({t: {"0": 0} for t in topics})
 
 
-def run_standin(cfg, stop: threading.Event, *, batch_seconds: float, records: int,
+def run_driver(cfg, stop: threading.Event, *, batch_seconds: float, records: int,
                 snapshot_dir: str | None, gate=contextlib.nullcontext) -> RunSummary:
     """The driver's start, then a batch every ``batch_seconds`` until ``stop``; ``gate()`` is entered around
     the start and around each batch (many drivers in one process take turns at the broker)."""
@@ -136,7 +128,7 @@ def run_standin(cfg, stop: threading.Event, *, batch_seconds: float, records: in
         ckpt.mkdir()
         faults.driver_starting()
         writer = BatchWriter(cfg, limits)
-        log.info("%s: driver epoch %d, generation %d (stand-in: a batch every %gs, %d record(s) per slot)",
+        log.info("%s: driver epoch %d, generation %d (played: a batch every %gs, %d record(s) per slot)",
                  cfg.stream.name, writer.claim(ckpt), writer.base["generation"], batch_seconds, records)
         if checkpoint.checkpoint_id(ckpt) is None:   # Spark writes it when the query first starts
             (ckpt / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
@@ -164,10 +156,10 @@ def run_standin(cfg, stop: threading.Event, *, batch_seconds: float, records: in
 
 
 def play(cfg, stop: threading.Event, **kw) -> tuple[int, RunSummary]:
-    """``run_standin`` with ``eos_job.cli``'s exit codes and summary (the termination message)."""
+    """``run_driver`` with ``eos_job.cli``'s exit codes and summary (the termination message)."""
     code = cli.EXIT_OK
     try:
-        summary = run_standin(cfg, stop, **kw)
+        summary = run_driver(cfg, stop, **kw)
     except SinkUnavailable as exc:
         summary, code = RunSummary(reason="SinkUnavailable", error=str(exc)), cli.EXIT_SINK
     except (BatchRefused, DriverSuperseded) as exc:

@@ -4,7 +4,7 @@ KWOK makes a Pod ``Running`` through the real API server but runs nothing. This 
 namespace on the fake Nodes of one run (``--run``, their ``eos.dev/kwok`` label) and, for each driver Pod that is
 ``Running``, plays its driver in a thread of its own (``driver_play``: the run config read from the Pod's
 ``EOS_RUN_CONFIG`` as ``eos_job.cli`` reads it, the pre-flight, the epoch claim, then a committed batch every
-``--batch-seconds`` through the sink's write path). The operator so sees what it saw of a stand-in process: the
+``--batch-seconds`` through the sink's write path). The operator so sees what it sees of a driver on a node: the
 Pod Running, the stream's epoch stamped and its batches in the ledger.
 
 * **Pod deleted** (deletionTimestamp set, KWOK's ``pod-delete`` stage then removes it) **or failed**
@@ -28,6 +28,7 @@ Run: ``python -m tests.harness.kwok_drivers --kubeconfig K --namespace NS --run 
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime as dt
 import json
 import logging
@@ -36,7 +37,6 @@ import sys
 import threading
 import time
 import zlib
-from pathlib import Path
 
 from kubernetes import client, config, watch
 
@@ -44,7 +44,6 @@ from eos_job import cli
 from eos_operator.children import RUN_CONFIG_ENV
 
 from .driver_play import is_driver, play, run_args
-from .pod_setup import ConfigError, PodSetup
 
 log = logging.getLogger("eos_job.kwok_drivers")
 
@@ -69,15 +68,53 @@ def fail_pod(core: client.CoreV1Api, namespace: str, name: str, *, exit_code: in
                         "lastTransitionTime": now}]}})
 
 
-def pod_env(setup: PodSetup, pod: dict) -> dict[str, str]:
+class ConfigError(Exception):
+    """A Secret, ConfigMap or key that the container's env names does not exist (and is not optional): what a
+    kubelet reports as ``CreateContainerConfigError``."""
+
+
+def pod_env(core: client.CoreV1Api, pod: dict) -> dict[str, str]:
     """The container's environment as the kubelet gives it: literal values, and ``valueFrom`` read through the
-    API (the driver's run config is a ConfigMap key: ``children.driver_pod``)."""
+    API (the driver's run config is a ConfigMap key: ``children.driver_pod``; Kafka credentials Secret keys)."""
     env = {}
     for e in pod["spec"]["containers"][0].get("env") or []:
-        value = e.get("value") if "valueFrom" not in e else setup.value_from(pod, e["valueFrom"])
+        value = e.get("value") if "valueFrom" not in e else value_from(core, pod, e["valueFrom"])
         if value is not None:
             env[e["name"]] = value
     return env
+
+
+def value_from(core: client.CoreV1Api, pod: dict, vf: dict) -> str | None:
+    """One ``valueFrom``: a Secret's or ConfigMap's key (None when optional and missing) or a ``fieldRef``."""
+    meta, ns = pod["metadata"], pod["metadata"]["namespace"]
+    for kind, name, read in (("secretKeyRef", "Secret", core.read_namespaced_secret),
+                             ("configMapKeyRef", "ConfigMap", core.read_namespaced_config_map)):
+        if kind not in vf:
+            continue
+        ref = vf[kind]
+        try:
+            data = read(ref["name"], ns).data or {}
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            if ref.get("optional"):
+                return None
+            raise ConfigError(f'{name.lower()} "{ref["name"]}" not found') from None   # a kubelet's words
+        if ref["key"] not in data:
+            if ref.get("optional"):
+                return None
+            raise ConfigError(f"couldn't find key {ref['key']} in {name} {ns}/{ref['name']}")
+        value = data[ref["key"]]
+        return base64.b64decode(value).decode() if kind == "secretKeyRef" else value
+    path = (vf.get("fieldRef") or {}).get("fieldPath")
+    fields = {"metadata.name": meta["name"], "metadata.namespace": ns, "metadata.uid": meta.get("uid"),
+              "spec.nodeName": pod["spec"].get("nodeName"),
+              "spec.serviceAccountName": pod["spec"].get("serviceAccountName") or "default",
+              "status.podIP": (pod.get("status") or {}).get("podIP"),
+              "status.hostIP": (pod.get("status") or {}).get("hostIP")}
+    if path not in fields:
+        raise ValueError(f"valueFrom {vf} is not supported by the KWOK driver simulator")
+    return fields[path]
 
 
 class Drivers:
@@ -128,7 +165,7 @@ class Drivers:
         name = pod.metadata.name
         try:
             raw = self.core.api_client.sanitize_for_serialization(pod)
-            env = pod_env(PodSetup(self.core, None, node_name=pod.spec.node_name, workdir=Path(".")), raw)
+            env = pod_env(self.core, raw)
             if not is_driver(command, env):   # a drain (its variable): not played
                 raise ValueError("not a driver's Pod: the KWOK simulator plays driver Pods only")
             args = run_args(command, env)

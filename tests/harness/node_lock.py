@@ -5,7 +5,8 @@ alone by a test marked ``stops_a_node``.
 the other worker's Pods with it if they were bound to that node, and the node lifecycle controller would evict
 them. Marking it ``serial`` kept it apart, but a serial test runs alone after the rest: its whole duration is
 added to the run's wall time. Here the other worker goes on with everything that does not touch the real nodes
-(most tests: the process kubelet's, the unit-stack and chart tiers), and only a real-node test waits.
+(the job-runtime e2e tests and the unit-stack, stack and chart tests that run no Pod there), and only a
+real-node test waits.
 
 The lock is held per test file, not per test: a module-scoped fixture (an operator Deployment, a stream placed
 once for several tests) keeps its Pods between that file's tests, so the lock is taken before the file's first

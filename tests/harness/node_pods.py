@@ -1,6 +1,6 @@
-"""The operator e2e tests' view of the Pods the real nodes (stack/eos_stack/node.py) run for one namespace: the
-same small interface the process kubelet (``tests.harness.kubelet.ProcessKubelet``) gave them, so a test moved
-to the real nodes changes little.
+"""The operator e2e tests' view of the Pods the real nodes (stack/eos_stack/node.py) run for one namespace (the
+``kubelet`` fixture): the small interface the retired process kubelet gave them, kept so that the tests moved
+to the real nodes changed little.
 
 * ``kill9(namespace, pod)``: SIGKILL every process of the Pod's main container, found in its cgroup (the JVM and
   PySpark's Python workers, whatever their process groups; ``real_nodes.kill9_container``). The nodes' kubelet
@@ -10,9 +10,9 @@ to the real nodes changes little.
   container started, so a driver's, drain's or snapshot Pod's log is still there after the Pod is gone.
   ``wait_log(namespace, pod)`` waits until a finished Pod's follower has the whole log.
 
-Unlike the process kubelet, nothing here runs a Pod: the nodes' kubelet and containerd do, and a Pod is theirs
-only when it asks for their scheduler (``real_nodes.stream_template``). Per-Pod environments (the process
-kubelet's ``env_for``) do not exist on a real kubelet: see ``tests.e2e.on_nodes``.
+Nothing here runs a Pod: the nodes' kubelet and containerd do, and a Pod is theirs only when it asks for their
+scheduler (``real_nodes.stream_template``). A real kubelet gives a Pod only its spec's environment: see
+``tests.e2e.on_nodes``.
 """
 from __future__ import annotations
 

@@ -119,10 +119,10 @@ def test_nodes_are_read_only_for_driver_pods_that_look_unwell_and_a_refusal_leav
     got = asyncio.run(_unwell_pods_nodes(deps, (well, on_node("colors-driver-1"))))
     assert got == (NodeView("node-a", ready="Unknown", since=LOST_AT),) and kube.node_reads == ["node-a"]
 
-    # A node name with no Node object (the process kubelet's stand-in node, or a deleted Node): left out, so its
-    # Terminating driver is waited for as before.
-    assert asyncio.run(_unwell_pods_nodes(deps, (on_node("colors-driver-2", node="eos-process-kubelet"),))) == ()
-    assert kube.node_reads[-1] == "eos-process-kubelet"
+    # A node name with no Node object (a deleted Node, whose Pods a cluster's garbage collector deletes): left out,
+    # so its Terminating driver is waited for as before.
+    assert asyncio.run(_unwell_pods_nodes(deps, (on_node("colors-driver-2", node="deleted-node"),))) == ()
+    assert kube.node_reads[-1] == "deleted-node"
 
     async def refused(name):
         raise KubeError(403, "nodes is forbidden")

@@ -79,7 +79,7 @@ def test_kwok_driver_pods_run_crash_and_restart_exactly_once(stack_env, api, nam
     streams = {"sa": topics[1], "sb": topics[2]}
     for name, sink in streams.items():
         m = colors_manifest(name, bootstrap, topics[0], sink, tmp_path / "ckpt" / name, parallelism=SLOTS,
-                            job={"image": "eos-standin:test", "podTemplate": kwok.pod_template(run)},
+                            job={"image": "eos-kwok-driver:test", "podTemplate": kwok.pod_template(run)},
                             restartStrategy={"type": "fixed-delay", "fixedDelay": {"attempts": 10, "delaySeconds": 0}})
         m["spec"]["job"].pop("sparkConf")
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, m)
@@ -128,7 +128,7 @@ def test_kwok_driver_pods_run_crash_and_restart_exactly_once(stack_env, api, nam
     assert sim.wait(60) == 0
     with AdminClient({"bootstrap.servers": bootstrap}) as admin:
         for name, sink in streams.items():
-            last = checkpoint.last_committed_batch(tmp_path / "ckpt" / name)
+            last = checkpoint.last_committed_batch(tmp_path / "ckpt" / name / "live")   # children.checkpoint_dir
             ids = [m.value().decode() for m in read_committed(bootstrap, sink)]
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             assert not dupes, f"{name}: ids written twice: {dupes[:10]}"

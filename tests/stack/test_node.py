@@ -4,10 +4,10 @@ What only a real node gives, checked on the real parts: Nodes that register and 
 meets the ``restricted`` Pod Security level scheduled by kube-scheduler and run from the project's image
 (``make image``) with its output read back through the API server (``kubectl logs``), a cgroup memory limit
 that OOM-kills (``OOMKilled``, exit 137), and a Pod deletion that takes every process of the container, also
-a child in a session and process group of its own (the process kubelet kills one process group).
+a child in a session and process group of its own (killing the Pod's process group alone would leave it).
 
-The module starts the node part unless it runs and leaves it running (it keeps out of the process kubelet's
-way: test_node_placement.py), so it runs beside the other tests. It fails, never skips, when the stack, the
+The module starts the node part unless it runs and leaves it running (every test's Pods run there), so it runs
+beside the other tests. It fails, never skips, when the stack, the
 node part or the image is missing.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A driver whose node is lost: its kubelet stopped posting (the Node's Ready condition Unknown or False). A Node
-the API does not have is not lost here (``observed.node_view``: a cluster's Pod garbage collector deletes its Pods;
-the tests' process kubelet binds Pods to a node name with no Node object). The Pod then stays as it was (Running,
-or Terminating forever once deleted: no kubelet confirms a deletion), and its container may still run and write.
+the API does not have is not lost here (``observed.node_view``: a cluster's Pod garbage collector deletes its
+Pods). The Pod of a lost node stays as it was (Running, or Terminating forever once deleted: no kubelet confirms a
+deletion), and its container may still run and write.
 See docs/operations.md#node-loss and amendment A4 in docs/protocol-amendments.md.
 
 The operator waits ``NODE_LOSS_GRACE_SECONDS`` from the Ready condition's transition (a kubelet restart or a
