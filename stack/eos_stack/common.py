@@ -153,6 +153,22 @@ def require_tool(name: str, hint: str) -> str:
     return path
 
 
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` unless it holds it already, atomically (a file beside it renamed over it): a
+    daemon that watches the file never reads it half written. containerd reloads its CNI configuration on every
+    write to it, and a reload that reads a truncated file drops the node's networks until the next one. True
+    when written."""
+    try:
+        if path.read_text() == text:
+            return False
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import go_build, kube, node_dns, node_services, registry
-from .common import Stack, StackError, free_port, http_ok, log, port_open, wait_for
+from .common import Stack, StackError, free_port, http_ok, log, port_open, wait_for, write_if_changed
 from .node_config import (SCHEDULER_NAME, TAINT, NodeLayout, cni_conflist, containerd_toml, kubelet_argv,
                           kubelet_config, layouts, resolv_conf, scheduler_config)
 from .node_host import ensure_bridge, ensure_cgroups, remove_cgroups, remove_kubelet_chains, unmount_under
@@ -166,7 +166,7 @@ def start_containerd(st: Stack, n: NodeLayout) -> None:
     if st.running_pid(name) is not None and cfg.exists() and cfg.read_text() != text:
         log(f"node: {name} runs with an older configuration; restarting it")
         st.stop_daemon(name)
-    cfg.write_text(text)
+    write_if_changed(cfg, text)
     if st.running_pid(name) is None:
         n.socket.unlink(missing_ok=True)
         st.start_daemon(name, ["containerd", f"--config={cfg}"], marker=str(cfg))
@@ -183,8 +183,10 @@ def start_kubelet(st: Stack, n: NodeLayout, p: dict[str, int]) -> bool:
     ids = ensure_identities(st, n)
     for d in (n.cni_conf_dir, n.kubelet_root, n.home / "pod-logs", n.home / "volume-plugins"):
         d.mkdir(parents=True, exist_ok=True)
-    (n.cni_conf_dir / "10-eos.conflist").write_text(json.dumps(cni_conflist(n), indent=2) + "\n")
-    (n.home / "resolv.conf").write_text(resolv_conf())
+    # Unchanged files are not written again: every `up node` (each test worker's, the node-loss test's) runs this,
+    # and containerd reloads its CNI configuration on each write (common.write_if_changed).
+    write_if_changed(n.cni_conf_dir / "10-eos.conflist", json.dumps(cni_conflist(n), indent=2) + "\n")
+    write_if_changed(n.home / "resolv.conf", resolv_conf())
     cfg = n.home / "kubelet.json"
     text = json.dumps(kubelet_config(
         n, ca=kube.pki_dir(st) / "ca.crt", serving_crt=ids["crt"], serving_key=ids["key"],
@@ -193,7 +195,7 @@ def start_kubelet(st: Stack, n: NodeLayout, p: dict[str, int]) -> bool:
     if st.running_pid(name) is not None and cfg.exists() and cfg.read_text() != text:
         log(f"node: {name} runs with an older configuration; restarting it")
         st.stop_daemon(name)
-    cfg.write_text(text)
+    write_if_changed(cfg, text)
     argv = kubelet_argv(bin_dir(st) / "kubelet", n, cfg, ids["kubeconfig"])
     if st.running_pid(name) is not None:
         return False
@@ -237,7 +239,7 @@ def start_scheduler(st: Stack, port: int) -> None:
     if not kcfg.exists():
         kube.make_client_kubeconfig(st, "system:kube-scheduler", [], kcfg)
     cfg = home(st) / "scheduler.json"
-    cfg.write_text(json.dumps(scheduler_config(kcfg), indent=2) + "\n")
+    write_if_changed(cfg, json.dumps(scheduler_config(kcfg), indent=2) + "\n")
     argv = [str(bin_dir(st) / "kube-scheduler"), f"--config={cfg}", f"--authentication-kubeconfig={kcfg}",
             f"--authorization-kubeconfig={kcfg}", "--bind-address=127.0.0.1", f"--secure-port={port}",
             f"--cert-dir={st.dir('node', 'scheduler-certs')}", "--profiling=false"]

@@ -96,3 +96,16 @@ def test_real_scheduler_has_one_profile_of_its_own_and_real_pods_tolerate_the_no
     assert spec["schedulerName"] == nc.SCHEDULER_NAME
     assert [(t["key"], t["value"], t["effect"]) for t in spec["tolerations"]] == \
         [(nc.TAINT["key"], nc.TAINT["value"], nc.TAINT["effect"])]
+
+
+def test_a_node_file_is_written_only_when_it_changes_and_never_half(tmp_path):
+    # containerd reloads its CNI configuration on every write to the file; a reload that read it truncated left
+    # the node without networks (a clean-clone run's containerd logged "unexpected end of JSON input").
+    from eos_stack.common import write_if_changed
+    f = tmp_path / "10-eos.conflist"
+    assert write_if_changed(f, '{"a": 1}\n') and f.read_text() == '{"a": 1}\n'
+    inode = f.stat().st_ino
+    assert not write_if_changed(f, '{"a": 1}\n') and f.stat().st_ino == inode     # the same text: untouched
+    assert write_if_changed(f, '{"a": 2}\n') and f.read_text() == '{"a": 2}\n'
+    assert f.stat().st_ino != inode                       # renamed over it: never truncated in place
+    assert [p.name for p in tmp_path.iterdir()] == ["10-eos.conflist"]
