@@ -62,31 +62,27 @@ _MAJOR, _MINOR = (int(x) for x in eos_job.__version__.split(".")[:2])
 SKEWED = f"{_MAJOR}.{_MINOR + 1}.0"   # a runtime newer than the operator: outside the policy
 
 
-def previous_runtime() -> dict[str, str]:
-    """The previous build's ``eos_job`` (``jobs/eos_job/*.py``, one flat package) from git: file name -> text."""
-    done = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS_BUILD, "jobs/eos_job"], capture_output=True)
-    assert done.returncode == 0, (
-        f"the previous build {PREVIOUS_BUILD[:12]} is not in this clone's history ({done.stderr.decode().strip()}): "
-        "clone the repository with its history (no --depth) to run the operator-upgrade test")
-    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
-        return {Path(m.name).name: tar.extractfile(m).read().decode() for m in tar.getmembers()
-                if m.isfile() and m.name.endswith(".py")}
-
-
 def previous_build(dest: Path) -> str:
     """The previous build's code in ``dest``, for its operator on this machine; its PYTHONPATH."""
     done = subprocess.run(["git", "-C", str(REPO), "archive", PREVIOUS_BUILD, "jobs", "operator", "examples"],
                           capture_output=True)
-    assert done.returncode == 0, done.stderr.decode()
+    assert done.returncode == 0, (
+        f"the previous build {PREVIOUS_BUILD[:12]} is not in this clone's history ({done.stderr.decode().strip()}): "
+        "clone the repository with its history (no --depth) to run the operator-upgrade test")
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
         tar.extractall(dest, filter="data")
     return ":".join(str(dest / p) for p in ("jobs", "operator", ""))
 
 
+def runtime_files(package: Path) -> dict[str, str]:
+    """A flat ``eos_job`` package's modules: file name -> text."""
+    return {f.name: f.read_text() for f in sorted(package.glob("*.py"))}
+
+
 def skewed_runtime() -> dict[str, str]:
     """This build's ``eos_job`` with ``__version__`` set to SKEWED: file name -> text."""
-    files = {f.name: f.read_text() for f in sorted((REPO / "jobs" / "eos_job").glob("*.py"))}
+    files = runtime_files(REPO / "jobs" / "eos_job")
     line = f'__version__ = "{eos_job.__version__}"'
     assert line in files["__init__.py"], files["__init__.py"]
     files["__init__.py"] = files["__init__.py"].replace(line, f'__version__ = "{SKEWED}"')
@@ -95,7 +91,7 @@ def skewed_runtime() -> dict[str, str]:
 
 # The runtimes other than the image's, as ConfigMaps mounted into every Pod of both streams; a Pod runs one only
 # when its PYTHONPATH puts it first (EOS_TEST_POD_ENV). The image's own PYTHONPATH is /app (Dockerfile).
-RUNTIMES = {"previous": previous_runtime, "skewed": skewed_runtime}
+RUNTIMES = ("previous", "skewed")
 IMAGE_PYTHONPATH = "/app"
 
 
@@ -103,9 +99,8 @@ def runtime_path(runtime: str) -> str:
     return f"/opt/{runtime}:{IMAGE_PYTHONPATH}"
 
 
-def runtime_configmap(runtime: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"runtime-{runtime}"},
-            "data": RUNTIMES[runtime]()}
+def runtime_configmap(runtime: str, files: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"runtime-{runtime}"}, "data": files}
 
 
 def with_runtimes(doc: dict[str, Any]) -> dict[str, Any]:
@@ -157,8 +152,9 @@ def driver_of(kubectl: Kubectl, namespace: str, status: dict[str, Any]) -> tuple
 def test_an_operator_upgrade_adopts_the_running_stream_and_keeps_it_exact(stack_env, nodes, kubectl, namespace,
                                                                           on_nodes, tmp_path, report_result):
     old_path = previous_build(tmp_path / "previous")
-    for runtime in RUNTIMES:   # created, not applied: a client-side apply's annotation would exceed its 256 KiB
-        kubectl.run("create", "-n", namespace, "-f", "-", stdin=json.dumps(runtime_configmap(runtime)))
+    runtimes = {"previous": runtime_files(tmp_path / "previous" / "jobs" / "eos_job"), "skewed": skewed_runtime()}
+    for runtime, files in runtimes.items():   # created, not applied: an apply's annotation would exceed 256 KiB
+        kubectl.run("create", "-n", namespace, "-f", "-", stdin=json.dumps(runtime_configmap(runtime, files)))
 
     with rig(stack_env, kubectl, namespace, tmp_path, on_nodes=on_nodes) as r:
         # Every Pod the previous operator creates runs the previous runtime.
